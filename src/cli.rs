@@ -1,0 +1,382 @@
+//! The command line: clap definitions, and one function per subcommand that
+//! turns checked options into calls on the stages. `main.rs` only maps the
+//! result to an exit code.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{self, DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY};
+use crate::import;
+use crate::splitter;
+use crate::status::CampaignStatus;
+use crate::store::campaigns::{self, Control, NewCampaign};
+use crate::store::{self, recipients, Conn};
+use crate::templates;
+
+/// Exit code for usage errors (unknown campaign, bad argument, bad URL).
+pub const EXIT_USAGE: u8 = 2;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "mailsplit",
+    version,
+    about = "Send one email campaign to a million recipients over beanstalkd, exactly once each.",
+    long_about = "Send one email campaign to a million recipients over beanstalkd, exactly once each.\n\n\
+A typical run:\n  \
+mailsplit migrate\n  \
+mailsplit import people.csv --list customers\n  \
+mailsplit campaign create spring --list customers --template newsletter \\\n      \
+--subject 'Spring news' --from news@example.com\n  \
+mailsplit enqueue spring\n  \
+mailsplit worker --smtp smtp://127.0.0.1:25     # one or more, e.g. under supervisord\n  \
+mailsplit status spring"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Global {
+    /// Database: sqlite://FILE (default, created on `migrate`) or postgres://USER@HOST/DB
+    #[arg(long, env = "DATABASE_URL", default_value = config::DEFAULT_DATABASE_URL, global = true)]
+    pub database_url: String,
+    /// beanstalkd server(s), HOST:PORT; a comma-separated list spreads jobs over several
+    #[arg(long, env = "BEANSTALKD", default_value = config::DEFAULT_BEANSTALKD, global = true)]
+    pub beanstalkd: String,
+    /// beanstalkd tube the jobs go through
+    #[arg(long, env = "MAILSPLIT_TUBE", default_value = config::DEFAULT_TUBE, global = true)]
+    pub tube: String,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create or upgrade the database schema (safe to run again)
+    Migrate,
+    /// Load recipients from a CSV file with a header row into a list
+    ///
+    /// Column `email` is required, `name` is optional, `status` (active,
+    /// unsubscribed, bounced) is optional; every other column becomes a
+    /// template attribute. Bad rows are reported with their line number and
+    /// skipped. Importing again updates recipients, never duplicates them.
+    Import {
+        /// CSV file to read
+        file: PathBuf,
+        /// List to add the recipients to (created if new)
+        #[arg(long)]
+        list: String,
+    },
+    /// Create and list campaigns
+    #[command(subcommand)]
+    Campaign(CampaignCommand),
+    /// List the templates compiled into this binary
+    Templates,
+    /// Put a campaign's recipients into beanstalkd, one job per batch
+    ///
+    /// Safe to run again after a crash: it continues where it stopped and
+    /// never enqueues a recipient twice.
+    Enqueue {
+        /// Campaign name or id
+        campaign: String,
+        /// Recipients per job
+        #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
+        batch_size: usize,
+    },
+    /// Send queued mail: reserve jobs, send over SMTP, record every outcome
+    ///
+    /// Runs until SIGTERM/SIGINT or until its own executable is replaced
+    /// (a deploy), then finishes or hands back the jobs in flight and exits 0.
+    Worker(WorkerArgs),
+    /// Stop sending a campaign (workers notice within a second)
+    Pause {
+        /// Campaign name or id
+        campaign: String,
+    },
+    /// Continue a paused campaign where it stopped
+    Resume {
+        /// Campaign name or id
+        campaign: String,
+    },
+    /// Stop a campaign for good; workers delete its remaining jobs
+    Cancel {
+        /// Campaign name or id
+        campaign: String,
+    },
+    /// Show counts, state, rate and ETA of one or all campaigns
+    Status {
+        /// Campaign name or id (all campaigns when omitted)
+        campaign: Option<String>,
+        /// One JSON object per campaign, one per line
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CampaignCommand {
+    /// Create a campaign for a list
+    Create {
+        /// Unique campaign name
+        name: String,
+        /// Recipient list (from `mailsplit import --list`)
+        #[arg(long)]
+        list: String,
+        /// Template name (see `mailsplit templates`)
+        #[arg(long)]
+        template: String,
+        /// Subject line
+        #[arg(long)]
+        subject: String,
+        /// Sender address, e.g. news@example.com or "Shop <news@example.com>"
+        #[arg(long)]
+        from: String,
+        /// beanstalkd priority, lower is sooner. Default: smaller lists get
+        /// a lower number, so a small campaign overtakes a big one.
+        #[arg(long)]
+        priority: Option<u32>,
+    },
+    /// One line per campaign
+    List,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct WorkerArgs {
+    /// SMTP relay: smtp://HOST:PORT, smtp://USER:PASS@HOST:587?tls=required, smtps://HOST:465
+    #[arg(long, env = "SMTP_URL", default_value = config::DEFAULT_SMTP_URL)]
+    pub smtp: String,
+    /// Concurrent SMTP sessions in this process
+    #[arg(long, default_value_t = DEFAULT_CONCURRENCY)]
+    pub concurrency: usize,
+    /// Tries per recipient on temporary (4xx) failures before it is failed
+    #[arg(long, default_value_t = config::DEFAULT_MAX_ATTEMPTS)]
+    pub max_attempts: i32,
+    /// Seconds a stopping worker lets jobs in flight finish
+    #[arg(long, default_value_t = config::DEFAULT_GRACE.as_secs())]
+    pub grace: u64,
+}
+
+/// Run the parsed command line.
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    let g = &cli.global;
+    match cli.command {
+        Command::Migrate => {
+            let mut conn = open(g)?;
+            let applied = conn.migrate()?;
+            if applied.is_empty() {
+                println!("schema is up to date");
+            } else {
+                println!("applied {} migration(s): {}", applied.len(), applied.join(", "));
+            }
+        }
+        Command::Import { file, list } => cmd_import(g, &file, &list)?,
+        Command::Campaign(CampaignCommand::Create {
+            name,
+            list,
+            template,
+            subject,
+            from,
+            priority,
+        }) => {
+            templates::check(&template)?;
+            let from = crate::mail::parse_from(&from)?;
+            if subject.trim().is_empty() || subject.chars().any(char::is_control) {
+                anyhow::bail!(UsageError("--subject must be one non-empty line".into()));
+            }
+            let mut conn = open_migrated(g)?;
+            let list_id = recipients::find_list(&mut conn, &list)?;
+            let size = recipients::list_size(&mut conn, list_id)?;
+            let priority = priority.map_or_else(|| default_priority(size), i64::from);
+            let campaign = campaigns::create(
+                &mut conn,
+                &NewCampaign {
+                    name: &name,
+                    list_id,
+                    template: &template,
+                    subject: &subject,
+                    from_addr: &from.to_string(),
+                    priority,
+                    recipients: size,
+                },
+            )?;
+            println!(
+                "created campaign {:?} (id {}) for list {:?}: {} recipients, template {}, priority {}",
+                campaign.name, campaign.id, list, size, template, priority
+            );
+        }
+        Command::Campaign(CampaignCommand::List) => {
+            let mut conn = open_migrated(g)?;
+            let all = campaigns::list(&mut conn)?;
+            if all.is_empty() {
+                println!("no campaigns yet; create one with `mailsplit campaign create`");
+            }
+            for (campaign, counters) in all {
+                println!("{}", CampaignStatus::new(&campaign, &counters)?.line());
+            }
+        }
+        Command::Templates => {
+            for name in templates::TEMPLATES {
+                println!("{name}");
+            }
+        }
+        Command::Enqueue {
+            campaign,
+            batch_size,
+        } => {
+            let batch_size =
+                config::check_range("--batch-size", batch_size, 1, config::MAX_JOB_RECIPIENTS)?;
+            let servers = config::parse_beanstalkd(&g.beanstalkd)?;
+            config::check_tube(&g.tube)?;
+            let mut conn = open_migrated(g)?;
+            let report = splitter::enqueue(
+                &mut conn,
+                &campaign,
+                &splitter::Options {
+                    batch_size,
+                    servers,
+                    tube: g.tube.clone(),
+                    progress: std::io::stderr().is_terminal(),
+                },
+            )?;
+            if report.already_done {
+                println!("campaign {campaign:?} is already fully enqueued; nothing to do");
+            } else {
+                let secs = report.elapsed.as_secs_f64().max(1e-6);
+                println!(
+                    "enqueued {} recipients in {} jobs ({} skipped as not active) in {:.2} s, {:.0} jobs/s{}",
+                    report.recipients,
+                    report.jobs,
+                    report.skipped,
+                    secs,
+                    report.jobs as f64 / secs,
+                    if report.recovered { "; found the interrupted run's last job already queued" } else { "" }
+                );
+            }
+        }
+        Command::Worker(args) => return crate::worker::run_cli(g, &args),
+        Command::Pause { campaign } => control(g, &campaign, Control::Pause)?,
+        Command::Resume { campaign } => control(g, &campaign, Control::Resume)?,
+        Command::Cancel { campaign } => control(g, &campaign, Control::Cancel)?,
+        Command::Status { campaign, json } => {
+            let mut conn = open_migrated(g)?;
+            let rows = match campaign {
+                Some(name) => {
+                    let c = campaigns::find(&mut conn, &name)?;
+                    let counters = campaigns::counters(&mut conn, c.id)?;
+                    vec![(c, counters)]
+                }
+                None => campaigns::list(&mut conn)?,
+            };
+            for (c, counters) in rows {
+                let status = CampaignStatus::new(&c, &counters)?;
+                if json {
+                    println!("{}", serde_json::to_string(&status)?);
+                } else {
+                    println!("{}", status.render());
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_import(g: &Global, file: &std::path::Path, list: &str) -> Result<()> {
+    let mut conn = open_migrated(g)?;
+    let bar = if std::io::stderr().is_terminal() {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_message("importing");
+        bar
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let started = std::time::Instant::now();
+    let mut shown = 0u32;
+    let summary = import::import_file(
+        &mut conn,
+        file,
+        list,
+        |r| {
+            // Every rejected row is reported; a flood is summarised.
+            if shown < 1_000 {
+                bar.suspend(|| eprintln!("{}: line {}: {}", file.display(), r.line, r.reason));
+            } else if shown == 1_000 {
+                bar.suspend(|| eprintln!("(more rejected rows not shown)"));
+            }
+            shown += 1;
+        },
+        |rows| {
+            bar.set_message(format!("importing: {rows} rows read"));
+            bar.tick();
+        },
+    )?;
+    bar.finish_and_clear();
+    println!(
+        "list {list:?}: imported {} / updated {} / skipped {} in {:.1} s",
+        summary.imported,
+        summary.updated,
+        summary.skipped,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn control(g: &Global, name: &str, action: Control) -> Result<()> {
+    let mut conn = open_migrated(g)?;
+    let campaign = campaigns::control(&mut conn, name, action)?;
+    let what = match action {
+        Control::Pause => "paused; workers stop sending it within a second",
+        Control::Resume => "resumed",
+        Control::Cancel => "cancelled; workers delete its remaining jobs",
+    };
+    println!("campaign {:?} {what}", campaign.name);
+    Ok(())
+}
+
+/// Smaller lists get more urgent priorities (lower numbers), so a small
+/// campaign's jobs are not stuck behind a big one's: 100 for a handful of
+/// recipients, 300 for a million.
+pub fn default_priority(list_size: i64) -> i64 {
+    let bits = 64 - (list_size.max(1) as u64).leading_zeros() as i64;
+    100 + 10 * bits
+}
+
+pub fn open(g: &Global) -> Result<Conn> {
+    store::backend_of(&g.database_url)?;
+    Ok(Conn::open(&g.database_url)?)
+}
+
+/// Open, and fail with "run `mailsplit migrate`" when the schema is missing.
+pub fn open_migrated(g: &Global) -> Result<Conn> {
+    let mut conn = open(g)?;
+    conn.check_migrated()?;
+    Ok(conn)
+}
+
+/// A usage error raised at the edge (exit code 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// Map an error to the documented exit code: 2 for what the user typed,
+/// 1 for everything else.
+pub fn exit_code(err: &anyhow::Error) -> u8 {
+    for cause in err.chain() {
+        let usage = cause.downcast_ref::<UsageError>().is_some()
+            || cause.downcast_ref::<config::ConfigError>().is_some()
+            || cause.downcast_ref::<templates::TemplateError>().is_some_and(|e| {
+                matches!(e, templates::TemplateError::Unknown(_))
+            })
+            || cause.downcast_ref::<crate::mail::MailError>().is_some_and(|e| e.is_usage())
+            || cause.downcast_ref::<store::StoreError>().is_some_and(|e| e.is_usage())
+            || cause.downcast_ref::<splitter::EnqueueError>().is_some_and(|e| e.is_usage());
+        if usage {
+            return EXIT_USAGE;
+        }
+    }
+    1
+}

@@ -1,0 +1,219 @@
+//! What the user asked for: defaults, and the parsing and checking of raw
+//! command-line and environment values into typed settings. Nothing here
+//! connects to anything; errors here are usage errors (exit code 2).
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+/// Embedded default database: a SQLite file in the current directory.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://mailsplit.db";
+/// A local beanstalkd on its standard port.
+pub const DEFAULT_BEANSTALKD: &str = "127.0.0.1:11300";
+pub const DEFAULT_TUBE: &str = "mailsplit";
+/// A relay on this machine, plain SMTP.
+pub const DEFAULT_SMTP_URL: &str = "smtp://127.0.0.1:25";
+/// Recipients per job (the design's "jobs of 100").
+pub const DEFAULT_BATCH_SIZE: usize = 100;
+/// Upper bound on ids in one job a worker accepts; larger bodies are buried.
+pub const MAX_JOB_RECIPIENTS: usize = 1_000;
+/// Concurrent SMTP sessions per worker process.
+pub const DEFAULT_CONCURRENCY: usize = 100;
+/// Tries per recipient for transient failures (4xx, timeouts) before it is
+/// recorded as failed.
+pub const DEFAULT_MAX_ATTEMPTS: i32 = 5;
+/// How long a stopping worker lets jobs in flight finish before handing the
+/// rest back.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
+/// One SMTP command/response exchange (and connecting) may take this long.
+pub const SMTP_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("bad beanstalkd address {0:?}: expected HOST:PORT (several separated by commas)")]
+    BadBeanstalkd(String),
+    #[error("beanstalkd address {0:?} does not resolve to an IPv4 address")]
+    NoIpv4(String),
+    #[error("bad tube name {0:?}: 1-200 characters of A-Z a-z 0-9 - + / ; . $ _ ( ), not starting with -")]
+    BadTube(String),
+    #[error("bad SMTP URL {url:?}: {why} (expected smtp://HOST:PORT, smtp://USER:PASS@HOST:587?tls=required or smtps://HOST:465)")]
+    BadSmtpUrl { url: String, why: String },
+    #[error("{what} must be between {min} and {max}, got {value}")]
+    OutOfRange {
+        what: &'static str,
+        value: usize,
+        min: usize,
+        max: usize,
+    },
+}
+
+/// `host:port[,host:port…]` into resolved IPv4 socket addresses, in order.
+pub fn parse_beanstalkd(list: &str) -> Result<Vec<SocketAddr>, ConfigError> {
+    let mut out = Vec::new();
+    for raw in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        if !raw.contains(':') {
+            return Err(ConfigError::BadBeanstalkd(raw.to_string()));
+        }
+        let addrs = raw
+            .to_socket_addrs()
+            .map_err(|_| ConfigError::BadBeanstalkd(raw.to_string()))?;
+        let v4 = addrs
+            .into_iter()
+            .find(SocketAddr::is_ipv4)
+            .ok_or_else(|| ConfigError::NoIpv4(raw.to_string()))?;
+        out.push(v4);
+    }
+    if out.is_empty() {
+        return Err(ConfigError::BadBeanstalkd(list.to_string()));
+    }
+    Ok(out)
+}
+
+/// beanstalkd's tube-name rules, checked up front for a clear message.
+pub fn check_tube(tube: &str) -> Result<(), ConfigError> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || "-+/;.$_()".contains(c);
+    if tube.is_empty() || tube.len() > 200 || tube.starts_with('-') || !tube.chars().all(ok_char) {
+        return Err(ConfigError::BadTube(tube.to_string()));
+    }
+    Ok(())
+}
+
+/// Check a count option against sane bounds.
+pub fn check_range(
+    what: &'static str,
+    value: usize,
+    min: usize,
+    max: usize,
+) -> Result<usize, ConfigError> {
+    if value < min || value > max {
+        return Err(ConfigError::OutOfRange {
+            what,
+            value,
+            min,
+            max,
+        });
+    }
+    Ok(value)
+}
+
+/// How an SMTP session is protected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tls {
+    /// Plain text: for a relay on localhost or a trusted network.
+    None,
+    /// STARTTLS when offered; `required` refuses to go on without it.
+    StartTls { required: bool },
+    /// TLS from the first byte (`smtps://`, port 465).
+    Implicit,
+}
+
+/// A parsed SMTP relay URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SmtpUrl {
+    pub host: String,
+    pub port: u16,
+    pub tls: Tls,
+    pub credentials: Option<(String, String)>,
+}
+
+impl SmtpUrl {
+    pub fn parse(raw: &str) -> Result<SmtpUrl, ConfigError> {
+        let bad = |why: &str| ConfigError::BadSmtpUrl {
+            url: redact(raw),
+            why: why.to_string(),
+        };
+        let url = url::Url::parse(raw).map_err(|e| bad(&e.to_string()))?;
+        let (default_port, mut tls) = match url.scheme() {
+            "smtp" => (25, Tls::None),
+            "smtps" => (465, Tls::Implicit),
+            other => return Err(bad(&format!("unknown scheme {other:?}"))),
+        };
+        let host = url
+            .host_str()
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| bad("no host"))?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        for (key, value) in url.query_pairs() {
+            match (key.as_ref(), value.as_ref(), tls) {
+                ("tls", "required", Tls::None) => tls = Tls::StartTls { required: true },
+                ("tls", "opportunistic", Tls::None) => tls = Tls::StartTls { required: false },
+                ("tls", "none", Tls::None) => {}
+                ("tls", _, Tls::Implicit) => return Err(bad("smtps:// is always TLS; drop ?tls=")),
+                ("tls", v, _) => {
+                    return Err(bad(&format!(
+                        "tls={v:?}: use tls=required, tls=opportunistic or tls=none"
+                    )))
+                }
+                (k, _, _) => return Err(bad(&format!("unknown parameter {k:?}"))),
+            }
+        }
+        let credentials = if url.username().is_empty() {
+            None
+        } else {
+            let decode = |s: &str| {
+                url::form_urlencoded::parse(format!("x={s}").as_bytes())
+                    .next()
+                    .map(|(_, v)| v.into_owned())
+                    .unwrap_or_default()
+            };
+            Some((
+                decode(url.username()),
+                decode(url.password().unwrap_or("")),
+            ))
+        };
+        Ok(SmtpUrl {
+            host,
+            port: url.port().unwrap_or(default_port),
+            tls,
+            credentials,
+        })
+    }
+}
+
+/// The URL with any password replaced, for messages and logs.
+pub fn redact(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => raw.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn smtp_urls() {
+        let plain = SmtpUrl::parse("smtp://127.0.0.1:2525").unwrap();
+        assert_eq!((plain.host.as_str(), plain.port, plain.tls), ("127.0.0.1", 2525, Tls::None));
+        let sub = SmtpUrl::parse("smtp://me%40x.org:p%3Ass@relay.example:587?tls=required").unwrap();
+        assert_eq!(sub.tls, Tls::StartTls { required: true });
+        assert_eq!(sub.credentials, Some(("me@x.org".into(), "p:ss".into())));
+        let smtps = SmtpUrl::parse("smtps://relay.example").unwrap();
+        assert_eq!((smtps.port, smtps.tls), (465, Tls::Implicit));
+        assert!(SmtpUrl::parse("http://x").is_err());
+        assert!(SmtpUrl::parse("smtp://x?tls=maybe").is_err());
+        let err = SmtpUrl::parse("smtp://u:secret@h?tls=bad").unwrap_err().to_string();
+        assert!(!err.contains("secret"), "{err}");
+    }
+
+    #[test]
+    fn beanstalkd_lists() {
+        let two = parse_beanstalkd("127.0.0.1:1, localhost:2").unwrap();
+        assert_eq!(two.len(), 2);
+        assert_eq!(two[1].port(), 2);
+        assert!(parse_beanstalkd("nohost").is_err());
+        assert!(parse_beanstalkd("").is_err());
+    }
+
+    #[test]
+    fn tubes() {
+        assert!(check_tube("mailsplit").is_ok());
+        assert!(check_tube("-x").is_err());
+        assert!(check_tube("a b").is_err());
+    }
+}

@@ -1,0 +1,262 @@
+//! SMTP: composing one message per recipient and sending it over a
+//! long-lived connection.
+//!
+//! Each sender task owns one `AsyncSmtpConnection` built over a tokio
+//! `TcpStream` with TCP_NODELAY set: lettre 0.11.23 writes the body and the
+//! final "." separately, and with Nagle on every message would wait for the
+//! peer's delayed ACK (~40 ms). STARTTLS upgrades that same stream; implicit
+//! TLS (`smtps://`) uses lettre's own connector.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use lettre::address::Envelope;
+use lettre::message::{header::ContentType, Mailbox, MultiPart, SinglePart};
+use lettre::transport::smtp::authentication::{Credentials, Mechanism};
+use lettre::transport::smtp::client::{AsyncSmtpConnection, TlsParameters};
+use lettre::transport::smtp::extension::ClientId;
+use lettre::{Address, Message};
+use tokio::net::TcpStream;
+
+use crate::config::{SmtpUrl, Tls, SMTP_TIMEOUT};
+
+#[derive(Debug, thiserror::Error)]
+pub enum MailError {
+    #[error("bad sender address {0:?}: use user@example.com or \"Name <user@example.com>\"")]
+    BadFrom(String),
+    #[error("invalid recipient address {0:?}")]
+    BadRecipient(String),
+    #[error("cannot build the message")]
+    Build(#[source] lettre::error::Error),
+    #[error("cannot connect to SMTP relay {target}")]
+    Connect {
+        target: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("SMTP relay {0} does not offer STARTTLS, and the URL says tls=required")]
+    NoStartTls(String),
+}
+
+impl MailError {
+    pub fn is_usage(&self) -> bool {
+        matches!(self, MailError::BadFrom(_))
+    }
+}
+
+/// Parse `--from`: a bare address or `Name <address>`.
+pub fn parse_from(raw: &str) -> Result<Mailbox, MailError> {
+    if raw.chars().any(char::is_control) {
+        return Err(MailError::BadFrom(raw.to_string()));
+    }
+    Mailbox::from_str(raw.trim()).map_err(|_| MailError::BadFrom(raw.to_string()))
+}
+
+/// One message ready for the wire.
+#[derive(Debug, Clone)]
+pub struct Composed {
+    pub envelope: Envelope,
+    pub bytes: Vec<u8>,
+}
+
+/// Build the MIME message (text + HTML alternative parts). Header values go
+/// through lettre's encoder, so a name holding CR/LF or "Bcc:" stays inside
+/// its encoded-word and can never add a header or a recipient; the envelope
+/// names exactly one recipient.
+pub fn compose(
+    from: &Mailbox,
+    subject: &str,
+    message_id: String,
+    to_name: &str,
+    to_email: &str,
+    html: String,
+    text: String,
+) -> Result<Composed, MailError> {
+    let address =
+        Address::from_str(to_email).map_err(|_| MailError::BadRecipient(to_email.to_string()))?;
+    let name = to_name.trim();
+    let to = Mailbox::new((!name.is_empty()).then(|| name.to_string()), address);
+    let message = Message::builder()
+        .from(from.clone())
+        .to(to)
+        .subject(subject)
+        .message_id(Some(message_id))
+        .multipart(
+            MultiPart::alternative()
+                .singlepart(
+                    SinglePart::builder()
+                        .header(ContentType::TEXT_PLAIN)
+                        .body(text),
+                )
+                .singlepart(SinglePart::builder().header(ContentType::TEXT_HTML).body(html)),
+        )
+        .map_err(MailError::Build)?;
+    Ok(Composed {
+        envelope: message.envelope().clone(),
+        bytes: message.formatted(),
+    })
+}
+
+/// What a send attempt means for the recipient.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// 2xx: accepted.
+    Sent,
+    /// 5xx or a message the relay can never take: record as failed.
+    Permanent(String),
+    /// 4xx, timeout, lost connection: try again later.
+    Transient(String),
+}
+
+/// Sort a lettre error by what should happen to the recipient.
+pub fn classify(err: &lettre::transport::smtp::Error) -> Verdict {
+    let text = err.to_string();
+    if err.is_permanent() || err.is_client() {
+        Verdict::Permanent(text)
+    } else {
+        Verdict::Transient(text)
+    }
+}
+
+/// Whether a transient reply asks us to slow down (421, or 4xx wording).
+pub fn is_slow_down(reply: &str) -> bool {
+    let lower = reply.to_ascii_lowercase();
+    lower.contains("421") || lower.contains("slow down") || lower.contains("rate limit") || lower.contains("too many")
+}
+
+/// Connection settings for one relay, shared by every sender task.
+#[derive(Clone)]
+pub struct Relay {
+    url: SmtpUrl,
+    hello: ClientId,
+    shown: String,
+}
+
+impl Relay {
+    pub fn new(url: SmtpUrl) -> Relay {
+        let shown = format!("{}:{}", url.host, url.port);
+        Relay {
+            url,
+            hello: ClientId::default(),
+            shown,
+        }
+    }
+
+    pub fn target(&self) -> &str {
+        &self.shown
+    }
+
+    fn connect_err<E>(&self) -> impl FnOnce(E) -> MailError + '_
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        move |e| MailError::Connect {
+            target: self.shown.clone(),
+            source: Box::new(e),
+        }
+    }
+
+    /// Open one session: connect, EHLO, STARTTLS and AUTH as the URL asks.
+    pub async fn connect(&self) -> Result<AsyncSmtpConnection, MailError> {
+        let tls = || TlsParameters::new(self.url.host.clone()).map_err(self.connect_err());
+        let mut conn = match self.url.tls {
+            Tls::Implicit => AsyncSmtpConnection::connect_tokio1(
+                (self.url.host.as_str(), self.url.port),
+                Some(SMTP_TIMEOUT),
+                &self.hello,
+                Some(tls()?),
+                None,
+            )
+            .await
+            .map_err(self.connect_err())?,
+            Tls::None | Tls::StartTls { .. } => {
+                let stream = tokio::time::timeout(
+                    SMTP_TIMEOUT,
+                    TcpStream::connect((self.url.host.as_str(), self.url.port)),
+                )
+                .await
+                .map_err(self.connect_err())?
+                .map_err(self.connect_err())?;
+                stream.set_nodelay(true).map_err(self.connect_err())?;
+                timed(AsyncSmtpConnection::connect_with_transport(
+                    Box::new(stream),
+                    &self.hello,
+                ))
+                .await
+                .map_err(self.connect_err())?
+            }
+        };
+        if let Tls::StartTls { required } = self.url.tls {
+            if conn.can_starttls() {
+                timed(conn.starttls(tls()?, &self.hello))
+                    .await
+                    .map_err(self.connect_err())?;
+            } else if required {
+                conn.abort().await;
+                return Err(MailError::NoStartTls(self.shown.clone()));
+            }
+        }
+        if let Some((user, pass)) = &self.url.credentials {
+            let creds = Credentials::new(user.clone(), pass.clone());
+            timed(conn.auth(&[Mechanism::Plain, Mechanism::Login], &creds))
+                .await
+                .map_err(self.connect_err())?;
+        }
+        Ok(conn)
+    }
+}
+
+/// Send one message on an open session. A timeout counts as transient.
+pub async fn send(conn: &mut AsyncSmtpConnection, msg: &Composed) -> Verdict {
+    match tokio::time::timeout(SMTP_TIMEOUT, conn.send(&msg.envelope, &msg.bytes)).await {
+        Ok(Ok(_)) => Verdict::Sent,
+        Ok(Err(e)) => classify(&e),
+        Err(_) => {
+            conn.abort().await;
+            Verdict::Transient(format!("no reply within {} s", SMTP_TIMEOUT.as_secs()))
+        }
+    }
+}
+
+/// An SMTP step bounded by [`SMTP_TIMEOUT`].
+async fn timed<T>(
+    fut: impl std::future::Future<Output = Result<T, lettre::transport::smtp::Error>>,
+) -> Result<T, TimedError> {
+    match tokio::time::timeout(SMTP_TIMEOUT, fut).await {
+        Ok(r) => r.map_err(TimedError::Smtp),
+        Err(_) => Err(TimedError::Timeout(SMTP_TIMEOUT)),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum TimedError {
+    #[error(transparent)]
+    Smtp(lettre::transport::smtp::Error),
+    #[error("no reply within {0:?}")]
+    Timeout(Duration),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_injection_stays_in_its_header() {
+        let from = parse_from("Shop <news@example.test>").unwrap();
+        let msg = compose(
+            &from,
+            "Hi",
+            "<1.2@mailsplit>".into(),
+            "x\r\nBcc: victim@evil.test",
+            "ada@example.test",
+            "<p>hi</p>".into(),
+            "hi".into(),
+        )
+        .unwrap();
+        let text = String::from_utf8(msg.bytes).unwrap();
+        assert!(!text.contains("\r\nBcc:"), "{text}");
+        assert_eq!(msg.envelope.to().len(), 1);
+        assert!(compose(&from, "s", "<x@y>".into(), "", "not an address", String::new(), String::new()).is_err());
+        assert!(parse_from("bad\r\nBcc: x@y").is_err());
+    }
+}

@@ -1,0 +1,28 @@
+//! Entry point: parse the command line, run it, print any error with its
+//! whole cause chain, and exit with the documented code (0 success,
+//! 1 runtime failure, 2 usage error).
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::Parser;
+use mailsplit::cli::{exit_code, run, Cli};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MAILSPLIT_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    match run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("mailsplit: error: {err:#}");
+            ExitCode::from(exit_code(&err))
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! beanstalkd: the job format and a thin, typed wrapper over the `beanstalkc`
+//! client. One [`Server`] is one TCP connection; a job reserved on it can
+//! only be deleted, released, buried or touched through that same
+//! connection, so the worker keeps one thread per server (see
+//! `worker::reserve`).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use beanstalkc::{Beanstalkc, BeanstalkcError};
+use serde::{Deserialize, Serialize};
+
+use crate::config::MAX_JOB_RECIPIENTS;
+
+/// Time-to-run of every job: a job whose worker neither finishes nor touches
+/// it within this time goes back to the ready queue, and the ledger claims
+/// made for it become claimable again after the same time.
+pub const JOB_TTR: Duration = Duration::from_secs(30);
+/// Scratch tube used to learn a server's newest job id.
+const PROBE_TUBE: &str = "mailsplit-probe";
+/// Current job body version.
+pub const JOB_VERSION: u32 = 1;
+
+/// The body of one job: `{"v":1,"campaign":<id>,"recipients":[<id>,…]}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobBody {
+    pub v: u32,
+    pub campaign: i64,
+    pub recipients: Vec<i64>,
+}
+
+/// Why a job body was rejected (the job is buried with this in the log).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BadJob {
+    #[error("body is not a mailsplit job: {0}")]
+    Parse(String),
+    #[error("unsupported job version {0} (this worker reads version {JOB_VERSION})")]
+    Version(u32),
+    #[error("job has no recipients")]
+    Empty,
+    #[error("job has {0} recipients, more than the limit of {MAX_JOB_RECIPIENTS}")]
+    TooMany(usize),
+    #[error("job has a non-positive id ({0})")]
+    BadId(i64),
+}
+
+impl JobBody {
+    pub fn new(campaign: i64, recipients: Vec<i64>) -> JobBody {
+        JobBody {
+            v: JOB_VERSION,
+            campaign,
+            recipients,
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        // Serialising integers and a Vec of integers cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Parse and check a body that came over the wire.
+    pub fn decode(bytes: &[u8]) -> Result<JobBody, BadJob> {
+        let body: JobBody =
+            serde_json::from_slice(bytes).map_err(|e| BadJob::Parse(e.to_string()))?;
+        if body.v != JOB_VERSION {
+            return Err(BadJob::Version(body.v));
+        }
+        if body.recipients.is_empty() {
+            return Err(BadJob::Empty);
+        }
+        if body.recipients.len() > MAX_JOB_RECIPIENTS {
+            return Err(BadJob::TooMany(body.recipients.len()));
+        }
+        if let Some(&bad) = std::iter::once(&body.campaign)
+            .chain(&body.recipients)
+            .find(|&&id| id <= 0)
+        {
+            return Err(BadJob::BadId(bad));
+        }
+        Ok(body)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error("cannot connect to beanstalkd at {addr}")]
+    Connect {
+        addr: SocketAddr,
+        #[source]
+        source: BeanstalkcError,
+    },
+    #[error("beanstalkd at {addr}: {op} failed")]
+    Command {
+        addr: SocketAddr,
+        op: &'static str,
+        #[source]
+        source: BeanstalkcError,
+    },
+}
+
+impl QueueError {
+    /// The job is gone (already deleted, or its reservation lapsed).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, QueueError::Command { source: BeanstalkcError::CommandFailed(s), .. } if s == "NotFound")
+    }
+}
+
+/// One job handed out by `reserve`.
+#[derive(Debug)]
+pub struct Reserved {
+    pub id: u64,
+    pub body: Vec<u8>,
+}
+
+/// One connection to one beanstalkd server.
+pub struct Server {
+    pub addr: SocketAddr,
+    conn: Beanstalkc,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Server({})", self.addr)
+    }
+}
+
+impl Server {
+    pub fn connect(addr: SocketAddr) -> Result<Server, QueueError> {
+        let conn = Beanstalkc::new()
+            .host(&addr.ip().to_string())
+            .port(addr.port())
+            .connection_timeout(Some(Duration::from_secs(5)))
+            .connect()
+            .map_err(|source| QueueError::Connect { addr, source })?;
+        Ok(Server { addr, conn })
+    }
+
+    fn err(&self, op: &'static str) -> impl FnOnce(BeanstalkcError) -> QueueError {
+        let addr = self.addr;
+        move |source| QueueError::Command { addr, op, source }
+    }
+
+    /// Put new jobs into `tube`.
+    pub fn use_tube(&mut self, tube: &str) -> Result<(), QueueError> {
+        let e = self.err("use");
+        self.conn.use_tube(tube).map(drop).map_err(e)
+    }
+
+    /// Reserve from `tube` only.
+    pub fn watch_only(&mut self, tube: &str) -> Result<(), QueueError> {
+        let e = self.err("watch");
+        self.conn.watch(tube).map_err(e)?;
+        if tube != "default" {
+            let e = self.err("ignore");
+            self.conn.ignore("default").map_err(e)?;
+        }
+        Ok(())
+    }
+
+    pub fn put(&mut self, body: &[u8], priority: u32) -> Result<u64, QueueError> {
+        let e = self.err("put");
+        self.conn
+            .put(body, priority, Duration::ZERO, JOB_TTR)
+            .map_err(e)
+    }
+
+    /// Wait up to `timeout` for a job; `None` when there was none.
+    pub fn reserve(&mut self, timeout: Duration) -> Result<Option<Reserved>, QueueError> {
+        let e = self.err("reserve");
+        match self.conn.reserve_with_timeout(timeout) {
+            Ok(job) => Ok(Some(Reserved {
+                id: job.id(),
+                body: job.body().to_vec(),
+            })),
+            // DEADLINE_SOON: one of our jobs nears its TTR. We touch on our
+            // own clock (beanstalkd issue 646), so this is just "no job".
+            Err(BeanstalkcError::CommandFailed(s)) if s == "TimedOut" || s == "DeadlineSoon" => {
+                Ok(None)
+            }
+            Err(source) => Err(e(source)),
+        }
+    }
+
+    pub fn delete(&mut self, id: u64) -> Result<(), QueueError> {
+        let e = self.err("delete");
+        self.conn.delete(id).map_err(e)
+    }
+
+    pub fn release(&mut self, id: u64, priority: u32, delay: Duration) -> Result<(), QueueError> {
+        let e = self.err("release");
+        self.conn.release(id, priority, delay).map_err(e)
+    }
+
+    pub fn bury(&mut self, id: u64, priority: u32) -> Result<(), QueueError> {
+        let e = self.err("bury");
+        self.conn.bury(id, priority).map_err(e)
+    }
+
+    pub fn touch(&mut self, id: u64) -> Result<(), QueueError> {
+        let e = self.err("touch");
+        self.conn.touch(id).map_err(e)
+    }
+
+    /// The body of any job by id, or `None` when no such job exists.
+    pub fn peek(&mut self, id: u64) -> Result<Option<Vec<u8>>, QueueError> {
+        let e = self.err("peek");
+        match self.conn.peek(id) {
+            Ok(job) => Ok(Some(job.body().to_vec())),
+            Err(BeanstalkcError::CommandFailed(s)) if s == "NotFound" => Ok(None),
+            Err(source) => Err(e(source)),
+        }
+    }
+
+    /// The newest job id this server has handed out, learnt by putting and
+    /// deleting a job in a scratch tube. Job ids only grow, so any job put
+    /// later has a larger id.
+    pub fn newest_job_id(&mut self, back_to_tube: &str) -> Result<u64, QueueError> {
+        self.use_tube(PROBE_TUBE)?;
+        let e = self.err("put");
+        let id = self
+            .conn
+            .put(b"probe", u32::MAX, Duration::from_secs(3600), JOB_TTR)
+            .map_err(e)?;
+        self.delete(id)?;
+        self.use_tube(back_to_tube)?;
+        Ok(id)
+    }
+
+    /// Statistics of a tube (`current-jobs-ready`, …); empty if it has none.
+    pub fn stats_tube(
+        &mut self,
+        tube: &str,
+    ) -> Result<std::collections::HashMap<String, String>, QueueError> {
+        let e = self.err("stats-tube");
+        match self.conn.stats_tube(tube) {
+            Err(BeanstalkcError::CommandFailed(s)) if s == "NotFound" => Ok(Default::default()),
+            other => other.map_err(e),
+        }
+    }
+}
+
+/// beanstalkd priorities are u32, lower is more urgent.
+pub fn priority(p: i64) -> u32 {
+    p.clamp(0, u32::MAX as i64) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_bodies() {
+        let body = JobBody::new(7, vec![1, 2, 3]);
+        assert_eq!(
+            String::from_utf8(body.encode()).unwrap(),
+            r#"{"v":1,"campaign":7,"recipients":[1,2,3]}"#
+        );
+        assert_eq!(JobBody::decode(&body.encode()), Ok(body));
+        assert!(matches!(JobBody::decode(b"hello"), Err(BadJob::Parse(_))));
+        assert_eq!(
+            JobBody::decode(br#"{"v":2,"campaign":1,"recipients":[1]}"#),
+            Err(BadJob::Version(2))
+        );
+        assert_eq!(
+            JobBody::decode(br#"{"v":1,"campaign":1,"recipients":[]}"#),
+            Err(BadJob::Empty)
+        );
+        assert_eq!(
+            JobBody::decode(br#"{"v":1,"campaign":1,"recipients":[5,-3]}"#),
+            Err(BadJob::BadId(-3))
+        );
+        let many = JobBody::new(1, (1..=10_000).collect());
+        assert_eq!(JobBody::decode(&many.encode()), Err(BadJob::TooMany(10_000)));
+    }
+}

@@ -1,0 +1,106 @@
+//! `mailsplit status`: what a campaign is doing, read from the O(1)
+//! counters (never a scan of the ledger).
+
+use serde::Serialize;
+
+use crate::store::deliveries::RATE_WINDOW_MS;
+use crate::store::{now_ms, Campaign, CampaignState, Counters, StoreError};
+
+/// One campaign as `status --json` prints it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CampaignStatus {
+    pub id: i64,
+    pub name: String,
+    /// draft, enqueuing, sending, paused, done or cancelled.
+    pub state: &'static str,
+    pub template: String,
+    pub priority: i64,
+    pub recipients: i64,
+    pub enqueued: i64,
+    pub jobs: i64,
+    pub sent: i64,
+    pub failed: i64,
+    pub skipped: i64,
+    pub pending: i64,
+    /// Messages finished per second over the last few seconds; 0 when idle.
+    pub rate: f64,
+    /// Seconds until `pending` reaches 0 at the current rate.
+    pub eta_seconds: Option<u64>,
+}
+
+impl CampaignStatus {
+    pub fn new(campaign: &Campaign, counters: &Counters) -> Result<CampaignStatus, StoreError> {
+        let pending = counters.pending();
+        let state = match (campaign.state()?, campaign.paused) {
+            (CampaignState::Cancelled, _) => "cancelled",
+            (_, true) => "paused",
+            (CampaignState::Draft, _) => "draft",
+            (CampaignState::Enqueuing, _) => "enqueuing",
+            (CampaignState::Queued, _) if pending <= 0 => "done",
+            (CampaignState::Queued, _) => "sending",
+        };
+        let recent = counters
+            .last_at
+            .is_some_and(|at| now_ms() - at < 2 * RATE_WINDOW_MS);
+        let rate = if recent && state == "sending" {
+            counters.rate
+        } else {
+            0.0
+        };
+        let eta_seconds = (rate > 0.0 && pending > 0).then(|| (pending as f64 / rate).ceil() as u64);
+        Ok(CampaignStatus {
+            id: campaign.id,
+            name: campaign.name.clone(),
+            state,
+            template: campaign.template.clone(),
+            priority: campaign.priority,
+            recipients: counters.recipients,
+            enqueued: counters.enqueued,
+            jobs: counters.jobs,
+            sent: counters.sent,
+            failed: counters.failed,
+            skipped: counters.skipped,
+            pending,
+            rate: (rate * 10.0).round() / 10.0,
+            eta_seconds,
+        })
+    }
+
+    /// The human-readable block.
+    pub fn render(&self) -> String {
+        let eta = match self.eta_seconds {
+            Some(s) => format!("{}m{:02}s", s / 60, s % 60),
+            None => "-".into(),
+        };
+        format!(
+            "{name} (id {id}): {state}\n  recipients {recipients}  enqueued {enqueued} in {jobs} jobs\n  sent {sent}  failed {failed}  skipped {skipped}  pending {pending}\n  rate {rate:.1} msg/s  eta {eta}",
+            name = self.name,
+            id = self.id,
+            state = self.state,
+            recipients = self.recipients,
+            enqueued = self.enqueued,
+            jobs = self.jobs,
+            sent = self.sent,
+            failed = self.failed,
+            skipped = self.skipped,
+            pending = self.pending,
+            rate = self.rate,
+        )
+    }
+
+    /// One line for `campaign list`.
+    pub fn line(&self) -> String {
+        format!(
+            "{:>4}  {:<24} {:<10} {:<13} prio {:<5} {:>9} recipients {:>9} sent {:>7} failed {:>9} pending",
+            self.id,
+            self.name,
+            self.state,
+            self.template,
+            self.priority,
+            self.recipients,
+            self.sent,
+            self.failed,
+            self.pending
+        )
+    }
+}

@@ -1,0 +1,390 @@
+//! Campaigns, their state machine, the pause flag and the O(1) counters.
+
+use std::fmt;
+use std::str::FromStr;
+
+use diesel::prelude::*;
+
+use super::schema::{campaign_counters as cc, campaigns, deliveries};
+use super::{now_ms, on, Conn, Result, StoreError};
+
+/// The stored lifecycle of a campaign. Pausing is a separate boolean column
+/// (`campaigns.paused`) so it can be flipped by hand with one UPDATE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CampaignState {
+    /// Created, nothing enqueued yet.
+    Draft,
+    /// `enqueue` started and has not finished (or crashed; run it again).
+    Enqueuing,
+    /// Every recipient is in a job; workers are sending.
+    Queued,
+    /// Cancelled: workers delete its remaining jobs.
+    Cancelled,
+}
+
+impl CampaignState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CampaignState::Draft => "draft",
+            CampaignState::Enqueuing => "enqueuing",
+            CampaignState::Queued => "queued",
+            CampaignState::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl FromStr for CampaignState {
+    type Err = StoreError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "draft" => Ok(CampaignState::Draft),
+            "enqueuing" => Ok(CampaignState::Enqueuing),
+            "queued" => Ok(CampaignState::Queued),
+            "cancelled" => Ok(CampaignState::Cancelled),
+            _ => Err(StoreError::BadValue {
+                what: "campaign state",
+                value: s.to_string(),
+            }),
+        }
+    }
+}
+
+impl fmt::Display for CampaignState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = campaigns)]
+pub struct Campaign {
+    pub id: i64,
+    pub name: String,
+    pub list_id: i64,
+    pub template: String,
+    pub subject: String,
+    pub from_addr: String,
+    pub priority: i64,
+    pub state: String,
+    pub paused: bool,
+    pub enqueue_cursor: i64,
+    pub pending_upto: Option<i64>,
+    pub pending_server: Option<String>,
+    pub pending_after_job: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+impl Campaign {
+    pub fn state(&self) -> Result<CampaignState> {
+        self.state.parse()
+    }
+}
+
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = cc)]
+pub struct Counters {
+    pub campaign_id: i64,
+    pub recipients: i64,
+    pub enqueued: i64,
+    pub jobs: i64,
+    pub sent: i64,
+    pub failed: i64,
+    pub skipped: i64,
+    pub enqueue_skipped: i64,
+    pub window_at: i64,
+    pub window_done: i64,
+    pub rate: f64,
+    pub first_at: Option<i64>,
+    pub last_at: Option<i64>,
+}
+
+impl Counters {
+    pub fn done(&self) -> i64 {
+        self.sent + self.failed + self.skipped
+    }
+    pub fn pending(&self) -> i64 {
+        self.recipients - self.done()
+    }
+}
+
+pub struct NewCampaign<'a> {
+    pub name: &'a str,
+    pub list_id: i64,
+    pub template: &'a str,
+    pub subject: &'a str,
+    pub from_addr: &'a str,
+    pub priority: i64,
+    /// Members of the list now; replaced by the exact figure when enqueue ends.
+    pub recipients: i64,
+}
+
+/// Create a campaign and its counter row in one transaction.
+pub fn create(conn: &mut Conn, new: &NewCampaign) -> Result<Campaign> {
+    let now = now_ms();
+    conn.transaction(|conn| {
+        let inserted = on!(conn, |c| diesel::insert_into(campaigns::table)
+            .values((
+                campaigns::name.eq(new.name),
+                campaigns::list_id.eq(new.list_id),
+                campaigns::template.eq(new.template),
+                campaigns::subject.eq(new.subject),
+                campaigns::from_addr.eq(new.from_addr),
+                campaigns::priority.eq(new.priority),
+                campaigns::state.eq(CampaignState::Draft.as_str()),
+                campaigns::created_at.eq(now),
+                campaigns::updated_at.eq(now),
+            ))
+            .on_conflict(campaigns::name)
+            .do_nothing()
+            .execute(c))?;
+        if inserted == 0 {
+            return Err(StoreError::CampaignExists(new.name.to_string()));
+        }
+        let campaign = find(conn, new.name)?;
+        on!(conn, |c| diesel::insert_into(cc::table)
+            .values((
+                cc::campaign_id.eq(campaign.id),
+                cc::recipients.eq(new.recipients),
+            ))
+            .execute(c))?;
+        Ok(campaign)
+    })
+}
+
+/// A campaign by name, or by numeric id when no campaign has that name.
+pub fn find(conn: &mut Conn, name_or_id: &str) -> Result<Campaign> {
+    let by_name: Option<Campaign> = on!(conn, |c| campaigns::table
+        .filter(campaigns::name.eq(name_or_id))
+        .select(Campaign::as_select())
+        .first(c)
+        .optional())?;
+    if let Some(found) = by_name {
+        return Ok(found);
+    }
+    if let Ok(id) = name_or_id.parse::<i64>() {
+        if let Some(found) = get(conn, id)? {
+            return Ok(found);
+        }
+    }
+    Err(StoreError::UnknownCampaign(name_or_id.to_string()))
+}
+
+pub fn get(conn: &mut Conn, id: i64) -> Result<Option<Campaign>> {
+    Ok(on!(conn, |c| campaigns::table
+        .find(id)
+        .select(Campaign::as_select())
+        .first(c)
+        .optional())?)
+}
+
+/// Every campaign with its counters, oldest first.
+pub fn list(conn: &mut Conn) -> Result<Vec<(Campaign, Counters)>> {
+    Ok(on!(conn, |c| campaigns::table
+        .inner_join(cc::table)
+        .order(campaigns::id)
+        .select((Campaign::as_select(), Counters::as_select()))
+        .load(c))?)
+}
+
+pub fn counters(conn: &mut Conn, campaign_id: i64) -> Result<Counters> {
+    Ok(on!(conn, |c| cc::table
+        .find(campaign_id)
+        .select(Counters::as_select())
+        .first(c))?)
+}
+
+/// What a worker checks before each job and between recipients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flags {
+    pub state: CampaignState,
+    pub paused: bool,
+}
+
+/// The state and pause flag of the given campaigns (unknown ids are absent).
+pub fn flags(conn: &mut Conn, ids: &[i64]) -> Result<Vec<(i64, Flags)>> {
+    let rows: Vec<(i64, String, bool)> = on!(conn, |c| campaigns::table
+        .filter(campaigns::id.eq_any(ids))
+        .select((campaigns::id, campaigns::state, campaigns::paused))
+        .load(c))?;
+    rows.into_iter()
+        .map(|(id, state, paused)| {
+            Ok((
+                id,
+                Flags {
+                    state: state.parse()?,
+                    paused,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// The three commands that flip a campaign.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    Pause,
+    Resume,
+    Cancel,
+}
+
+/// Pause, resume or cancel, refusing transitions that make no sense.
+pub fn control(conn: &mut Conn, name_or_id: &str, action: Control) -> Result<Campaign> {
+    conn.transaction(|conn| {
+        let campaign = find(conn, name_or_id)?;
+        let state = campaign.state()?;
+        let illegal = |what: &'static str, shown: String| StoreError::IllegalTransition {
+            campaign: campaign.name.clone(),
+            action: what,
+            state: shown,
+        };
+        let now = now_ms();
+        match action {
+            Control::Pause => {
+                if state == CampaignState::Cancelled {
+                    return Err(illegal("pause", state.to_string()));
+                }
+                if campaign.paused {
+                    return Err(illegal("pause", "already paused".into()));
+                }
+                on!(conn, |c| diesel::update(campaigns::table.find(campaign.id))
+                    .set((campaigns::paused.eq(true), campaigns::updated_at.eq(now)))
+                    .execute(c))?;
+            }
+            Control::Resume => {
+                if !campaign.paused || state == CampaignState::Cancelled {
+                    let shown = if state == CampaignState::Cancelled {
+                        state.to_string()
+                    } else {
+                        "not paused".into()
+                    };
+                    return Err(illegal("resume", shown));
+                }
+                on!(conn, |c| diesel::update(campaigns::table.find(campaign.id))
+                    .set((campaigns::paused.eq(false), campaigns::updated_at.eq(now)))
+                    .execute(c))?;
+            }
+            Control::Cancel => {
+                if state == CampaignState::Cancelled {
+                    return Err(illegal("cancel", "already cancelled".into()));
+                }
+                on!(conn, |c| diesel::update(campaigns::table.find(campaign.id))
+                    .set((
+                        campaigns::state.eq(CampaignState::Cancelled.as_str()),
+                        campaigns::updated_at.eq(now),
+                    ))
+                    .execute(c))?;
+            }
+        }
+        find(conn, &campaign.id.to_string())
+    })
+}
+
+/// Mark the start of an enqueue run (draft → enqueuing).
+pub fn start_enqueue(conn: &mut Conn, campaign_id: i64) -> Result<()> {
+    on!(conn, |c| diesel::update(
+        campaigns::table
+            .find(campaign_id)
+            .filter(campaigns::state.eq(CampaignState::Draft.as_str()))
+    )
+    .set((
+        campaigns::state.eq(CampaignState::Enqueuing.as_str()),
+        campaigns::updated_at.eq(now_ms()),
+    ))
+    .execute(c))?;
+    Ok(())
+}
+
+/// A job about to be put into beanstalkd: if the process dies before the put
+/// is confirmed, the next run looks for it on `server` above job id
+/// `after_job` before putting it again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Intent {
+    pub upto: i64,
+    pub server: String,
+    pub after_job: i64,
+}
+
+/// Recipients now covered by the cursor: a put job (if any) and the
+/// unsubscribed recipients recorded as skipped up to `cursor`.
+#[derive(Debug, Clone, Default)]
+pub struct Confirm {
+    pub cursor: i64,
+    pub enqueued: i64,
+    pub jobs: i64,
+    pub skipped: Vec<i64>,
+}
+
+/// Advance the enqueue cursor and/or record the next intent, in one
+/// transaction, so the cursor never passes what was really put.
+pub fn enqueue_step(
+    conn: &mut Conn,
+    campaign_id: i64,
+    confirm: Option<&Confirm>,
+    intent: Option<&Intent>,
+) -> Result<()> {
+    let now = now_ms();
+    conn.transaction(|conn| {
+        if let Some(done) = confirm {
+            let mut skipped = 0i64;
+            for chunk in done.skipped.chunks(500) {
+                let rows: Vec<_> = chunk
+                    .iter()
+                    .map(|&rid| {
+                        (
+                            deliveries::campaign_id.eq(campaign_id),
+                            deliveries::recipient_id.eq(rid),
+                            deliveries::state.eq("skipped"),
+                            deliveries::last_error.eq(Some("not active at enqueue")),
+                            deliveries::updated_at.eq(now),
+                        )
+                    })
+                    .collect();
+                skipped += on!(conn, |c| diesel::insert_into(deliveries::table)
+                    .values(&rows)
+                    .on_conflict_do_nothing()
+                    .execute(c))? as i64;
+            }
+            on!(conn, |c| diesel::update(cc::table.find(campaign_id))
+                .set((
+                    cc::enqueued.eq(cc::enqueued + done.enqueued),
+                    cc::jobs.eq(cc::jobs + done.jobs),
+                    cc::skipped.eq(cc::skipped + skipped),
+                    cc::enqueue_skipped.eq(cc::enqueue_skipped + skipped),
+                ))
+                .execute(c))?;
+            on!(conn, |c| diesel::update(campaigns::table.find(campaign_id))
+                .set(campaigns::enqueue_cursor.eq(done.cursor))
+                .execute(c))?;
+        }
+        on!(conn, |c| diesel::update(campaigns::table.find(campaign_id))
+            .set((
+                campaigns::pending_upto.eq(intent.map(|i| i.upto)),
+                campaigns::pending_server.eq(intent.map(|i| i.server.clone())),
+                campaigns::pending_after_job.eq(intent.map(|i| i.after_job)),
+                campaigns::updated_at.eq(now),
+            ))
+            .execute(c))?;
+        Ok(())
+    })
+}
+
+/// Enqueue reached the end of the list: the recipient count becomes exact.
+pub fn finish_enqueue(conn: &mut Conn, campaign_id: i64) -> Result<()> {
+    conn.transaction(|conn| {
+        on!(conn, |c| diesel::update(cc::table.find(campaign_id))
+            .set(cc::recipients.eq(cc::enqueued + cc::enqueue_skipped))
+            .execute(c))?;
+        on!(conn, |c| diesel::update(
+            campaigns::table
+                .find(campaign_id)
+                .filter(campaigns::state.eq(CampaignState::Enqueuing.as_str()))
+        )
+        .set((
+            campaigns::state.eq(CampaignState::Queued.as_str()),
+            campaigns::updated_at.eq(now_ms()),
+        ))
+        .execute(c))?;
+        Ok(())
+    })
+}

@@ -1,0 +1,395 @@
+//! The deliveries ledger: one row per (campaign, recipient), claimed before a
+//! send with a conditional write and finalised after it. A recipient whose row
+//! is `sent`, `failed` or `skipped` is never claimed again, whoever holds the
+//! job and however often it comes back.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+
+use diesel::prelude::*;
+
+use super::schema::{campaign_counters as cc, deliveries as d};
+use super::{now_ms, on, Conn, Result, StoreError};
+
+/// Rows of one campaign still claimed by `token`.
+macro_rules! owned_rows {
+    ($campaign_id:expr, $token:expr, $ids:expr) => {
+        d::table
+            .filter(d::campaign_id.eq($campaign_id))
+            .filter(d::recipient_id.eq_any($ids))
+            .filter(d::claim_token.eq(Some($token)))
+            .filter(d::state.eq(DeliveryState::Claimed.as_str()))
+    };
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryState {
+    /// A worker holds it until `claimed_until`.
+    Claimed,
+    /// Waiting for another try (transient failure, or handed back unsent).
+    Retry,
+    Sent,
+    Failed,
+    Skipped,
+}
+
+impl DeliveryState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryState::Claimed => "claimed",
+            DeliveryState::Retry => "retry",
+            DeliveryState::Sent => "sent",
+            DeliveryState::Failed => "failed",
+            DeliveryState::Skipped => "skipped",
+        }
+    }
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            DeliveryState::Sent | DeliveryState::Failed | DeliveryState::Skipped
+        )
+    }
+}
+
+impl FromStr for DeliveryState {
+    type Err = StoreError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "claimed" => Ok(DeliveryState::Claimed),
+            "retry" => Ok(DeliveryState::Retry),
+            "sent" => Ok(DeliveryState::Sent),
+            "failed" => Ok(DeliveryState::Failed),
+            "skipped" => Ok(DeliveryState::Skipped),
+            _ => Err(StoreError::BadValue {
+                what: "delivery state",
+                value: s.to_string(),
+            }),
+        }
+    }
+}
+
+/// The result of claiming a job's recipients.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// Recipients this claim owns, with the attempt number this try is.
+    pub owned: Vec<(i64, i32)>,
+    /// Recipients already sent, failed or skipped: nothing to do.
+    pub finished: usize,
+    /// Some recipients are claimed by another live worker until this time
+    /// (ms); the job must come back after it rather than be deleted.
+    pub busy_until: Option<i64>,
+}
+
+/// Claim every claimable recipient of a job for `token` until `now + lease`.
+/// Claimable: never seen, waiting for a retry, or claimed by somebody whose
+/// lease ran out (a dead worker).
+pub fn claim(
+    conn: &mut Conn,
+    campaign_id: i64,
+    recipient_ids: &[i64],
+    token: i64,
+    lease_ms: i64,
+) -> Result<Claim> {
+    let now = now_ms();
+    let until = now + lease_ms;
+    conn.transaction(|conn| {
+        let fresh: Vec<_> = recipient_ids
+            .iter()
+            .map(|&rid| {
+                (
+                    d::campaign_id.eq(campaign_id),
+                    d::recipient_id.eq(rid),
+                    d::state.eq(DeliveryState::Claimed.as_str()),
+                    d::attempts.eq(1),
+                    d::claim_token.eq(Some(token)),
+                    d::claimed_until.eq(Some(until)),
+                    d::updated_at.eq(now),
+                )
+            })
+            .collect();
+        on!(conn, |c| diesel::insert_into(d::table)
+            .values(&fresh)
+            .on_conflict_do_nothing()
+            .execute(c))?;
+        on!(conn, |c| diesel::update(
+            d::table
+                .filter(d::campaign_id.eq(campaign_id))
+                .filter(d::recipient_id.eq_any(recipient_ids))
+                .filter(
+                    d::state.eq(DeliveryState::Retry.as_str()).or(d::state
+                        .eq(DeliveryState::Claimed.as_str())
+                        .and(d::claimed_until.lt(now))),
+                )
+        )
+        .set((
+            d::state.eq(DeliveryState::Claimed.as_str()),
+            d::attempts.eq(d::attempts + 1),
+            d::claim_token.eq(Some(token)),
+            d::claimed_until.eq(Some(until)),
+            d::updated_at.eq(now),
+        ))
+        .execute(c))?;
+        let rows: Vec<(i64, String, Option<i64>, Option<i64>, i32)> = on!(conn, |c| d::table
+            .filter(d::campaign_id.eq(campaign_id))
+            .filter(d::recipient_id.eq_any(recipient_ids))
+            .select((
+                d::recipient_id,
+                d::state,
+                d::claim_token,
+                d::claimed_until,
+                d::attempts
+            ))
+            .load(c))?;
+        let mut claim = Claim::default();
+        for (rid, state, owner, claimed_until, attempts) in rows {
+            match state.parse::<DeliveryState>()? {
+                DeliveryState::Claimed if owner == Some(token) => {
+                    claim.owned.push((rid, attempts))
+                }
+                DeliveryState::Claimed | DeliveryState::Retry => {
+                    let until = claimed_until.unwrap_or(now).max(now);
+                    claim.busy_until = Some(claim.busy_until.map_or(until, |b| b.max(until)));
+                }
+                _ => claim.finished += 1,
+            }
+        }
+        Ok(claim)
+    })
+}
+
+/// Push back the lease on everything `token` still holds (a long job).
+pub fn extend_claims(conn: &mut Conn, campaign_id: i64, token: i64, lease_ms: i64) -> Result<usize> {
+    let until = now_ms() + lease_ms;
+    Ok(on!(conn, |c| diesel::update(
+        d::table
+            .filter(d::campaign_id.eq(campaign_id))
+            .filter(d::claim_token.eq(Some(token)))
+            .filter(d::state.eq(DeliveryState::Claimed.as_str()))
+    )
+    .set(d::claimed_until.eq(Some(until)))
+    .execute(c))?)
+}
+
+/// What happened to one claimed recipient.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutcomeKind {
+    /// The relay accepted it (2xx).
+    Sent,
+    /// Permanent failure (5xx, bad address): never retried.
+    Failed(String),
+    /// Transient failure (4xx, timeout, lost connection): retried until the
+    /// attempt limit, then failed.
+    Retry(String),
+    /// Not mailable any more (unsubscribed, bounced).
+    Skipped(String),
+    /// Handed back unsent (campaign paused or worker stopping); the attempt
+    /// does not count.
+    Unclaim,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub campaign_id: i64,
+    pub recipient_id: i64,
+    pub token: i64,
+    pub kind: OutcomeKind,
+}
+
+/// What recording an outcome did to the ledger row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// Now `sent`, `failed` or `skipped`.
+    Final,
+    /// Claimable again (retry later, or handed back).
+    Open,
+    /// The claim had expired and someone else holds the row now.
+    Lost,
+}
+
+/// Per-campaign counter deltas gathered while recording a batch.
+#[derive(Default)]
+struct Delta {
+    sent: i64,
+    failed: i64,
+    skipped: i64,
+}
+
+/// Record a batch of outcomes in one transaction and move the counters by
+/// the rows actually changed. `max_attempts` turns a transient failure on the
+/// last attempt into `failed`. Returns one [`Recorded`] per outcome.
+pub fn record(conn: &mut Conn, outcomes: &[Outcome], max_attempts: i32) -> Result<Vec<Recorded>> {
+    let now = now_ms();
+    conn.transaction(|conn| {
+        let mut results = vec![Recorded::Lost; outcomes.len()];
+        let mut deltas: BTreeMap<i64, Delta> = BTreeMap::new();
+
+        // Successes are the bulk: one UPDATE per (campaign, token).
+        let mut sent: BTreeMap<(i64, i64), Vec<usize>> = BTreeMap::new();
+        for (i, o) in outcomes.iter().enumerate() {
+            if o.kind == OutcomeKind::Sent {
+                sent.entry((o.campaign_id, o.token)).or_default().push(i);
+            }
+        }
+        for ((campaign_id, token), idx) in sent {
+            let ids: Vec<i64> = idx.iter().map(|&i| outcomes[i].recipient_id).collect();
+            let n = on!(conn, |c| diesel::update(owned_rows!(campaign_id, token, &ids))
+                .set((
+                    d::state.eq(DeliveryState::Sent.as_str()),
+                    d::claim_token.eq(None::<i64>),
+                    d::last_error.eq(None::<String>),
+                    d::updated_at.eq(now),
+                ))
+                .execute(c))?;
+            deltas.entry(campaign_id).or_default().sent += n as i64;
+            let state = if n == ids.len() {
+                Recorded::Final
+            } else {
+                // Rare: some claims were lost. Ask which rows are ours now.
+                let rows: Vec<(i64, String)> = on!(conn, |c| d::table
+                    .filter(d::campaign_id.eq(campaign_id))
+                    .filter(d::recipient_id.eq_any(&ids))
+                    .select((d::recipient_id, d::state))
+                    .load(c))?;
+                for &i in &idx {
+                    let done = rows.iter().any(|(rid, s)| {
+                        *rid == outcomes[i].recipient_id && s == DeliveryState::Sent.as_str()
+                    });
+                    results[i] = if done { Recorded::Final } else { Recorded::Lost };
+                }
+                continue;
+            };
+            for &i in &idx {
+                results[i] = state;
+            }
+        }
+
+        for (i, o) in outcomes.iter().enumerate() {
+            let ids = std::slice::from_ref(&o.recipient_id);
+            let mine = || owned_rows!(o.campaign_id, o.token, ids);
+            let delta = deltas.entry(o.campaign_id).or_default();
+            results[i] = match &o.kind {
+                OutcomeKind::Sent => continue,
+                OutcomeKind::Failed(err) | OutcomeKind::Skipped(err) => {
+                    let (state, counter) = match o.kind {
+                        OutcomeKind::Failed(_) => (DeliveryState::Failed, &mut delta.failed),
+                        _ => (DeliveryState::Skipped, &mut delta.skipped),
+                    };
+                    let n = on!(conn, |c| diesel::update(mine())
+                        .set((
+                            d::state.eq(state.as_str()),
+                            d::claim_token.eq(None::<i64>),
+                            d::last_error.eq(Some(err)),
+                            d::updated_at.eq(now),
+                        ))
+                        .execute(c))?;
+                    *counter += n as i64;
+                    if n == 1 {
+                        Recorded::Final
+                    } else {
+                        Recorded::Lost
+                    }
+                }
+                OutcomeKind::Retry(err) => {
+                    let gave_up = on!(conn, |c| diesel::update(
+                        mine().filter(d::attempts.ge(max_attempts))
+                    )
+                    .set((
+                        d::state.eq(DeliveryState::Failed.as_str()),
+                        d::claim_token.eq(None::<i64>),
+                        d::last_error.eq(Some(err)),
+                        d::updated_at.eq(now),
+                    ))
+                    .execute(c))?;
+                    delta.failed += gave_up as i64;
+                    if gave_up == 1 {
+                        Recorded::Final
+                    } else {
+                        let n = on!(conn, |c| diesel::update(mine())
+                            .set((
+                                d::state.eq(DeliveryState::Retry.as_str()),
+                                d::claim_token.eq(None::<i64>),
+                                d::last_error.eq(Some(err)),
+                                d::updated_at.eq(now),
+                            ))
+                            .execute(c))?;
+                        if n == 1 {
+                            Recorded::Open
+                        } else {
+                            Recorded::Lost
+                        }
+                    }
+                }
+                OutcomeKind::Unclaim => {
+                    let n = on!(conn, |c| diesel::update(mine())
+                        .set((
+                            d::state.eq(DeliveryState::Retry.as_str()),
+                            d::attempts.eq(d::attempts - 1),
+                            d::claim_token.eq(None::<i64>),
+                            d::updated_at.eq(now),
+                        ))
+                        .execute(c))?;
+                    if n == 1 {
+                        Recorded::Open
+                    } else {
+                        Recorded::Lost
+                    }
+                }
+            };
+        }
+
+        for (campaign_id, delta) in deltas {
+            bump_counters(conn, campaign_id, &delta, now)?;
+        }
+        Ok(results)
+    })
+}
+
+
+/// Move the counters and, every few seconds, the observed rate.
+fn bump_counters(conn: &mut Conn, campaign_id: i64, delta: &Delta, now: i64) -> Result<()> {
+    on!(conn, |c| diesel::update(cc::table.find(campaign_id))
+        .set((
+            cc::sent.eq(cc::sent + delta.sent),
+            cc::failed.eq(cc::failed + delta.failed),
+            cc::skipped.eq(cc::skipped + delta.skipped),
+            cc::first_at.eq(diesel::dsl::sql::<diesel::sql_types::Nullable<diesel::sql_types::BigInt>>(
+                &format!("COALESCE(first_at, {now})")
+            )),
+            cc::last_at.eq(Some(now)),
+        ))
+        .execute(c))?;
+    // Integers only are formatted into this SQL, so no injection is possible;
+    // the arithmetic reads the same on both backends.
+    conn.execute_batch(&format!(
+        "UPDATE campaign_counters SET \
+           rate = ((sent + failed + skipped) - window_done) * 1000.0 / ({now} - window_at), \
+           window_done = sent + failed + skipped, window_at = {now} \
+         WHERE campaign_id = {campaign_id} AND window_at > 0 AND window_at <= {now} - {RATE_WINDOW_MS}; \
+         UPDATE campaign_counters SET window_done = sent + failed + skipped, window_at = {now} \
+         WHERE campaign_id = {campaign_id} AND window_at = 0;"
+    ))
+}
+
+/// How often the observed send rate is recomputed.
+pub const RATE_WINDOW_MS: i64 = 5_000;
+
+/// Whether the ledger holds any row for recipients in `(after, upto]`.
+pub fn any_in_range(conn: &mut Conn, campaign_id: i64, after: i64, upto: i64) -> Result<bool> {
+    let n: i64 = on!(conn, |c| d::table
+        .filter(d::campaign_id.eq(campaign_id))
+        .filter(d::recipient_id.gt(after))
+        .filter(d::recipient_id.le(upto))
+        .count()
+        .get_result(c))?;
+    Ok(n > 0)
+}
+
+/// `COUNT(*)` of the ledger by state: what the counters must always equal.
+pub fn ledger_counts(conn: &mut Conn, campaign_id: i64) -> Result<BTreeMap<String, i64>> {
+    let rows: Vec<(String, i64)> = on!(conn, |c| d::table
+        .filter(d::campaign_id.eq(campaign_id))
+        .group_by(d::state)
+        .select((d::state, diesel::dsl::count_star()))
+        .load(c))?;
+    Ok(rows.into_iter().collect())
+}

@@ -1,0 +1,270 @@
+//! The database: one connection type for SQLite and PostgreSQL, the embedded
+//! migrations, and the store functions every stage uses.
+//!
+//! Each store function takes `&mut Conn` so several compose inside one
+//! [`Conn::transaction`]. Queries are written once with diesel's DSL and
+//! compiled for both backends by the `on!` macro, which matches on the
+//! connection and runs the same expression against the concrete type.
+//! Conditional writes report affected-row counts, and the counters are moved
+//! by exactly those counts in the same transaction, so they always equal a
+//! `COUNT(*)` over the ledger.
+
+pub mod campaigns;
+pub mod deliveries;
+pub mod recipients;
+pub mod schema;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use diesel::connection::SimpleConnection;
+use diesel::pg::PgConnection;
+use diesel::sqlite::SqliteConnection;
+use diesel::Connection;
+use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
+
+pub use campaigns::{Campaign, CampaignState, Counters};
+pub use deliveries::{Claim, DeliveryState, Outcome, OutcomeKind};
+pub use recipients::{Recipient, RecipientStatus};
+
+const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
+const PG_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
+
+/// How long a SQLite connection waits for another process's write lock before
+/// giving up. Long on purpose: several workers share one file, and a worker
+/// should wait out a slow writer rather than drop an outcome.
+pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Errors a caller of the store can tell apart.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("unsupported database URL {0:?}: use sqlite://PATH or postgres://USER@HOST/DB")]
+    BadUrl(String),
+    #[error("cannot open database {url}")]
+    Connect {
+        url: String,
+        #[source]
+        source: diesel::ConnectionError,
+    },
+    #[error("migration failed: {0}")]
+    Migrate(String),
+    #[error("database schema is missing (table {0} not found): run `mailsplit migrate` first")]
+    NotMigrated(String),
+    #[error("unknown campaign {0:?}; `mailsplit campaign list` shows the campaigns")]
+    UnknownCampaign(String),
+    #[error("unknown list {name:?}; lists: {choices}")]
+    UnknownList { name: String, choices: String },
+    #[error("campaign {0:?} already exists")]
+    CampaignExists(String),
+    #[error("cannot {action} campaign {campaign:?}: it is {state}")]
+    IllegalTransition {
+        campaign: String,
+        action: &'static str,
+        state: String,
+    },
+    #[error("stored value {value:?} is not a valid {what}")]
+    BadValue { what: &'static str, value: String },
+    #[error("database task failed: {0}")]
+    Task(String),
+    #[error(transparent)]
+    Query(#[from] diesel::result::Error),
+}
+
+impl StoreError {
+    /// Errors caused by what the user typed (exit code 2) rather than by the
+    /// environment (exit code 1).
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            StoreError::BadUrl(_)
+                | StoreError::UnknownCampaign(_)
+                | StoreError::UnknownList { .. }
+                | StoreError::CampaignExists(_)
+                | StoreError::IllegalTransition { .. }
+        )
+    }
+
+    /// Lost connection, lock timeout or similar: worth retrying later.
+    pub fn is_transient(&self) -> bool {
+        use diesel::result::Error as E;
+        match self {
+            StoreError::Connect { .. } => true,
+            StoreError::Query(E::DatabaseError(kind, info)) => {
+                use diesel::result::DatabaseErrorKind as K;
+                matches!(
+                    kind,
+                    K::ClosedConnection | K::SerializationFailure | K::UnableToSendCommand
+                ) || info.message().contains("locked")
+                    || info.message().contains("busy")
+                    || info.message().contains("connection")
+            }
+            _ => false,
+        }
+    }
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// A connection to either backend.
+pub enum Conn {
+    Sqlite(SqliteConnection),
+    Pg(PgConnection),
+}
+
+/// Run one expression against whichever concrete connection `$conn` holds.
+/// The expression is compiled once per backend, so diesel checks it for both.
+macro_rules! on {
+    ($conn:expr, |$c:ident| $body:expr) => {
+        match $conn {
+            $crate::store::Conn::Sqlite($c) => $body,
+            $crate::store::Conn::Pg($c) => $body,
+        }
+    };
+}
+pub(crate) use on;
+
+/// Which backend a URL names, checked before anything connects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Check a database URL without connecting.
+pub fn backend_of(url: &str) -> Result<Backend> {
+    if url.starts_with("sqlite:") {
+        Ok(Backend::Sqlite)
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Backend::Postgres)
+    } else {
+        Err(StoreError::BadUrl(url.to_string()))
+    }
+}
+
+/// `sqlite://relative.db`, `sqlite:///absolute.db` and `sqlite:file.db` all
+/// name a file path.
+fn sqlite_path(url: &str) -> &str {
+    let rest = url.trim_start_matches("sqlite:");
+    rest.strip_prefix("//").unwrap_or(rest)
+}
+
+impl Conn {
+    /// Open a connection. SQLite gets WAL mode, a busy timeout and
+    /// `synchronous=NORMAL` (durable at each checkpoint, safe against a crash
+    /// of the process) so several worker processes can share the file.
+    pub fn open(url: &str) -> Result<Conn> {
+        let connect_err = |source| StoreError::Connect {
+            url: url.to_string(),
+            source,
+        };
+        match backend_of(url)? {
+            Backend::Sqlite => {
+                let mut c = SqliteConnection::establish(sqlite_path(url)).map_err(connect_err)?;
+                c.batch_execute(&format!(
+                    "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;",
+                    SQLITE_BUSY_TIMEOUT.as_millis()
+                ))?;
+                Ok(Conn::Sqlite(c))
+            }
+            Backend::Postgres => Ok(Conn::Pg(
+                PgConnection::establish(url).map_err(connect_err)?,
+            )),
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self {
+            Conn::Sqlite(_) => Backend::Sqlite,
+            Conn::Pg(_) => Backend::Postgres,
+        }
+    }
+
+    /// Apply pending migrations; returns the names of those applied.
+    pub fn migrate(&mut self) -> Result<Vec<String>> {
+        let applied = on!(self, |c| {
+            let migrations = match c.backend_name() {
+                Backend::Sqlite => SQLITE_MIGRATIONS,
+                Backend::Postgres => PG_MIGRATIONS,
+            };
+            c.run_pending_migrations(migrations)
+                .map(|v| v.iter().map(|m| m.to_string()).collect::<Vec<_>>())
+                .map_err(|e| StoreError::Migrate(e.to_string()))
+        })?;
+        Ok(applied)
+    }
+
+    /// Run `f` in one transaction. SQLite takes the write lock up front
+    /// (`BEGIN IMMEDIATE`) so two writers never deadlock upgrading a read
+    /// lock; the busy timeout then queues them.
+    pub fn transaction<T, E>(&mut self, f: impl FnOnce(&mut Conn) -> Result<T, E>) -> Result<T, E>
+    where
+        E: From<StoreError>,
+    {
+        let begin = match self {
+            Conn::Sqlite(_) => "BEGIN IMMEDIATE",
+            Conn::Pg(_) => "BEGIN",
+        };
+        self.execute_batch(begin).map_err(E::from)?;
+        match f(self) {
+            Ok(v) => {
+                if let Err(e) = self.execute_batch("COMMIT") {
+                    let _ = self.execute_batch("ROLLBACK");
+                    return Err(E::from(e));
+                }
+                Ok(v)
+            }
+            Err(e) => {
+                let _ = self.execute_batch("ROLLBACK");
+                Err(e)
+            }
+        }
+    }
+
+    pub fn execute_batch(&mut self, sql: &str) -> Result<()> {
+        on!(self, |c| c.batch_execute(sql))?;
+        Ok(())
+    }
+
+    /// Fail with a message that names the fix when the schema is missing.
+    pub fn check_migrated(&mut self) -> Result<()> {
+        use diesel::prelude::*;
+        let probe = on!(self, |c| schema::campaigns::table
+            .select(schema::campaigns::id)
+            .limit(1)
+            .load::<i64>(c));
+        match probe {
+            Ok(_) => Ok(()),
+            Err(diesel::result::Error::DatabaseError(_, info))
+                if info.message().contains("campaigns")
+                    && (info.message().contains("no such table")
+                        || info.message().contains("does not exist")) =>
+            {
+                Err(StoreError::NotMigrated("campaigns".into()))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Which backend a concrete diesel connection is; lets `on!` bodies pick
+/// backend-specific constants.
+trait BackendName {
+    fn backend_name(&self) -> Backend;
+}
+impl BackendName for SqliteConnection {
+    fn backend_name(&self) -> Backend {
+        Backend::Sqlite
+    }
+}
+impl BackendName for PgConnection {
+    fn backend_name(&self) -> Backend {
+        Backend::Postgres
+    }
+}
+
+/// Milliseconds since the Unix epoch: the one timestamp format in the schema.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

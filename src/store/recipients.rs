@@ -1,0 +1,230 @@
+//! Lists, recipients and list membership: what `import` writes and what
+//! `enqueue` and the worker read.
+
+use std::str::FromStr;
+
+use diesel::prelude::*;
+use diesel::upsert::excluded;
+
+use super::schema::{list_members, lists, recipients};
+use super::{now_ms, on, Conn, Result, StoreError};
+
+/// Whether a recipient may be mailed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecipientStatus {
+    Active,
+    Unsubscribed,
+    Bounced,
+}
+
+impl RecipientStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecipientStatus::Active => "active",
+            RecipientStatus::Unsubscribed => "unsubscribed",
+            RecipientStatus::Bounced => "bounced",
+        }
+    }
+}
+
+impl FromStr for RecipientStatus {
+    type Err = StoreError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "active" | "" => Ok(RecipientStatus::Active),
+            "unsubscribed" => Ok(RecipientStatus::Unsubscribed),
+            "bounced" => Ok(RecipientStatus::Bounced),
+            _ => Err(StoreError::BadValue {
+                what: "recipient status (active, unsubscribed, bounced)",
+                value: s.to_string(),
+            }),
+        }
+    }
+}
+
+/// One validated row from an import.
+#[derive(Debug, Clone, Insertable)]
+#[diesel(table_name = recipients)]
+pub struct NewRecipient {
+    pub email: String,
+    pub name: String,
+    /// JSON object of the extra CSV columns.
+    pub attributes: String,
+    pub status: String,
+    pub updated_at: i64,
+}
+
+/// What a worker needs to render one message.
+#[derive(Debug, Clone, Queryable)]
+pub struct Recipient {
+    pub id: i64,
+    pub email: String,
+    pub name: String,
+    pub attributes: String,
+    pub status: String,
+}
+
+impl Recipient {
+    pub fn status(&self) -> Result<RecipientStatus> {
+        self.status.parse()
+    }
+}
+
+/// Find a list by name, creating it if needed.
+pub fn get_or_create_list(conn: &mut Conn, name: &str) -> Result<i64> {
+    let now = now_ms();
+    on!(conn, |c| diesel::insert_into(lists::table)
+        .values((lists::name.eq(name), lists::created_at.eq(now)))
+        .on_conflict(lists::name)
+        .do_nothing()
+        .execute(c))?;
+    find_list(conn, name)
+}
+
+/// The id of an existing list, or an error naming the lists that exist.
+pub fn find_list(conn: &mut Conn, name: &str) -> Result<i64> {
+    let found: Option<i64> = on!(conn, |c| lists::table
+        .filter(lists::name.eq(name))
+        .select(lists::id)
+        .first(c)
+        .optional())?;
+    match found {
+        Some(id) => Ok(id),
+        None => {
+            let names: Vec<String> = on!(conn, |c| lists::table
+                .select(lists::name)
+                .order(lists::name)
+                .load(c))?;
+            Err(StoreError::UnknownList {
+                name: name.to_string(),
+                choices: if names.is_empty() {
+                    "none yet (create one with `mailsplit import FILE.csv --list NAME`)".into()
+                } else {
+                    names.join(", ")
+                },
+            })
+        }
+    }
+}
+
+/// Number of recipients on a list.
+pub fn list_size(conn: &mut Conn, list_id: i64) -> Result<i64> {
+    Ok(on!(conn, |c| list_members::table
+        .filter(list_members::list_id.eq(list_id))
+        .count()
+        .get_result(c))?)
+}
+
+/// Counts from one import batch.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct UpsertCounts {
+    pub inserted: u64,
+    pub updated: u64,
+}
+
+/// Insert or update a batch of recipients (unique by email) and add them all
+/// to the list. `rows` must not repeat an email. When `set_status` is false an
+/// existing recipient keeps its status, so re-importing a file without a
+/// `status` column never re-subscribes anybody.
+pub fn upsert_batch(
+    conn: &mut Conn,
+    list_id: i64,
+    rows: &[NewRecipient],
+    set_status: bool,
+) -> Result<UpsertCounts> {
+    if rows.is_empty() {
+        return Ok(UpsertCounts::default());
+    }
+    let emails: Vec<&str> = rows.iter().map(|r| r.email.as_str()).collect();
+    let existing: i64 = on!(conn, |c| recipients::table
+        .filter(recipients::email.eq_any(&emails))
+        .count()
+        .get_result(c))?;
+    // diesel cannot batch an upsert on SQLite, so SQLite takes the rows one
+    // by one inside the caller's transaction (a cached prepared statement:
+    // cheap in-process); PostgreSQL gets one multi-row statement.
+    macro_rules! upsert {
+        ($c:expr, $values:expr) => {
+            if set_status {
+                diesel::insert_into(recipients::table)
+                    .values($values)
+                    .on_conflict(recipients::email)
+                    .do_update()
+                    .set((
+                        recipients::name.eq(excluded(recipients::name)),
+                        recipients::attributes.eq(excluded(recipients::attributes)),
+                        recipients::status.eq(excluded(recipients::status)),
+                        recipients::updated_at.eq(excluded(recipients::updated_at)),
+                    ))
+                    .execute($c)
+            } else {
+                diesel::insert_into(recipients::table)
+                    .values($values)
+                    .on_conflict(recipients::email)
+                    .do_update()
+                    .set((
+                        recipients::name.eq(excluded(recipients::name)),
+                        recipients::attributes.eq(excluded(recipients::attributes)),
+                        recipients::updated_at.eq(excluded(recipients::updated_at)),
+                    ))
+                    .execute($c)
+            }
+        };
+    }
+    match conn {
+        Conn::Sqlite(c) => {
+            for row in rows {
+                upsert!(c, row)?;
+            }
+        }
+        Conn::Pg(c) => {
+            upsert!(c, rows)?;
+        }
+    }
+    on!(conn, |c| diesel::insert_into(list_members::table)
+        .values(
+            recipients::table
+                .filter(recipients::email.eq_any(&emails))
+                .select((list_id.into_sql::<diesel::sql_types::BigInt>(), recipients::id)),
+        )
+        .into_columns((list_members::list_id, list_members::recipient_id))
+        .on_conflict_do_nothing()
+        .execute(c))?;
+    let existing = existing as u64;
+    Ok(UpsertCounts {
+        inserted: rows.len() as u64 - existing,
+        updated: existing,
+    })
+}
+
+/// One keyset page of a list: `(recipient id, status)` for members with an id
+/// above `after`, in id order. Constant memory however large the list is.
+pub fn member_page(
+    conn: &mut Conn,
+    list_id: i64,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<(i64, String)>> {
+    Ok(on!(conn, |c| list_members::table
+        .inner_join(recipients::table)
+        .filter(list_members::list_id.eq(list_id))
+        .filter(list_members::recipient_id.gt(after))
+        .order(list_members::recipient_id)
+        .select((list_members::recipient_id, recipients::status))
+        .limit(limit)
+        .load(c))?)
+}
+
+/// Load recipients by id (any order).
+pub fn load(conn: &mut Conn, ids: &[i64]) -> Result<Vec<Recipient>> {
+    Ok(on!(conn, |c| recipients::table
+        .filter(recipients::id.eq_any(ids))
+        .select((
+            recipients::id,
+            recipients::email,
+            recipients::name,
+            recipients::attributes,
+            recipients::status,
+        ))
+        .load(c))?)
+}

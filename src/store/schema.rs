@@ -1,0 +1,93 @@
+//! Diesel table definitions, written by hand to match `migrations/`.
+//! Both backends share them: ids and timestamps are BIGINT everywhere.
+
+diesel::table! {
+    lists (id) {
+        id -> BigInt,
+        name -> Text,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    recipients (id) {
+        id -> BigInt,
+        email -> Text,
+        name -> Text,
+        attributes -> Text,
+        status -> Text,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    list_members (list_id, recipient_id) {
+        list_id -> BigInt,
+        recipient_id -> BigInt,
+    }
+}
+
+diesel::table! {
+    campaigns (id) {
+        id -> BigInt,
+        name -> Text,
+        list_id -> BigInt,
+        template -> Text,
+        subject -> Text,
+        from_addr -> Text,
+        priority -> BigInt,
+        state -> Text,
+        paused -> Bool,
+        enqueue_cursor -> BigInt,
+        pending_upto -> Nullable<BigInt>,
+        pending_server -> Nullable<Text>,
+        pending_after_job -> Nullable<BigInt>,
+        created_at -> BigInt,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    campaign_counters (campaign_id) {
+        campaign_id -> BigInt,
+        recipients -> BigInt,
+        enqueued -> BigInt,
+        jobs -> BigInt,
+        sent -> BigInt,
+        failed -> BigInt,
+        skipped -> BigInt,
+        enqueue_skipped -> BigInt,
+        window_at -> BigInt,
+        window_done -> BigInt,
+        rate -> Double,
+        first_at -> Nullable<BigInt>,
+        last_at -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
+    deliveries (campaign_id, recipient_id) {
+        campaign_id -> BigInt,
+        recipient_id -> BigInt,
+        state -> Text,
+        attempts -> Integer,
+        claim_token -> Nullable<BigInt>,
+        claimed_until -> Nullable<BigInt>,
+        last_error -> Nullable<Text>,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::joinable!(list_members -> recipients (recipient_id));
+diesel::joinable!(list_members -> lists (list_id));
+diesel::joinable!(campaigns -> lists (list_id));
+diesel::joinable!(campaign_counters -> campaigns (campaign_id));
+
+diesel::allow_tables_to_appear_in_same_query!(
+    lists,
+    recipients,
+    list_members,
+    campaigns,
+    campaign_counters,
+    deliveries,
+);

@@ -1,0 +1,48 @@
+//! The worker's database handle: one connection used from blocking tasks,
+//! re-opened after it fails with a connection-type error, so a database
+//! restart costs a few retries instead of the process.
+
+use std::sync::{Arc, Mutex};
+
+use crate::store::{self, Conn, StoreError};
+
+pub struct Db {
+    url: String,
+    conn: Mutex<Option<Conn>>,
+}
+
+impl Db {
+    pub fn new(url: &str, conn: Option<Conn>) -> Arc<Db> {
+        Arc::new(Db {
+            url: url.to_string(),
+            conn: Mutex::new(conn),
+        })
+    }
+
+    /// Run `f` on the connection in a blocking task.
+    pub async fn run<T, F>(self: &Arc<Self>, f: F) -> store::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Conn) -> store::Result<T> + Send + 'static,
+    {
+        let db = Arc::clone(self);
+        tokio::task::spawn_blocking(move || db.run_blocking(f))
+            .await
+            .unwrap_or_else(|e| Err(StoreError::Task(e.to_string())))
+    }
+
+    fn run_blocking<T>(&self, f: impl FnOnce(&mut Conn) -> store::Result<T>) -> store::Result<T> {
+        let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let conn = match guard.as_mut() {
+            Some(c) => c,
+            None => guard.insert(Conn::open(&self.url)?),
+        };
+        let result = f(conn);
+        if let Err(e) = &result {
+            if e.is_transient() {
+                *guard = None;
+            }
+        }
+        result
+    }
+}

@@ -1,0 +1,78 @@
+//! The send stage: `concurrency` tasks, each owning one long-lived SMTP
+//! session, taking composed messages from a bounded channel. Before each
+//! message a sender checks the campaign's cached pause/cancel flag and the
+//! abort signal; then it sends and turns the reply into an outcome.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lettre::transport::smtp::client::AsyncSmtpConnection;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::job::{Msg, Report, Shared};
+use crate::mail::{self, Relay, Verdict};
+use crate::store::OutcomeKind;
+
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+pub async fn sender(
+    shared: Arc<Shared>,
+    inbox: async_channel::Receiver<Msg>,
+    outbox: mpsc::Sender<Report>,
+    relay: Relay,
+    abort: CancellationToken,
+) {
+    let mut session: Option<AsyncSmtpConnection> = None;
+    let mut backoff = Duration::from_millis(500);
+    while let Ok(msg) = inbox.recv().await {
+        let kind = loop {
+            if abort.is_cancelled() || shared.campaigns.blocked(msg.tracker.campaign_id).await {
+                break OutcomeKind::Unclaim;
+            }
+            let conn = match session.as_mut() {
+                Some(c) if !c.has_broken() => c,
+                _ => match relay.connect().await {
+                    Ok(c) => {
+                        backoff = Duration::from_millis(500);
+                        session.insert(c)
+                    }
+                    Err(e) => {
+                        // The relay is down: this message has not been tried,
+                        // so it keeps its attempt; wait and reconnect.
+                        session = None;
+                        tracing::warn!(error = %format!("{:#}", anyhow::Error::from(e)), retry_in = ?backoff, "SMTP connect failed");
+                        tokio::select! {
+                            _ = tokio::time::sleep(backoff) => {}
+                            _ = abort.cancelled() => {}
+                        }
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                        continue;
+                    }
+                },
+            };
+            break match mail::send(conn, &msg.composed).await {
+                Verdict::Sent => OutcomeKind::Sent,
+                Verdict::Permanent(reply) => OutcomeKind::Failed(reply),
+                Verdict::Transient(reply) => {
+                    if mail::is_slow_down(&reply) {
+                        tracing::warn!(%reply, "relay asks to slow down");
+                    }
+                    OutcomeKind::Retry(reply)
+                }
+            };
+        };
+        let report = Report {
+            tracker: msg.tracker,
+            recipient_id: msg.recipient_id,
+            attempt: msg.attempt,
+            kind,
+        };
+        if outbox.send(report).await.is_err() {
+            break;
+        }
+    }
+    if let Some(mut c) = session {
+        let _ = tokio::time::timeout(Duration::from_secs(2), c.quit()).await;
+    }
+}

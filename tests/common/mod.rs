@@ -1,0 +1,477 @@
+//! Test helpers: real servers on free ports (beanstalkd, Postfix's
+//! smtp-sink, a scripted SMTP peer for faults), a fresh SQLite file or
+//! PostgreSQL database per test, and a builder for running the binary.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_mailsplit");
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free port")
+}
+
+/// Wait until something accepts TCP connections on `port`.
+pub fn wait_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on port {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Wait for `cond` for up to `secs` seconds.
+pub fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A child process killed when dropped.
+pub struct Proc(pub Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub struct Beanstalkd {
+    pub port: u16,
+    pub binlog: PathBuf,
+    proc: Option<Proc>,
+}
+
+impl Beanstalkd {
+    pub fn start(dir: &Path) -> Beanstalkd {
+        let mut b = Beanstalkd {
+            port: free_port(),
+            binlog: dir.join(format!("binlog-{}", free_port())),
+            proc: None,
+        };
+        std::fs::create_dir_all(&b.binlog).unwrap();
+        b.restart();
+        b
+    }
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+    pub fn stop(&mut self) {
+        self.proc = None;
+    }
+    /// Start again on the same port with the same binlog.
+    pub fn restart(&mut self) {
+        self.proc = None;
+        let child = Command::new("beanstalkd")
+            .args(["-l", "127.0.0.1", "-p", &self.port.to_string(), "-b"])
+            .arg(&self.binlog)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("beanstalkd is not installed: run scripts/install-deps.sh");
+        self.proc = Some(Proc(child));
+        wait_port(self.port);
+    }
+    pub fn client(&self) -> beanstalkc::Beanstalkc {
+        beanstalkc::Beanstalkc::new()
+            .host("127.0.0.1")
+            .port(self.port)
+            .connect()
+            .unwrap()
+    }
+    /// `stats-tube` counters of a tube (0 when the tube does not exist).
+    pub fn tube_stat(&self, tube: &str, key: &str) -> u64 {
+        match self.client().stats_tube(tube) {
+            Ok(m) => m.get(key).and_then(|v| v.parse().ok()).unwrap_or(0),
+            Err(_) => 0,
+        }
+    }
+    /// Reserve and delete every ready job of `tube`, returning the bodies.
+    pub fn drain(&self, tube: &str) -> Vec<(u32, String)> {
+        let mut c = self.client();
+        c.watch(tube).unwrap();
+        c.ignore("default").unwrap();
+        let mut out = Vec::new();
+        loop {
+            let (id, body) = match c.reserve_with_timeout(Duration::ZERO) {
+                Ok(job) => (job.id(), String::from_utf8(job.body().to_vec()).unwrap()),
+                Err(_) => break,
+            };
+            let pri = c
+                .stats_job(id)
+                .unwrap()
+                .get("pri")
+                .and_then(|p| p.parse().ok())
+                .unwrap();
+            c.delete(id).unwrap();
+            out.push((pri, body));
+        }
+        out
+    }
+}
+
+/// Postfix's smtp-sink: accepts everything, as fast as it can.
+pub struct SmtpSink {
+    pub port: u16,
+    _proc: Proc,
+}
+
+impl SmtpSink {
+    pub fn start(extra: &[&str]) -> SmtpSink {
+        let port = free_port();
+        let child = Command::new("/usr/sbin/smtp-sink")
+            .args(extra)
+            .args(["-u", "nobody", &format!("127.0.0.1:{port}"), "1000"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("smtp-sink is not installed: run scripts/install-deps.sh");
+        wait_port(port);
+        SmtpSink {
+            port,
+            _proc: Proc(child),
+        }
+    }
+    pub fn url(&self) -> String {
+        format!("smtp://127.0.0.1:{}", self.port)
+    }
+}
+
+/// What the scripted SMTP peer does with a recipient address.
+#[derive(Clone, Default)]
+pub struct Script {
+    /// Addresses containing this get `451` on their first N tries.
+    pub tempfail: Option<(String, u32)>,
+    /// Addresses containing this get `550` every time.
+    pub reject: Option<String>,
+    /// Delay before answering the end of DATA.
+    pub data_delay: Duration,
+}
+
+/// A small SMTP server of our own that records every accepted message's
+/// recipients and injects faults as scripted.
+pub struct ScriptedSmtp {
+    pub port: u16,
+    /// Accepted deliveries per address.
+    pub received: Arc<Mutex<HashMap<String, u32>>>,
+    /// RCPT attempts per address.
+    pub tries: Arc<Mutex<HashMap<String, u32>>>,
+    pub sessions: Arc<AtomicUsize>,
+}
+
+impl ScriptedSmtp {
+    pub fn start(script: Script) -> ScriptedSmtp {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let peer = ScriptedSmtp {
+            port,
+            received: Default::default(),
+            tries: Default::default(),
+            sessions: Default::default(),
+        };
+        let (received, tries, sessions) = (
+            peer.received.clone(),
+            peer.tries.clone(),
+            peer.sessions.clone(),
+        );
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let (received, tries, script) = (received.clone(), tries.clone(), script.clone());
+                sessions.fetch_add(1, Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    let _ = session(stream, &script, &received, &tries);
+                });
+            }
+        });
+        peer
+    }
+    pub fn url(&self) -> String {
+        format!("smtp://127.0.0.1:{}", self.port)
+    }
+    pub fn total(&self) -> u32 {
+        self.received.lock().unwrap().values().sum()
+    }
+    pub fn duplicates(&self) -> usize {
+        self.received.lock().unwrap().values().filter(|&&n| n > 1).count()
+    }
+    pub fn count(&self, addr: &str) -> u32 {
+        *self.received.lock().unwrap().get(addr).unwrap_or(&0)
+    }
+}
+
+fn session(
+    stream: TcpStream,
+    script: &Script,
+    received: &Mutex<HashMap<String, u32>>,
+    tries: &Mutex<HashMap<String, u32>>,
+) -> std::io::Result<()> {
+    let mut out = stream.try_clone()?;
+    let mut input = BufReader::new(stream);
+    out.write_all(b"220 scripted ESMTP\r\n")?;
+    let mut rcpts: Vec<String> = Vec::new();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if input.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        let upper = line.to_ascii_uppercase();
+        if upper.starts_with("EHLO") || upper.starts_with("HELO") {
+            out.write_all(b"250-scripted\r\n250-8BITMIME\r\n250 SMTPUTF8\r\n")?;
+        } else if upper.starts_with("MAIL FROM") {
+            rcpts.clear();
+            out.write_all(b"250 ok\r\n")?;
+        } else if upper.starts_with("RCPT TO") {
+            let addr = line
+                .split(['<', '>'])
+                .nth(1)
+                .unwrap_or_default()
+                .to_string();
+            let n = {
+                let mut t = tries.lock().unwrap();
+                let n = t.entry(addr.clone()).or_insert(0);
+                *n += 1;
+                *n
+            };
+            match (&script.reject, &script.tempfail) {
+                (Some(pat), _) if addr.contains(pat.as_str()) => {
+                    out.write_all(b"550 5.1.1 no such user here\r\n")?
+                }
+                (_, Some((pat, times))) if addr.contains(pat.as_str()) && n <= *times => {
+                    out.write_all(b"451 4.3.0 try again later\r\n")?
+                }
+                _ => {
+                    rcpts.push(addr);
+                    out.write_all(b"250 ok\r\n")?
+                }
+            }
+        } else if upper.starts_with("DATA") {
+            out.write_all(b"354 go ahead\r\n")?;
+            loop {
+                line.clear();
+                if input.read_line(&mut line)? == 0 {
+                    return Ok(());
+                }
+                if line == ".\r\n" {
+                    break;
+                }
+            }
+            std::thread::sleep(script.data_delay);
+            let mut r = received.lock().unwrap();
+            for a in rcpts.drain(..) {
+                *r.entry(a).or_insert(0) += 1;
+            }
+            drop(r);
+            out.write_all(b"250 queued\r\n")?;
+        } else if upper.starts_with("RSET") || upper.starts_with("NOOP") {
+            out.write_all(b"250 ok\r\n")?;
+        } else if upper.starts_with("QUIT") {
+            out.write_all(b"221 bye\r\n")?;
+            return Ok(());
+        } else {
+            out.write_all(b"502 unknown\r\n")?;
+        }
+    }
+}
+
+/// Base URL of the PostgreSQL server the tests create databases on.
+pub fn pg_base() -> String {
+    std::env::var("MAILSPLIT_TEST_PG").unwrap_or_else(|_| "postgres://root@127.0.0.1:5432".into())
+}
+
+static DB_SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh, empty database, dropped with the value.
+pub struct TestDb {
+    pub url: String,
+    pg_name: Option<String>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Sqlite,
+    Postgres,
+}
+
+impl TestDb {
+    pub fn new(kind: Kind) -> TestDb {
+        match kind {
+            Kind::Sqlite => {
+                let dir = tempfile::tempdir().unwrap();
+                TestDb {
+                    url: format!("sqlite://{}", dir.path().join("test.db").display()),
+                    pg_name: None,
+                    _dir: Some(dir),
+                }
+            }
+            Kind::Postgres => {
+                let name = format!(
+                    "mailsplit_t{}_{}_{}",
+                    std::process::id(),
+                    DB_SEQ.fetch_add(1, Ordering::SeqCst),
+                    Instant::now().elapsed().subsec_nanos()
+                );
+                psql(&format!("CREATE DATABASE {name}"));
+                TestDb {
+                    url: format!("{}/{name}", pg_base()),
+                    pg_name: Some(name),
+                    _dir: None,
+                }
+            }
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some(name) = &self.pg_name {
+            psql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+        }
+    }
+}
+
+fn psql(sql: &str) {
+    use diesel::connection::SimpleConnection;
+    use diesel::Connection;
+    let mut c = diesel::PgConnection::establish(&format!("{}/test", pg_base()))
+        .expect("PostgreSQL is not reachable; set MAILSPLIT_TEST_PG");
+    c.batch_execute(sql).unwrap();
+}
+
+/// Everything one test's commands share.
+pub struct Env {
+    pub db: TestDb,
+    pub beanstalkd: String,
+    pub tube: String,
+    pub smtp: String,
+    pub dir: tempfile::TempDir,
+}
+
+impl Env {
+    pub fn new(kind: Kind, beanstalkd: &str) -> Env {
+        Env {
+            db: TestDb::new(kind),
+            beanstalkd: beanstalkd.to_string(),
+            tube: format!("t{}", free_port()),
+            smtp: "smtp://127.0.0.1:1".into(),
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+    /// The binary with this environment.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.args(args)
+            .current_dir(self.dir.path())
+            .env("DATABASE_URL", &self.db.url)
+            .env("BEANSTALKD", &self.beanstalkd)
+            .env("MAILSPLIT_TUBE", &self.tube)
+            .env("SMTP_URL", &self.smtp)
+            .env("MAILSPLIT_LOG", "info");
+        c
+    }
+    /// Run to completion.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+    /// Run and insist on exit 0; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "mailsplit {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+    /// Write a CSV of `n` recipients `user{i}@example.test` and import it.
+    pub fn import_n(&self, list: &str, n: usize) {
+        let path = self.dir.path().join(format!("{list}.csv"));
+        write_csv(&path, n);
+        self.ok(&["migrate"]);
+        self.ok(&["import", path.to_str().unwrap(), "--list", list]);
+    }
+    /// Migrate, import `n` recipients, create and enqueue campaign `name`.
+    pub fn campaign(&self, name: &str, n: usize) {
+        self.import_n(name, n);
+        self.ok(&[
+            "campaign", "create", name, "--list", name, "--template", "newsletter",
+            "--subject", "Hello", "--from", "news@example.test",
+        ]);
+        self.ok(&["enqueue", name]);
+    }
+    /// `status --json` of one campaign.
+    pub fn status(&self, name: &str) -> serde_json::Value {
+        let out = self.ok(&["status", name, "--json"]);
+        serde_json::from_str(out.trim()).unwrap()
+    }
+    /// Start a worker in the background.
+    pub fn worker(&self, extra: &[&str]) -> Proc {
+        let mut args = vec!["worker", "--smtp", &self.smtp];
+        args.extend_from_slice(extra);
+        Proc(
+            self.cmd(&args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        )
+    }
+    /// Run SQL against the test database.
+    pub fn sql(&self, sql: &str) {
+        let mut c = mailsplit::store::Conn::open(&self.db.url).unwrap();
+        c.execute_batch(sql).unwrap();
+    }
+    pub fn conn(&self) -> mailsplit::store::Conn {
+        mailsplit::store::Conn::open(&self.db.url).unwrap()
+    }
+}
+
+pub fn write_csv(path: &Path, n: usize) {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    writeln!(f, "email,name,city").unwrap();
+    for i in 1..=n {
+        writeln!(f, "user{i}@example.test,User {i},City {}", i % 7).unwrap();
+    }
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Send a signal to a child.
+pub fn signal(child: &Child, sig: &str) {
+    Command::new("kill")
+        .args([&format!("-{sig}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+}
+
+/// Wait for a child to exit, up to `secs`; returns its status.
+pub fn wait_exit(child: &mut Child, secs: u64) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "process did not exit within {secs} s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
