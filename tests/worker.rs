@@ -53,17 +53,299 @@ fn three_workers_send_each_recipient_once_postgres() {
     delivered_once(Kind::Postgres, 3);
 }
 
-#[test]
-fn sigterm_exits_zero() {
+/// A beanstalkd, a scripted peer and an environment pointing at both.
+fn setup(kind: Kind, script: Script) -> (tempfile::TempDir, Beanstalkd, ScriptedSmtp, Env) {
     let tmp = tempfile::tempdir().unwrap();
     let bs = Beanstalkd::start(tmp.path());
-    let peer = ScriptedSmtp::start(Script::default());
-    let mut env = Env::new(Kind::Sqlite, &bs.addr());
+    let peer = ScriptedSmtp::start(script);
+    let mut env = Env::new(kind, &bs.addr());
     env.smtp = peer.url();
-    env.campaign("news", 10);
+    (tmp, bs, peer, env)
+}
+
+/// A peer slow enough (20 ms per message) that a campaign takes seconds.
+fn slow() -> Script {
+    Script {
+        data_delay: Duration::from_millis(20),
+        ..Script::default()
+    }
+}
+
+fn sent(env: &Env, name: &str) -> i64 {
+    env.status(name)["sent"].as_i64().unwrap()
+}
+
+/// Pause (by `pause` command or by hand in SQL), check nothing more goes
+/// out, resume, and check every recipient got exactly one message.
+fn pause_then_resume(kind: Kind, by_sql: bool) {
+    let (_tmp, _bs, peer, env) = setup(kind, slow());
+    env.campaign("news", 1_500);
+    let _w = env.worker(&["--concurrency", "10"]);
+    wait_for(60, "some mail to go out", || sent(&env, "news") >= 100);
+    if by_sql {
+        env.sql("UPDATE campaigns SET paused = TRUE WHERE name = 'news'");
+    } else {
+        env.ok(&["pause", "news"]);
+    }
+    // Workers notice within a second; give in-flight sends time to land.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(env.status("news")["state"], "paused");
+    let (counted, received) = (sent(&env, "news"), peer.total());
+    assert!(counted < 1_500, "paused too late: {counted}");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(sent(&env, "news"), counted, "sent more while paused");
+    assert_eq!(peer.total(), received, "the relay got mail while paused");
+    if by_sql {
+        env.sql("UPDATE campaigns SET paused = FALSE WHERE name = 'news'");
+    } else {
+        env.ok(&["resume", "news"]);
+    }
+    wait_done(&env, "news", 120);
+    assert_counts(&env, "news", 1_500, 0, 0);
+    assert_eq!(peer.total(), 1_500);
+    assert_eq!(peer.duplicates(), 0);
+}
+
+#[test]
+fn pause_and_resume_by_command() {
+    pause_then_resume(Kind::Sqlite, false);
+}
+
+#[test]
+fn pause_and_resume_by_sql_postgres() {
+    pause_then_resume(Kind::Postgres, true);
+}
+
+#[test]
+fn pause_by_sql_sqlite() {
+    pause_then_resume(Kind::Sqlite, true);
+}
+
+#[test]
+fn cancel_deletes_the_remaining_jobs() {
+    let (_tmp, bs, peer, env) = setup(Kind::Sqlite, slow());
+    env.campaign("news", 1_500);
+    let _w = env.worker(&["--concurrency", "10"]);
+    wait_for(60, "some mail to go out", || sent(&env, "news") >= 100);
+    env.ok(&["cancel", "news"]);
+    wait_for(30, "the tube to empty", || {
+        ["current-jobs-ready", "current-jobs-reserved", "current-jobs-delayed"]
+            .iter()
+            .all(|k| bs.tube_stat(&env.tube, k) == 0)
+    });
+    let s = env.status("news");
+    assert_eq!(s["state"], "cancelled");
+    assert!(peer.total() < 1_500, "cancel did not stop sending");
+    assert_eq!(peer.total() as i64, s["sent"].as_i64().unwrap());
+    assert_eq!(peer.duplicates(), 0);
+}
+
+#[test]
+fn a_redelivered_job_sends_nothing_new() {
+    let (_tmp, bs, peer, env) = setup(Kind::Sqlite, Script::default());
+    env.campaign("news", 250);
+    let w = env.worker(&[]);
+    wait_done(&env, "news", 60);
+    // The same jobs again, as after a lost delete or a duplicate enqueue.
+    let mut c = bs.client();
+    c.use_tube(&env.tube).unwrap();
+    for chunk in (1..=250).collect::<Vec<i64>>().chunks(100) {
+        let body = serde_json::json!({"v": 1, "campaign": 1, "recipients": chunk});
+        c.put(body.to_string().as_bytes(), 10, Duration::ZERO, Duration::from_secs(30))
+            .unwrap();
+    }
+    wait_for(30, "the copies to be deleted", || {
+        bs.tube_stat(&env.tube, "total-jobs") == 6
+            && bs.tube_stat(&env.tube, "current-jobs-ready") == 0
+            && bs.tube_stat(&env.tube, "current-jobs-reserved") == 0
+    });
+    assert_eq!(peer.total(), 250);
+    assert_eq!(peer.duplicates(), 0);
+    assert_counts(&env, "news", 250, 0, 0);
+    drop(w);
+}
+
+#[test]
+fn temporary_failure_is_retried_then_delivered_once() {
+    let (_tmp, _bs, peer, env) = setup(
+        Kind::Sqlite,
+        Script {
+            tempfail: Some(("user7@".into(), 1)),
+            ..Script::default()
+        },
+    );
+    env.campaign("news", 50);
+    let _w = env.worker(&[]);
+    wait_done(&env, "news", 60);
+    assert_counts(&env, "news", 50, 0, 0);
+    assert_eq!(peer.count("user7@example.test"), 1);
+    assert_eq!(peer.tries.lock().unwrap()["user7@example.test"], 2);
+    assert_eq!(peer.duplicates(), 0);
+}
+
+#[test]
+fn temporary_failures_give_up_after_max_attempts() {
+    let (_tmp, _bs, peer, env) = setup(
+        Kind::Sqlite,
+        Script {
+            tempfail: Some(("user3@".into(), 100)),
+            ..Script::default()
+        },
+    );
+    env.campaign("news", 20);
+    let _w = env.worker(&["--max-attempts", "2"]);
+    wait_done(&env, "news", 60);
+    assert_counts(&env, "news", 19, 1, 0);
+    assert_eq!(peer.tries.lock().unwrap()["user3@example.test"], 2);
+}
+
+#[test]
+fn permanent_failure_is_recorded_and_not_retried() {
+    let (_tmp, _bs, peer, env) = setup(
+        Kind::Sqlite,
+        Script {
+            reject: Some("user3@".into()),
+            ..Script::default()
+        },
+    );
+    env.campaign("news", 20);
+    let _w = env.worker(&[]);
+    wait_done(&env, "news", 60);
+    assert_counts(&env, "news", 19, 1, 0);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(peer.tries.lock().unwrap()["user3@example.test"], 1);
+    let mut conn = env.conn();
+    let errors = mailsplit::store::deliveries::failures(&mut conn, 1, 10).unwrap();
+    assert_eq!(errors.len(), 1);
+    assert!(errors[0].1.contains("550"), "{errors:?}");
+}
+
+#[test]
+fn unsubscribed_recipients_are_skipped() {
+    let (_tmp, _bs, peer, env) = setup(Kind::Sqlite, Script::default());
+    env.campaign("news", 30);
+    // Unsubscribed after enqueue: the worker skips them.
+    env.sql("UPDATE recipients SET status = 'unsubscribed' WHERE email IN ('user1@example.test', 'user2@example.test')");
+    let _w = env.worker(&[]);
+    wait_done(&env, "news", 60);
+    assert_counts(&env, "news", 28, 0, 2);
+    assert_eq!(peer.count("user1@example.test"), 0);
+}
+
+#[test]
+fn malformed_jobs_are_buried_and_the_worker_keeps_going() {
+    let (_tmp, bs, peer, env) = setup(Kind::Sqlite, Script::default());
+    env.import_n("people", 10);
+    env.ok(&[
+        "campaign", "create", "news", "--list", "people", "--template", "newsletter",
+        "--subject", "Hi", "--from", "news@example.test",
+    ]);
+    let mut c = bs.client();
+    c.use_tube(&env.tube).unwrap();
+    let many: Vec<i64> = (1..=10_000).collect();
+    let bad = [
+        "not json".to_string(),
+        r#"{"v":2,"campaign":1,"recipients":[1]}"#.to_string(),
+        r#"{"v":1,"campaign":999,"recipients":[1]}"#.to_string(),
+        r#"{"v":1,"campaign":1,"recipients":[-4]}"#.to_string(),
+        serde_json::json!({"v": 1, "campaign": 1, "recipients": many}).to_string(),
+    ];
+    for body in &bad {
+        c.put(body.as_bytes(), 1, Duration::ZERO, Duration::from_secs(30))
+            .unwrap();
+    }
     let mut w = env.worker(&[]);
-    wait_done(&env, "news", 30);
+    wait_for(30, "the bad jobs to be buried", || {
+        bs.tube_stat(&env.tube, "current-jobs-buried") == bad.len() as u64
+    });
+    env.ok(&["enqueue", "news"]);
+    wait_done(&env, "news", 60);
+    assert_eq!(peer.total(), 10);
+    assert!(w.0.try_wait().unwrap().is_none(), "worker died");
     signal(&w.0, "TERM");
-    assert!(wait_exit(&mut w.0, 15).success());
-    let _ = Duration::ZERO;
+    assert!(wait_exit(&mut w.0, 20).success());
+    let mut log = String::new();
+    std::io::Read::read_to_string(w.0.stderr.as_mut().unwrap(), &mut log).unwrap();
+    assert!(log.contains("burying job"), "{log}");
+    assert!(log.contains("999"), "{log}");
+}
+
+#[test]
+fn sigterm_mid_campaign_loses_nothing() {
+    let (_tmp, _bs, peer, env) = setup(Kind::Sqlite, slow());
+    env.campaign("news", 600);
+    let mut w = env.worker(&["--concurrency", "10"]);
+    wait_for(60, "some mail to go out", || sent(&env, "news") >= 50);
+    signal(&w.0, "TERM");
+    assert!(wait_exit(&mut w.0, 30).success(), "worker must exit 0 on SIGTERM");
+    let after_stop = sent(&env, "news");
+    assert!(after_stop < 600, "finished before the signal; make the test slower");
+    assert_eq!(peer.total() as i64, after_stop, "every delivered message is recorded");
+    let _w2 = env.worker(&["--concurrency", "10"]);
+    wait_done(&env, "news", 120);
+    assert_eq!(peer.total(), 600);
+    assert_eq!(peer.duplicates(), 0);
+}
+
+#[test]
+fn short_grace_hands_back_unsent_messages() {
+    let (_tmp, _bs, peer, env) = setup(
+        Kind::Sqlite,
+        Script {
+            data_delay: Duration::from_millis(200),
+            ..Script::default()
+        },
+    );
+    env.campaign("news", 300);
+    let mut w = env.worker(&["--concurrency", "5", "--grace", "0"]);
+    wait_for(60, "some mail to go out", || sent(&env, "news") >= 5);
+    signal(&w.0, "INT");
+    assert!(wait_exit(&mut w.0, 30).success());
+    let _w2 = env.worker(&["--concurrency", "50"]);
+    wait_done(&env, "news", 120);
+    assert_eq!(peer.total(), 300);
+    assert_eq!(peer.duplicates(), 0);
+}
+
+/// Copy the binary somewhere a test may replace it.
+fn private_binary(dir: &std::path::Path) -> std::path::PathBuf {
+    let bin = dir.join("mailsplit");
+    std::fs::copy(BIN, &bin).unwrap();
+    bin
+}
+
+/// Replace a binary the way a deploy does: write a new file, rename it over.
+fn deploy(bin: &std::path::Path) {
+    let staged = bin.with_extension("new");
+    std::fs::copy(BIN, &staged).unwrap();
+    std::fs::rename(&staged, bin).unwrap();
+}
+
+#[test]
+fn replacing_the_binary_stops_the_worker_cleanly() {
+    let (_tmp, _bs, peer, env) = setup(Kind::Sqlite, slow());
+    env.campaign("news", 400);
+    let bindir = tempfile::tempdir().unwrap();
+    let bin = private_binary(bindir.path());
+    let mut cmd = env.cmd(&["worker", "--concurrency", "10"]);
+    let mut w = Proc(
+        std::process::Command::new(&bin)
+            .args(cmd.get_args())
+            .envs(cmd.get_envs().filter_map(|(k, v)| v.map(|v| (k, v))))
+            .current_dir(env.dir.path())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let _ = &mut cmd;
+    wait_for(60, "some mail to go out", || sent(&env, "news") >= 20);
+    deploy(&bin);
+    assert!(wait_exit(&mut w.0, 30).success(), "worker must exit 0 after a deploy");
+    let mut log = String::new();
+    std::io::Read::read_to_string(w.0.stderr.as_mut().unwrap(), &mut log).unwrap();
+    assert!(log.contains("executable replaced"), "{log}");
+    let _w2 = env.worker(&["--concurrency", "20"]);
+    wait_done(&env, "news", 120);
+    assert_eq!(peer.total(), 400);
+    assert_eq!(peer.duplicates(), 0);
 }

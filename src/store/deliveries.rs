@@ -393,3 +393,18 @@ pub fn ledger_counts(conn: &mut Conn, campaign_id: i64) -> Result<BTreeMap<Strin
         .load(c))?;
     Ok(rows.into_iter().collect())
 }
+
+/// Failed recipients of a campaign with the relay's reply, oldest first.
+pub fn failures(conn: &mut Conn, campaign_id: i64, limit: i64) -> Result<Vec<(i64, String)>> {
+    let rows: Vec<(i64, Option<String>)> = on!(conn, |c| d::table
+        .filter(d::campaign_id.eq(campaign_id))
+        .filter(d::state.eq(DeliveryState::Failed.as_str()))
+        .order(d::updated_at)
+        .select((d::recipient_id, d::last_error))
+        .limit(limit)
+        .load(c))?;
+    Ok(rows
+        .into_iter()
+        .map(|(rid, e)| (rid, e.unwrap_or_default()))
+        .collect())
+}
