@@ -113,6 +113,8 @@ pub struct SmtpUrl {
     pub port: u16,
     pub tls: Tls,
     pub credentials: Option<(String, String)>,
+    /// PEM file of an extra root certificate to trust (a private CA).
+    pub ca: Option<String>,
 }
 
 impl SmtpUrl {
@@ -134,8 +136,10 @@ impl SmtpUrl {
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_string();
+        let mut ca = None;
         for (key, value) in url.query_pairs() {
             match (key.as_ref(), value.as_ref(), tls) {
+                ("ca", path, _) => ca = Some(path.to_string()),
                 ("tls", "required", Tls::None) => tls = Tls::StartTls { required: true },
                 ("tls", "opportunistic", Tls::None) => tls = Tls::StartTls { required: false },
                 ("tls", "none", Tls::None) => {}
@@ -167,6 +171,11 @@ impl SmtpUrl {
             port: url.port().unwrap_or(default_port),
             tls,
             credentials,
+            ca,
+        })
+        .and_then(|u| match (&u.ca, u.tls) {
+            (Some(_), Tls::None) => Err(bad("ca= needs TLS: add tls=required or use smtps://")),
+            _ => Ok(u),
         })
     }
 }
@@ -193,7 +202,9 @@ mod tests {
         let sub = SmtpUrl::parse("smtp://me%40x.org:p%3Ass@relay.example:587?tls=required").unwrap();
         assert_eq!(sub.tls, Tls::StartTls { required: true });
         assert_eq!(sub.credentials, Some(("me@x.org".into(), "p:ss".into())));
-        let smtps = SmtpUrl::parse("smtps://relay.example").unwrap();
+        let smtps = SmtpUrl::parse("smtps://relay.example?ca=/etc/ca.pem").unwrap();
+        assert_eq!(smtps.ca.as_deref(), Some("/etc/ca.pem"));
+        assert!(SmtpUrl::parse("smtp://relay.example?ca=/etc/ca.pem").is_err());
         assert_eq!((smtps.port, smtps.tls), (465, Tls::Implicit));
         assert!(SmtpUrl::parse("http://x").is_err());
         assert!(SmtpUrl::parse("smtp://x?tls=maybe").is_err());

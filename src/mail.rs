@@ -13,7 +13,7 @@ use std::time::Duration;
 use lettre::address::Envelope;
 use lettre::message::{header::ContentType, Mailbox, MultiPart, SinglePart};
 use lettre::transport::smtp::authentication::{Credentials, Mechanism};
-use lettre::transport::smtp::client::{AsyncSmtpConnection, TlsParameters};
+use lettre::transport::smtp::client::{AsyncSmtpConnection, Certificate, TlsParameters};
 use lettre::transport::smtp::extension::ClientId;
 use lettre::{Address, Message};
 use tokio::net::TcpStream;
@@ -36,6 +36,12 @@ pub enum MailError {
     },
     #[error("SMTP relay {0} does not offer STARTTLS, and the URL says tls=required")]
     NoStartTls(String),
+    #[error("cannot set up TLS with CA file {path:?}")]
+    TlsSetup {
+        path: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 impl MailError {
@@ -130,16 +136,42 @@ pub struct Relay {
     url: SmtpUrl,
     hello: ClientId,
     shown: String,
+    /// Built once: certificate roots are parsed at start-up, not per session.
+    tls: Option<TlsParameters>,
 }
 
 impl Relay {
-    pub fn new(url: SmtpUrl) -> Relay {
+    pub fn new(url: SmtpUrl) -> Result<Relay, MailError> {
         let shown = format!("{}:{}", url.host, url.port);
-        Relay {
+        let tls = match (url.tls, &url.ca) {
+            (Tls::None, _) => None,
+            (_, None) => Some(TlsParameters::new(url.host.clone()).map_err(|e| {
+                MailError::TlsSetup {
+                    path: String::new(),
+                    source: Box::new(e),
+                }
+            })?),
+            (_, Some(path)) => {
+                let err = |source: Box<dyn std::error::Error + Send + Sync>| MailError::TlsSetup {
+                    path: path.clone(),
+                    source,
+                };
+                let pem = std::fs::read(path).map_err(|e| err(Box::new(e)))?;
+                let cert = Certificate::from_pem(&pem).map_err(|e| err(Box::new(e)))?;
+                Some(
+                    TlsParameters::builder(url.host.clone())
+                        .add_root_certificate(cert)
+                        .build()
+                        .map_err(|e| err(Box::new(e)))?,
+                )
+            }
+        };
+        Ok(Relay {
             url,
             hello: ClientId::default(),
             shown,
-        }
+            tls,
+        })
     }
 
     pub fn target(&self) -> &str {
@@ -158,7 +190,11 @@ impl Relay {
 
     /// Open one session: connect, EHLO, STARTTLS and AUTH as the URL asks.
     pub async fn connect(&self) -> Result<AsyncSmtpConnection, MailError> {
-        let tls = || TlsParameters::new(self.url.host.clone()).map_err(self.connect_err());
+        let tls = || {
+            self.tls
+                .clone()
+                .ok_or_else(|| MailError::NoStartTls(self.shown.clone()))
+        };
         let mut conn = match self.url.tls {
             Tls::Implicit => AsyncSmtpConnection::connect_tokio1(
                 (self.url.host.as_str(), self.url.port),

@@ -349,3 +349,42 @@ fn replacing_the_binary_stops_the_worker_cleanly() {
     assert_eq!(peer.total(), 400);
     assert_eq!(peer.duplicates(), 0);
 }
+
+fn tls_delivery(tls: fn(std::sync::Arc<rustls::ServerConfig>) -> PeerTls, scheme: &str, query: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (config, ca) = tls_identity(tmp.path());
+    let bs = Beanstalkd::start(tmp.path());
+    let peer = ScriptedSmtp::start(Script {
+        tls: tls(config),
+        ..Script::default()
+    });
+    let mut env = Env::new(Kind::Sqlite, &bs.addr());
+    env.smtp = format!("{scheme}://localhost:{}?{query}ca={}", peer.port, ca.display());
+    env.campaign("news", 30);
+    let _w = env.worker(&["--concurrency", "4"]);
+    wait_done(&env, "news", 60);
+    assert_counts(&env, "news", 30, 0, 0);
+    assert_eq!(peer.encrypted.load(std::sync::atomic::Ordering::SeqCst), 30);
+}
+
+#[test]
+fn starttls_relay() {
+    tls_delivery(PeerTls::StartTls, "smtp", "tls=required&");
+}
+
+#[test]
+fn implicit_tls_relay() {
+    tls_delivery(PeerTls::Implicit, "smtps", "");
+}
+
+#[test]
+fn tls_required_but_not_offered_sends_nothing() {
+    let (_tmp, _bs, peer, mut env) = setup(Kind::Sqlite, Script::default());
+    env.smtp = format!("smtp://127.0.0.1:{}?tls=required", peer.port);
+    env.campaign("news", 5);
+    let w = env.worker(&[]);
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(peer.total(), 0, "mail went out in clear text");
+    assert_eq!(env.status("news")["sent"], 0);
+    drop(w);
+}

@@ -59,7 +59,7 @@ pub fn run_cli(g: &Global, args: &WorkerArgs) -> Result<ExitCode> {
             config::check_tube(&g.tube)?;
             g.tube.clone()
         },
-        relay: Relay::new(url),
+        relay: Relay::new(url)?,
         concurrency: config::check_range("--concurrency", args.concurrency, 1, 5_000)?,
         max_attempts: config::check_range("--max-attempts", args.max_attempts.max(0) as usize, 1, 100)? as i32,
         grace: Duration::from_secs(args.grace),

@@ -150,9 +150,39 @@ impl SmtpSink {
     }
 }
 
+/// TLS offered by the scripted peer.
+#[derive(Clone, Default)]
+pub enum PeerTls {
+    #[default]
+    None,
+    /// Advertise STARTTLS and upgrade when asked.
+    StartTls(Arc<rustls::ServerConfig>),
+    /// TLS from the first byte (smtps).
+    Implicit(Arc<rustls::ServerConfig>),
+}
+
+/// A self-signed certificate for `localhost`: the server config, and the
+/// certificate's PEM written to `dir` for the client to trust.
+pub fn tls_identity(dir: &Path) -> (Arc<rustls::ServerConfig>, PathBuf) {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let pem = dir.join("ca.pem");
+    std::fs::write(&pem, cert.cert.pem()).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_pair.serialize_der().into());
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![cert.cert.der().clone()], key)
+    .unwrap();
+    (Arc::new(config), pem)
+}
+
 /// What the scripted SMTP peer does with a recipient address.
 #[derive(Clone, Default)]
 pub struct Script {
+    pub tls: PeerTls,
     /// Addresses containing this get `451` on their first N tries.
     pub tempfail: Option<(String, u32)>,
     /// Addresses containing this get `550` every time.
@@ -170,6 +200,8 @@ pub struct ScriptedSmtp {
     /// RCPT attempts per address.
     pub tries: Arc<Mutex<HashMap<String, u32>>>,
     pub sessions: Arc<AtomicUsize>,
+    /// Messages accepted over an encrypted session.
+    pub encrypted: Arc<AtomicUsize>,
 }
 
 impl ScriptedSmtp {
@@ -181,18 +213,25 @@ impl ScriptedSmtp {
             received: Default::default(),
             tries: Default::default(),
             sessions: Default::default(),
+            encrypted: Default::default(),
         };
-        let (received, tries, sessions) = (
+        let (received, tries, sessions, encrypted) = (
             peer.received.clone(),
             peer.tries.clone(),
             peer.sessions.clone(),
+            peer.encrypted.clone(),
         );
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let (received, tries, script) = (received.clone(), tries.clone(), script.clone());
+                let state = Peer {
+                    script: script.clone(),
+                    received: received.clone(),
+                    tries: tries.clone(),
+                    encrypted: encrypted.clone(),
+                };
                 sessions.fetch_add(1, Ordering::SeqCst);
                 std::thread::spawn(move || {
-                    let _ = session(stream, &script, &received, &tries);
+                    let _ = state.session(stream);
                 });
             }
         });
@@ -212,77 +251,126 @@ impl ScriptedSmtp {
     }
 }
 
-fn session(
-    stream: TcpStream,
-    script: &Script,
-    received: &Mutex<HashMap<String, u32>>,
-    tries: &Mutex<HashMap<String, u32>>,
-) -> std::io::Result<()> {
-    let mut out = stream.try_clone()?;
-    let mut input = BufReader::new(stream);
-    out.write_all(b"220 scripted ESMTP\r\n")?;
-    let mut rcpts: Vec<String> = Vec::new();
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if input.read_line(&mut line)? == 0 {
-            return Ok(());
+struct Peer {
+    script: Script,
+    received: Arc<Mutex<HashMap<String, u32>>>,
+    tries: Arc<Mutex<HashMap<String, u32>>>,
+    encrypted: Arc<AtomicUsize>,
+}
+
+/// How a dialogue ended.
+enum End {
+    Closed,
+    StartTls,
+}
+
+impl Peer {
+    fn session(&self, stream: TcpStream) -> std::io::Result<()> {
+        let tls = |config: &Arc<rustls::ServerConfig>, s: TcpStream| {
+            rustls::StreamOwned::new(rustls::ServerConnection::new(config.clone()).unwrap(), s)
+        };
+        match &self.script.tls {
+            PeerTls::Implicit(config) => {
+                self.dialogue(&mut BufReader::new(tls(config, stream)), true, false, true)?;
+            }
+            PeerTls::StartTls(config) => {
+                let mut io = BufReader::new(stream);
+                if let End::StartTls = self.dialogue(&mut io, true, true, false)? {
+                    let stream = io.into_inner();
+                    self.dialogue(&mut BufReader::new(tls(config, stream)), false, false, true)?;
+                }
+            }
+            PeerTls::None => {
+                self.dialogue(&mut BufReader::new(stream), true, false, false)?;
+            }
         }
-        let upper = line.to_ascii_uppercase();
-        if upper.starts_with("EHLO") || upper.starts_with("HELO") {
-            out.write_all(b"250-scripted\r\n250-8BITMIME\r\n250 SMTPUTF8\r\n")?;
-        } else if upper.starts_with("MAIL FROM") {
-            rcpts.clear();
-            out.write_all(b"250 ok\r\n")?;
-        } else if upper.starts_with("RCPT TO") {
-            let addr = line
-                .split(['<', '>'])
-                .nth(1)
-                .unwrap_or_default()
-                .to_string();
-            let n = {
-                let mut t = tries.lock().unwrap();
-                let n = t.entry(addr.clone()).or_insert(0);
-                *n += 1;
-                *n
-            };
-            match (&script.reject, &script.tempfail) {
-                (Some(pat), _) if addr.contains(pat.as_str()) => {
-                    out.write_all(b"550 5.1.1 no such user here\r\n")?
-                }
-                (_, Some((pat, times))) if addr.contains(pat.as_str()) && n <= *times => {
-                    out.write_all(b"451 4.3.0 try again later\r\n")?
-                }
-                _ => {
-                    rcpts.push(addr);
-                    out.write_all(b"250 ok\r\n")?
-                }
+        Ok(())
+    }
+
+    fn dialogue<S: std::io::Read + Write>(
+        &self,
+        io: &mut BufReader<S>,
+        greet: bool,
+        offer_starttls: bool,
+        encrypted: bool,
+    ) -> std::io::Result<End> {
+        let script = &self.script;
+        if greet {
+            io.get_mut().write_all(b"220 scripted ESMTP\r\n")?;
+        }
+        let mut rcpts: Vec<String> = Vec::new();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if io.read_line(&mut line)? == 0 {
+                return Ok(End::Closed);
             }
-        } else if upper.starts_with("DATA") {
-            out.write_all(b"354 go ahead\r\n")?;
-            loop {
-                line.clear();
-                if input.read_line(&mut line)? == 0 {
-                    return Ok(());
+            let upper = line.to_ascii_uppercase();
+            let out = io.get_mut();
+            if upper.starts_with("EHLO") || upper.starts_with("HELO") {
+                if offer_starttls {
+                    out.write_all(b"250-scripted\r\n250-STARTTLS\r\n")?;
                 }
-                if line == ".\r\n" {
-                    break;
+                out.write_all(b"250-scripted\r\n250-8BITMIME\r\n250 SMTPUTF8\r\n")?;
+            } else if upper.starts_with("STARTTLS") && offer_starttls {
+                out.write_all(b"220 ready to start TLS\r\n")?;
+                out.flush()?;
+                return Ok(End::StartTls);
+            } else if upper.starts_with("MAIL FROM") {
+                rcpts.clear();
+                out.write_all(b"250 ok\r\n")?;
+            } else if upper.starts_with("RCPT TO") {
+                let addr = line.split(['<', '>']).nth(1).unwrap_or_default().to_string();
+                let n = {
+                    let mut t = self.tries.lock().unwrap();
+                    let n = t.entry(addr.clone()).or_insert(0);
+                    *n += 1;
+                    *n
+                };
+                match (&script.reject, &script.tempfail) {
+                    (Some(pat), _) if addr.contains(pat.as_str()) => {
+                        out.write_all(b"550 5.1.1 no such user here\r\n")?
+                    }
+                    (_, Some((pat, times))) if addr.contains(pat.as_str()) && n <= *times => {
+                        out.write_all(b"451 4.3.0 try again later\r\n")?
+                    }
+                    _ => {
+                        rcpts.push(addr);
+                        out.write_all(b"250 ok\r\n")?
+                    }
                 }
+            } else if upper.starts_with("DATA") {
+                out.write_all(b"354 go ahead\r\n")?;
+                out.flush()?;
+                loop {
+                    line.clear();
+                    if io.read_line(&mut line)? == 0 {
+                        return Ok(End::Closed);
+                    }
+                    if line == ".\r\n" {
+                        break;
+                    }
+                }
+                std::thread::sleep(script.data_delay);
+                let mut r = self.received.lock().unwrap();
+                for a in rcpts.drain(..) {
+                    *r.entry(a).or_insert(0) += 1;
+                    if encrypted {
+                        self.encrypted.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                drop(r);
+                io.get_mut().write_all(b"250 queued\r\n")?;
+            } else if upper.starts_with("RSET") || upper.starts_with("NOOP") {
+                out.write_all(b"250 ok\r\n")?;
+            } else if upper.starts_with("QUIT") {
+                out.write_all(b"221 bye\r\n")?;
+                out.flush()?;
+                return Ok(End::Closed);
+            } else {
+                out.write_all(b"502 unknown\r\n")?;
             }
-            std::thread::sleep(script.data_delay);
-            let mut r = received.lock().unwrap();
-            for a in rcpts.drain(..) {
-                *r.entry(a).or_insert(0) += 1;
-            }
-            drop(r);
-            out.write_all(b"250 queued\r\n")?;
-        } else if upper.starts_with("RSET") || upper.starts_with("NOOP") {
-            out.write_all(b"250 ok\r\n")?;
-        } else if upper.starts_with("QUIT") {
-            out.write_all(b"221 bye\r\n")?;
-            return Ok(());
-        } else {
-            out.write_all(b"502 unknown\r\n")?;
+            io.get_mut().flush()?;
         }
     }
 }
