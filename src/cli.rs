@@ -171,7 +171,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             if applied.is_empty() {
                 println!("schema is up to date");
             } else {
-                println!("applied {} migration(s): {}", applied.len(), applied.join(", "));
+                println!(
+                    "applied {} migration(s): {}",
+                    applied.len(),
+                    applied.join(", ")
+                );
             }
         }
         Command::Import { file, list } => cmd_import(g, &file, &list)?,
@@ -368,12 +372,18 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
     for cause in err.chain() {
         let usage = cause.downcast_ref::<UsageError>().is_some()
             || cause.downcast_ref::<config::ConfigError>().is_some()
-            || cause.downcast_ref::<templates::TemplateError>().is_some_and(|e| {
-                matches!(e, templates::TemplateError::Unknown(_))
-            })
-            || cause.downcast_ref::<crate::mail::MailError>().is_some_and(|e| e.is_usage())
-            || cause.downcast_ref::<store::StoreError>().is_some_and(|e| e.is_usage())
-            || cause.downcast_ref::<splitter::EnqueueError>().is_some_and(|e| e.is_usage());
+            || cause
+                .downcast_ref::<templates::TemplateError>()
+                .is_some_and(|e| matches!(e, templates::TemplateError::Unknown(_)))
+            || cause
+                .downcast_ref::<crate::mail::MailError>()
+                .is_some_and(|e| e.is_usage())
+            || cause
+                .downcast_ref::<store::StoreError>()
+                .is_some_and(|e| e.is_usage())
+            || cause
+                .downcast_ref::<splitter::EnqueueError>()
+                .is_some_and(|e| e.is_usage());
         if usage {
             return EXIT_USAGE;
         }

@@ -161,10 +161,7 @@ impl SmtpUrl {
                     .map(|(_, v)| v.into_owned())
                     .unwrap_or_default()
             };
-            Some((
-                decode(url.username()),
-                decode(url.password().unwrap_or("")),
-            ))
+            Some((decode(url.username()), decode(url.password().unwrap_or(""))))
         };
         Ok(SmtpUrl {
             host,
@@ -198,8 +195,12 @@ mod tests {
     #[test]
     fn smtp_urls() {
         let plain = SmtpUrl::parse("smtp://127.0.0.1:2525").unwrap();
-        assert_eq!((plain.host.as_str(), plain.port, plain.tls), ("127.0.0.1", 2525, Tls::None));
-        let sub = SmtpUrl::parse("smtp://me%40x.org:p%3Ass@relay.example:587?tls=required").unwrap();
+        assert_eq!(
+            (plain.host.as_str(), plain.port, plain.tls),
+            ("127.0.0.1", 2525, Tls::None)
+        );
+        let sub =
+            SmtpUrl::parse("smtp://me%40x.org:p%3Ass@relay.example:587?tls=required").unwrap();
         assert_eq!(sub.tls, Tls::StartTls { required: true });
         assert_eq!(sub.credentials, Some(("me@x.org".into(), "p:ss".into())));
         let smtps = SmtpUrl::parse("smtps://relay.example?ca=/etc/ca.pem").unwrap();
@@ -208,7 +209,9 @@ mod tests {
         assert_eq!((smtps.port, smtps.tls), (465, Tls::Implicit));
         assert!(SmtpUrl::parse("http://x").is_err());
         assert!(SmtpUrl::parse("smtp://x?tls=maybe").is_err());
-        let err = SmtpUrl::parse("smtp://u:secret@h?tls=bad").unwrap_err().to_string();
+        let err = SmtpUrl::parse("smtp://u:secret@h?tls=bad")
+            .unwrap_err()
+            .to_string();
         assert!(!err.contains("secret"), "{err}");
     }
 

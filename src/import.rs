@@ -171,11 +171,17 @@ fn import_reader(
             }
         }
         if batch.len() >= BATCH_ROWS {
-            add(&mut summary, flush(conn, list_id, &mut batch, status_col.is_some())?);
+            add(
+                &mut summary,
+                flush(conn, list_id, &mut batch, status_col.is_some())?,
+            );
             on_progress(rows);
         }
     }
-    add(&mut summary, flush(conn, list_id, &mut batch, status_col.is_some())?);
+    add(
+        &mut summary,
+        flush(conn, list_id, &mut batch, status_col.is_some())?,
+    );
     on_progress(rows);
     Ok(summary)
 }
@@ -266,7 +272,10 @@ pub fn normalise_email(raw: &str) -> Result<String, String> {
     if raw.is_empty() {
         return Err("email is empty".into());
     }
-    if raw.chars().any(|c| c.is_control() || c == '<' || c == '>' || c == ',') {
+    if raw
+        .chars()
+        .any(|c| c.is_control() || c == '<' || c == '>' || c == ',')
+    {
         return Err(format!("invalid email {raw:?}"));
     }
     let addr = lettre::Address::from_str(raw).map_err(|e| format!("invalid email {raw:?}: {e}"))?;
@@ -279,7 +288,10 @@ mod tests {
 
     #[test]
     fn emails() {
-        assert_eq!(normalise_email("Ada@Example.COM").unwrap(), "Ada@example.com");
+        assert_eq!(
+            normalise_email("Ada@Example.COM").unwrap(),
+            "Ada@example.com"
+        );
         assert!(normalise_email("not-an-address").is_err());
         assert!(normalise_email("a@b.test\r\nBcc: victim@x.test").is_err());
         assert!(normalise_email("a@b.test, c@d.test").is_err());

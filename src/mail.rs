@@ -94,7 +94,11 @@ pub fn compose(
                         .header(ContentType::TEXT_PLAIN)
                         .body(text),
                 )
-                .singlepart(SinglePart::builder().header(ContentType::TEXT_HTML).body(html)),
+                .singlepart(
+                    SinglePart::builder()
+                        .header(ContentType::TEXT_HTML)
+                        .body(html),
+                ),
         )
         .map_err(MailError::Build)?;
     Ok(Composed {
@@ -127,7 +131,10 @@ pub fn classify(err: &lettre::transport::smtp::Error) -> Verdict {
 /// Whether a transient reply asks us to slow down (421, or 4xx wording).
 pub fn is_slow_down(reply: &str) -> bool {
     let lower = reply.to_ascii_lowercase();
-    lower.contains("421") || lower.contains("slow down") || lower.contains("rate limit") || lower.contains("too many")
+    lower.contains("421")
+        || lower.contains("slow down")
+        || lower.contains("rate limit")
+        || lower.contains("too many")
 }
 
 /// Connection settings for one relay, shared by every sender task.
@@ -145,12 +152,14 @@ impl Relay {
         let shown = format!("{}:{}", url.host, url.port);
         let tls = match (url.tls, &url.ca) {
             (Tls::None, _) => None,
-            (_, None) => Some(TlsParameters::new(url.host.clone()).map_err(|e| {
-                MailError::TlsSetup {
-                    path: String::new(),
-                    source: Box::new(e),
-                }
-            })?),
+            (_, None) => {
+                Some(
+                    TlsParameters::new(url.host.clone()).map_err(|e| MailError::TlsSetup {
+                        path: String::new(),
+                        source: Box::new(e),
+                    })?,
+                )
+            }
             (_, Some(path)) => {
                 let err = |source: Box<dyn std::error::Error + Send + Sync>| MailError::TlsSetup {
                     path: path.clone(),
@@ -292,7 +301,16 @@ mod tests {
         let text = String::from_utf8(msg.bytes).unwrap();
         assert!(!text.contains("\r\nBcc:"), "{text}");
         assert_eq!(msg.envelope.to().len(), 1);
-        assert!(compose(&from, "s", "<x@y>".into(), "", "not an address", String::new(), String::new()).is_err());
+        assert!(compose(
+            &from,
+            "s",
+            "<x@y>".into(),
+            "",
+            "not an address",
+            String::new(),
+            String::new()
+        )
+        .is_err());
         assert!(parse_from("bad\r\nBcc: x@y").is_err());
     }
 }

@@ -271,6 +271,9 @@ mod tests {
             Err(BadJob::BadId(-3))
         );
         let many = JobBody::new(1, (1..=10_000).collect());
-        assert_eq!(JobBody::decode(&many.encode()), Err(BadJob::TooMany(10_000)));
+        assert_eq!(
+            JobBody::decode(&many.encode()),
+            Err(BadJob::TooMany(10_000))
+        );
     }
 }

@@ -82,10 +82,7 @@ impl Fanout {
             let newest = server.newest_job_id(tube)?;
             servers.push((server, newest));
         }
-        Ok(Fanout {
-            servers,
-            next: 0,
-        })
+        Ok(Fanout { servers, next: 0 })
     }
 }
 
@@ -135,7 +132,15 @@ pub fn enqueue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Report, En
                 skipped.push(rid);
             }
             if batch.len() == opts.batch_size {
-                put_batch(conn, &campaign, &mut fanout, &mut batch, &mut skipped, &mut unconfirmed, priority)?;
+                put_batch(
+                    conn,
+                    &campaign,
+                    &mut fanout,
+                    &mut batch,
+                    &mut skipped,
+                    &mut unconfirmed,
+                    priority,
+                )?;
                 report.jobs += 1;
                 report.recipients += opts.batch_size as u64;
             }
@@ -146,7 +151,15 @@ pub fn enqueue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Report, En
     if !batch.is_empty() {
         report.recipients += batch.len() as u64;
         report.jobs += 1;
-        put_batch(conn, &campaign, &mut fanout, &mut batch, &mut skipped, &mut unconfirmed, priority)?;
+        put_batch(
+            conn,
+            &campaign,
+            &mut fanout,
+            &mut batch,
+            &mut skipped,
+            &mut unconfirmed,
+            priority,
+        )?;
     }
     // Confirm the last put together with any trailing skipped recipients.
     let mut last = unconfirmed.take().unwrap_or_default();

@@ -47,7 +47,8 @@ impl CampaignStatus {
         } else {
             0.0
         };
-        let eta_seconds = (rate > 0.0 && pending > 0).then(|| (pending as f64 / rate).ceil() as u64);
+        let eta_seconds =
+            (rate > 0.0 && pending > 0).then(|| (pending as f64 / rate).ceil() as u64);
         Ok(CampaignStatus {
             id: campaign.id,
             name: campaign.name.clone(),

@@ -87,7 +87,12 @@ struct AnnouncementHtml<'a> {
 struct AnnouncementText<'a> {
     ctx: &'a Context<'a>,
 }
-deref_context!(NewsletterHtml, NewsletterText, AnnouncementHtml, AnnouncementText);
+deref_context!(
+    NewsletterHtml,
+    NewsletterText,
+    AnnouncementHtml,
+    AnnouncementText
+);
 
 /// The two parts of one rendered message.
 pub struct Rendered {
@@ -146,9 +151,14 @@ mod tests {
                     unsubscribe_url: "https://example.test/u/1",
                 };
                 let out = render(name, &ctx).unwrap();
-                assert!(out.text.contains(if who.is_empty() { "subscriber" } else { who }));
+                assert!(out
+                    .text
+                    .contains(if who.is_empty() { "subscriber" } else { who }));
                 assert!(out.html.contains("https://example.test/u/1"));
-                assert!(!out.html.contains("<Rhône>"), "HTML part must escape attributes");
+                assert!(
+                    !out.html.contains("<Rhône>"),
+                    "HTML part must escape attributes"
+                );
             }
         }
         assert!(matches!(check("nope"), Err(TemplateError::Unknown(_))));

@@ -11,14 +11,21 @@ use common::*;
 fn assert_counts(env: &Env, name: &str, sent: i64, failed: i64, skipped: i64) {
     let s = env.status(name);
     assert_eq!(
-        (s["sent"].as_i64(), s["failed"].as_i64(), s["skipped"].as_i64(), s["pending"].as_i64()),
+        (
+            s["sent"].as_i64(),
+            s["failed"].as_i64(),
+            s["skipped"].as_i64(),
+            s["pending"].as_i64()
+        ),
         (Some(sent), Some(failed), Some(skipped), Some(0)),
         "{s}"
     );
 }
 
 fn wait_done(env: &Env, name: &str, secs: u64) {
-    wait_for(secs, "campaign to finish", || env.status(name)["pending"] == 0);
+    wait_for(secs, "campaign to finish", || {
+        env.status(name)["pending"] == 0
+    });
 }
 
 fn delivered_once(kind: Kind, workers: usize) {
@@ -28,13 +35,19 @@ fn delivered_once(kind: Kind, workers: usize) {
     let mut env = Env::new(kind, &bs.addr());
     env.smtp = peer.url();
     env.campaign("news", 2_000);
-    let procs: Vec<Proc> = (0..workers).map(|_| env.worker(&["--concurrency", "20"])).collect();
+    let procs: Vec<Proc> = (0..workers)
+        .map(|_| env.worker(&["--concurrency", "20"]))
+        .collect();
     wait_done(&env, "news", 120);
     assert_eq!(peer.total(), 2_000);
     assert_eq!(peer.duplicates(), 0);
     assert_eq!(peer.received.lock().unwrap().len(), 2_000);
     assert_counts(&env, "news", 2_000, 0, 0);
-    wait_for(10, "every job deleted", || bs.tube_stat(&env.tube, "current-jobs-ready") + bs.tube_stat(&env.tube, "current-jobs-reserved") == 0);
+    wait_for(10, "every job deleted", || {
+        bs.tube_stat(&env.tube, "current-jobs-ready")
+            + bs.tube_stat(&env.tube, "current-jobs-reserved")
+            == 0
+    });
     drop(procs);
 }
 
@@ -129,9 +142,13 @@ fn cancel_deletes_the_remaining_jobs() {
     wait_for(60, "some mail to go out", || sent(&env, "news") >= 100);
     env.ok(&["cancel", "news"]);
     wait_for(30, "the tube to empty", || {
-        ["current-jobs-ready", "current-jobs-reserved", "current-jobs-delayed"]
-            .iter()
-            .all(|k| bs.tube_stat(&env.tube, k) == 0)
+        [
+            "current-jobs-ready",
+            "current-jobs-reserved",
+            "current-jobs-delayed",
+        ]
+        .iter()
+        .all(|k| bs.tube_stat(&env.tube, k) == 0)
     });
     let s = env.status("news");
     assert_eq!(s["state"], "cancelled");
@@ -151,8 +168,13 @@ fn a_redelivered_job_sends_nothing_new() {
     c.use_tube(&env.tube).unwrap();
     for chunk in (1..=250).collect::<Vec<i64>>().chunks(100) {
         let body = serde_json::json!({"v": 1, "campaign": 1, "recipients": chunk});
-        c.put(body.to_string().as_bytes(), 10, Duration::ZERO, Duration::from_secs(30))
-            .unwrap();
+        c.put(
+            body.to_string().as_bytes(),
+            10,
+            Duration::ZERO,
+            Duration::from_secs(30),
+        )
+        .unwrap();
     }
     wait_for(30, "the copies to be deleted", || {
         bs.tube_stat(&env.tube, "total-jobs") == 6
@@ -237,8 +259,17 @@ fn malformed_jobs_are_buried_and_the_worker_keeps_going() {
     let (_tmp, bs, peer, env) = setup(Kind::Sqlite, Script::default());
     env.import_n("people", 10);
     env.ok(&[
-        "campaign", "create", "news", "--list", "people", "--template", "newsletter",
-        "--subject", "Hi", "--from", "news@example.test",
+        "campaign",
+        "create",
+        "news",
+        "--list",
+        "people",
+        "--template",
+        "newsletter",
+        "--subject",
+        "Hi",
+        "--from",
+        "news@example.test",
     ]);
     let mut c = bs.client();
     c.use_tube(&env.tube).unwrap();
@@ -277,10 +308,20 @@ fn sigterm_mid_campaign_loses_nothing() {
     let mut w = env.worker(&["--concurrency", "10"]);
     wait_for(60, "some mail to go out", || sent(&env, "news") >= 50);
     signal(&w.0, "TERM");
-    assert!(wait_exit(&mut w.0, 30).success(), "worker must exit 0 on SIGTERM");
+    assert!(
+        wait_exit(&mut w.0, 30).success(),
+        "worker must exit 0 on SIGTERM"
+    );
     let after_stop = sent(&env, "news");
-    assert!(after_stop < 600, "finished before the signal; make the test slower");
-    assert_eq!(peer.total() as i64, after_stop, "every delivered message is recorded");
+    assert!(
+        after_stop < 600,
+        "finished before the signal; make the test slower"
+    );
+    assert_eq!(
+        peer.total() as i64,
+        after_stop,
+        "every delivered message is recorded"
+    );
     let _w2 = env.worker(&["--concurrency", "10"]);
     wait_done(&env, "news", 120);
     assert_eq!(peer.total(), 600);
@@ -340,7 +381,10 @@ fn replacing_the_binary_stops_the_worker_cleanly() {
     let _ = &mut cmd;
     wait_for(60, "some mail to go out", || sent(&env, "news") >= 20);
     deploy(&bin);
-    assert!(wait_exit(&mut w.0, 30).success(), "worker must exit 0 after a deploy");
+    assert!(
+        wait_exit(&mut w.0, 30).success(),
+        "worker must exit 0 after a deploy"
+    );
     let mut log = String::new();
     std::io::Read::read_to_string(w.0.stderr.as_mut().unwrap(), &mut log).unwrap();
     assert!(log.contains("executable replaced"), "{log}");
@@ -350,7 +394,11 @@ fn replacing_the_binary_stops_the_worker_cleanly() {
     assert_eq!(peer.duplicates(), 0);
 }
 
-fn tls_delivery(tls: fn(std::sync::Arc<rustls::ServerConfig>) -> PeerTls, scheme: &str, query: &str) {
+fn tls_delivery(
+    tls: fn(std::sync::Arc<rustls::ServerConfig>) -> PeerTls,
+    scheme: &str,
+    query: &str,
+) {
     let tmp = tempfile::tempdir().unwrap();
     let (config, ca) = tls_identity(tmp.path());
     let bs = Beanstalkd::start(tmp.path());
@@ -359,7 +407,11 @@ fn tls_delivery(tls: fn(std::sync::Arc<rustls::ServerConfig>) -> PeerTls, scheme
         ..Script::default()
     });
     let mut env = Env::new(Kind::Sqlite, &bs.addr());
-    env.smtp = format!("{scheme}://localhost:{}?{query}ca={}", peer.port, ca.display());
+    env.smtp = format!(
+        "{scheme}://localhost:{}?{query}ca={}",
+        peer.port,
+        ca.display()
+    );
     env.campaign("news", 30);
     let _w = env.worker(&["--concurrency", "4"]);
     wait_done(&env, "news", 60);

@@ -68,6 +68,9 @@ impl FromStr for DeliveryState {
     }
 }
 
+/// recipient, state, claim token, claimed until, attempts.
+type ClaimRow = (i64, String, Option<i64>, Option<i64>, i32);
+
 /// The result of claiming a job's recipients.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Claim {
@@ -129,7 +132,7 @@ pub fn claim(
             d::updated_at.eq(now),
         ))
         .execute(c))?;
-        let rows: Vec<(i64, String, Option<i64>, Option<i64>, i32)> = on!(conn, |c| d::table
+        let rows: Vec<ClaimRow> = on!(conn, |c| d::table
             .filter(d::campaign_id.eq(campaign_id))
             .filter(d::recipient_id.eq_any(recipient_ids))
             .select((
@@ -143,9 +146,7 @@ pub fn claim(
         let mut claim = Claim::default();
         for (rid, state, owner, claimed_until, attempts) in rows {
             match state.parse::<DeliveryState>()? {
-                DeliveryState::Claimed if owner == Some(token) => {
-                    claim.owned.push((rid, attempts))
-                }
+                DeliveryState::Claimed if owner == Some(token) => claim.owned.push((rid, attempts)),
                 DeliveryState::Claimed | DeliveryState::Retry => {
                     let until = claimed_until.unwrap_or(now).max(now);
                     claim.busy_until = Some(claim.busy_until.map_or(until, |b| b.max(until)));
@@ -158,7 +159,12 @@ pub fn claim(
 }
 
 /// Push back the lease on everything `token` still holds (a long job).
-pub fn extend_claims(conn: &mut Conn, campaign_id: i64, token: i64, lease_ms: i64) -> Result<usize> {
+pub fn extend_claims(
+    conn: &mut Conn,
+    campaign_id: i64,
+    token: i64,
+    lease_ms: i64,
+) -> Result<usize> {
     let until = now_ms() + lease_ms;
     Ok(on!(conn, |c| diesel::update(
         d::table
@@ -232,34 +238,28 @@ pub fn record(conn: &mut Conn, outcomes: &[Outcome], max_attempts: i32) -> Resul
         }
         for ((campaign_id, token), idx) in sent {
             let ids: Vec<i64> = idx.iter().map(|&i| outcomes[i].recipient_id).collect();
-            let n = on!(conn, |c| diesel::update(owned_rows!(campaign_id, token, &ids))
-                .set((
-                    d::state.eq(DeliveryState::Sent.as_str()),
-                    d::claim_token.eq(None::<i64>),
-                    d::last_error.eq(None::<String>),
-                    d::updated_at.eq(now),
-                ))
-                .execute(c))?;
-            deltas.entry(campaign_id).or_default().sent += n as i64;
-            let state = if n == ids.len() {
-                Recorded::Final
-            } else {
-                // Rare: some claims were lost. Ask which rows are ours now.
-                let rows: Vec<(i64, String)> = on!(conn, |c| d::table
-                    .filter(d::campaign_id.eq(campaign_id))
-                    .filter(d::recipient_id.eq_any(&ids))
-                    .select((d::recipient_id, d::state))
-                    .load(c))?;
-                for &i in &idx {
-                    let done = rows.iter().any(|(rid, s)| {
-                        *rid == outcomes[i].recipient_id && s == DeliveryState::Sent.as_str()
-                    });
-                    results[i] = if done { Recorded::Final } else { Recorded::Lost };
-                }
-                continue;
-            };
+            // RETURNING tells exactly which rows this claim still held.
+            let done: Vec<i64> = on!(conn, |c| diesel::update(owned_rows!(
+                campaign_id,
+                token,
+                &ids
+            ))
+            .set((
+                d::state.eq(DeliveryState::Sent.as_str()),
+                d::claim_token.eq(None::<i64>),
+                d::last_error.eq(None::<String>),
+                d::updated_at.eq(now),
+            ))
+            .returning(d::recipient_id)
+            .get_results(c))?;
+            deltas.entry(campaign_id).or_default().sent += done.len() as i64;
             for &i in &idx {
-                results[i] = state;
+                let ours = done.len() == ids.len() || done.contains(&outcomes[i].recipient_id);
+                results[i] = if ours {
+                    Recorded::Final
+                } else {
+                    Recorded::Lost
+                };
             }
         }
 
@@ -338,12 +338,13 @@ pub fn record(conn: &mut Conn, outcomes: &[Outcome], max_attempts: i32) -> Resul
         }
 
         for (campaign_id, delta) in deltas {
-            bump_counters(conn, campaign_id, &delta, now)?;
+            if delta.sent + delta.failed + delta.skipped > 0 {
+                bump_counters(conn, campaign_id, &delta, now)?;
+            }
         }
         Ok(results)
     })
 }
-
 
 /// Move the counters and, every few seconds, the observed rate.
 fn bump_counters(conn: &mut Conn, campaign_id: i64, delta: &Delta, now: i64) -> Result<()> {
@@ -352,9 +353,9 @@ fn bump_counters(conn: &mut Conn, campaign_id: i64, delta: &Delta, now: i64) -> 
             cc::sent.eq(cc::sent + delta.sent),
             cc::failed.eq(cc::failed + delta.failed),
             cc::skipped.eq(cc::skipped + delta.skipped),
-            cc::first_at.eq(diesel::dsl::sql::<diesel::sql_types::Nullable<diesel::sql_types::BigInt>>(
-                &format!("COALESCE(first_at, {now})")
-            )),
+            cc::first_at.eq(diesel::dsl::sql::<
+                diesel::sql_types::Nullable<diesel::sql_types::BigInt>,
+            >(&format!("COALESCE(first_at, {now})"))),
             cc::last_at.eq(Some(now)),
         ))
         .execute(c))?;

@@ -104,8 +104,13 @@ impl StoreError {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
-/// A connection to either backend.
-pub enum Conn {
+/// A connection to either backend, and how deep in nested transactions it is.
+pub struct Conn {
+    inner: Inner,
+    depth: u32,
+}
+
+enum Inner {
     Sqlite(SqliteConnection),
     Pg(PgConnection),
 }
@@ -114,11 +119,17 @@ pub enum Conn {
 /// The expression is compiled once per backend, so diesel checks it for both.
 macro_rules! on {
     ($conn:expr, |$c:ident| $body:expr) => {
-        match $conn {
-            $crate::store::Conn::Sqlite($c) => $body,
-            $crate::store::Conn::Pg($c) => $body,
+        match $conn.inner_mut() {
+            $crate::store::InnerMut::Sqlite($c) => $body,
+            $crate::store::InnerMut::Pg($c) => $body,
         }
     };
+}
+
+/// The concrete connection, borrowed for one `on!` body.
+pub(crate) enum InnerMut<'a> {
+    Sqlite(&'a mut SqliteConnection),
+    Pg(&'a mut PgConnection),
 }
 pub(crate) use on;
 
@@ -156,25 +167,31 @@ impl Conn {
             url: url.to_string(),
             source,
         };
-        match backend_of(url)? {
+        let inner = match backend_of(url)? {
             Backend::Sqlite => {
                 let mut c = SqliteConnection::establish(sqlite_path(url)).map_err(connect_err)?;
                 c.batch_execute(&format!(
                     "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;",
                     SQLITE_BUSY_TIMEOUT.as_millis()
                 ))?;
-                Ok(Conn::Sqlite(c))
+                Inner::Sqlite(c)
             }
-            Backend::Postgres => Ok(Conn::Pg(
-                PgConnection::establish(url).map_err(connect_err)?,
-            )),
+            Backend::Postgres => Inner::Pg(PgConnection::establish(url).map_err(connect_err)?),
+        };
+        Ok(Conn { inner, depth: 0 })
+    }
+
+    pub(crate) fn inner_mut(&mut self) -> InnerMut<'_> {
+        match &mut self.inner {
+            Inner::Sqlite(c) => InnerMut::Sqlite(c),
+            Inner::Pg(c) => InnerMut::Pg(c),
         }
     }
 
     pub fn backend(&self) -> Backend {
-        match self {
-            Conn::Sqlite(_) => Backend::Sqlite,
-            Conn::Pg(_) => Backend::Postgres,
+        match self.inner {
+            Inner::Sqlite(_) => Backend::Sqlite,
+            Inner::Pg(_) => Backend::Postgres,
         }
     }
 
@@ -192,28 +209,46 @@ impl Conn {
         Ok(applied)
     }
 
-    /// Run `f` in one transaction. SQLite takes the write lock up front
-    /// (`BEGIN IMMEDIATE`) so two writers never deadlock upgrading a read
-    /// lock; the busy timeout then queues them.
+    /// Run `f` in one transaction; nested calls become savepoints, so store
+    /// functions compose inside a caller's transaction. SQLite takes the
+    /// write lock up front (`BEGIN IMMEDIATE`) so two writers never deadlock
+    /// upgrading a read lock; the busy timeout then queues them.
     pub fn transaction<T, E>(&mut self, f: impl FnOnce(&mut Conn) -> Result<T, E>) -> Result<T, E>
     where
         E: From<StoreError>,
     {
-        let begin = match self {
-            Conn::Sqlite(_) => "BEGIN IMMEDIATE",
-            Conn::Pg(_) => "BEGIN",
+        let depth = self.depth;
+        let (begin, commit, rollback) = match (depth, self.backend()) {
+            (0, Backend::Sqlite) => (
+                "BEGIN IMMEDIATE".to_string(),
+                "COMMIT".to_string(),
+                "ROLLBACK".to_string(),
+            ),
+            (0, Backend::Postgres) => (
+                "BEGIN".to_string(),
+                "COMMIT".to_string(),
+                "ROLLBACK".to_string(),
+            ),
+            (d, _) => (
+                format!("SAVEPOINT sp{d}"),
+                format!("RELEASE SAVEPOINT sp{d}"),
+                format!("ROLLBACK TO SAVEPOINT sp{d}; RELEASE SAVEPOINT sp{d}"),
+            ),
         };
-        self.execute_batch(begin).map_err(E::from)?;
-        match f(self) {
+        self.execute_batch(&begin).map_err(E::from)?;
+        self.depth += 1;
+        let result = f(self);
+        self.depth = depth;
+        match result {
             Ok(v) => {
-                if let Err(e) = self.execute_batch("COMMIT") {
-                    let _ = self.execute_batch("ROLLBACK");
+                if let Err(e) = self.execute_batch(&commit) {
+                    let _ = self.execute_batch(&rollback);
                     return Err(E::from(e));
                 }
                 Ok(v)
             }
             Err(e) => {
-                let _ = self.execute_batch("ROLLBACK");
+                let _ = self.execute_batch(&rollback);
                 Err(e)
             }
         }

@@ -7,7 +7,7 @@ use diesel::prelude::*;
 use diesel::upsert::excluded;
 
 use super::schema::{list_members, lists, recipients};
-use super::{now_ms, on, Conn, Result, StoreError};
+use super::{now_ms, on, Conn, InnerMut, Result, StoreError};
 
 /// Whether a recipient may be mailed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,13 +171,13 @@ pub fn upsert_batch(
             }
         };
     }
-    match conn {
-        Conn::Sqlite(c) => {
+    match conn.inner_mut() {
+        InnerMut::Sqlite(c) => {
             for row in rows {
                 upsert!(c, row)?;
             }
         }
-        Conn::Pg(c) => {
+        InnerMut::Pg(c) => {
             upsert!(c, rows)?;
         }
     }
@@ -185,7 +185,10 @@ pub fn upsert_batch(
         .values(
             recipients::table
                 .filter(recipients::email.eq_any(&emails))
-                .select((list_id.into_sql::<diesel::sql_types::BigInt>(), recipients::id)),
+                .select((
+                    list_id.into_sql::<diesel::sql_types::BigInt>(),
+                    recipients::id
+                )),
         )
         .into_columns((list_members::list_id, list_members::recipient_id))
         .on_conflict_do_nothing()

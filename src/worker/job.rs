@@ -125,9 +125,11 @@ impl Campaigns {
 
     /// Whether no more mail may go out for this campaign now.
     pub async fn blocked(&self, id: i64) -> bool {
-        self.flags.read().await.get(&id).is_some_and(|f| {
-            f.flags.paused || f.flags.state == CampaignState::Cancelled
-        })
+        self.flags
+            .read()
+            .await
+            .get(&id)
+            .is_some_and(|f| f.flags.paused || f.flags.state == CampaignState::Cancelled)
     }
 
     async fn flag_state(&self, id: i64) -> Option<FlagState> {
@@ -248,9 +250,9 @@ pub async fn finish(shared: &Shared, t: &Tracker) {
         _ => match (retry_attempt, unclaimed, t.busy_until) {
             (Some(a), _, _) => release(retry_delay(a)),
             (None, true, _) => release(Duration::ZERO),
-            (None, false, Some(until)) => {
-                release(Duration::from_millis((until - now_ms()).max(0) as u64 + 1_000))
-            }
+            (None, false, Some(until)) => release(Duration::from_millis(
+                (until - now_ms()).max(0) as u64 + 1_000,
+            )),
             (None, false, None) => Cmd::Delete(t.job_id),
         },
     };
@@ -290,7 +292,11 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
     let info = match shared.campaigns.info(&shared.db, body.campaign).await {
         Ok(Some(info)) => info,
         Ok(None) => {
-            tracing::warn!(job = id, "burying job: it names campaign {}, which does not exist", body.campaign);
+            tracing::warn!(
+                job = id,
+                "burying job: it names campaign {}, which does not exist",
+                body.campaign
+            );
             return Err(bury);
         }
         Err(e) => return Err(retry_later("cannot read the campaign", e)),
@@ -428,8 +434,8 @@ fn compose_for(info: &CampaignInfo, r: &recipients::Recipient) -> Result<Compose
         attributes: &attributes,
         unsubscribe_url,
     };
-    let rendered =
-        templates::render(&info.template, &ctx).map_err(|e| OutcomeKind::Failed(format!("{e:#}")))?;
+    let rendered = templates::render(&info.template, &ctx)
+        .map_err(|e| OutcomeKind::Failed(format!("{e:#}")))?;
     let message_id = format!(
         "<{}.{}.mailsplit@{}>",
         info.id,

@@ -61,7 +61,12 @@ pub fn run_cli(g: &Global, args: &WorkerArgs) -> Result<ExitCode> {
         },
         relay: Relay::new(url)?,
         concurrency: config::check_range("--concurrency", args.concurrency, 1, 5_000)?,
-        max_attempts: config::check_range("--max-attempts", args.max_attempts.max(0) as usize, 1, 100)? as i32,
+        max_attempts: config::check_range(
+            "--max-attempts",
+            args.max_attempts.max(0) as usize,
+            1,
+            100,
+        )? as i32,
         grace: Duration::from_secs(args.grace),
     };
     // Fail now, with the fix named, if the database is wrong or unmigrated.
@@ -182,9 +187,12 @@ pub async fn run(settings: Settings, conn: crate::store::Conn) -> Result<()> {
     {
         tracing::warn!(grace = ?settings.grace, "grace period over: handing back unsent messages");
         abort.cancel();
-        if tokio::time::timeout(SMTP_TIMEOUT + Duration::from_secs(5), slots.acquire_many(all))
-            .await
-            .is_err()
+        if tokio::time::timeout(
+            SMTP_TIMEOUT + Duration::from_secs(5),
+            slots.acquire_many(all),
+        )
+        .await
+        .is_err()
         {
             tracing::error!("jobs still unfinished; exiting anyway (beanstalkd returns them, their claims lapse after the TTR)");
         }

@@ -46,7 +46,10 @@ pub fn on_binary_change(
     let watched = exe.clone();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         let Ok(event) = event else { return };
-        let ours = event.paths.iter().any(|p| p == &watched || p.file_name() == watched.file_name());
+        let ours = event
+            .paths
+            .iter()
+            .any(|p| p == &watched || p.file_name() == watched.file_name());
         if ours && !stop.is_cancelled() && fingerprint(&watched) != original {
             tracing::info!(binary = %watched.display(), "executable replaced: exiting so the supervisor restarts the new one");
             stop.cancel();

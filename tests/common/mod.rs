@@ -105,11 +105,10 @@ impl Beanstalkd {
         c.watch(tube).unwrap();
         c.ignore("default").unwrap();
         let mut out = Vec::new();
-        loop {
-            let (id, body) = match c.reserve_with_timeout(Duration::ZERO) {
-                Ok(job) => (job.id(), String::from_utf8(job.body().to_vec()).unwrap()),
-                Err(_) => break,
-            };
+        while let Ok((id, body)) = c
+            .reserve_with_timeout(Duration::ZERO)
+            .map(|job| (job.id(), String::from_utf8(job.body().to_vec()).unwrap()))
+        {
             let pri = c
                 .stats_job(id)
                 .unwrap()
@@ -244,7 +243,12 @@ impl ScriptedSmtp {
         self.received.lock().unwrap().values().sum()
     }
     pub fn duplicates(&self) -> usize {
-        self.received.lock().unwrap().values().filter(|&&n| n > 1).count()
+        self.received
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|&&n| n > 1)
+            .count()
     }
     pub fn count(&self, addr: &str) -> u32 {
         *self.received.lock().unwrap().get(addr).unwrap_or(&0)
@@ -320,7 +324,11 @@ impl Peer {
                 rcpts.clear();
                 out.write_all(b"250 ok\r\n")?;
             } else if upper.starts_with("RCPT TO") {
-                let addr = line.split(['<', '>']).nth(1).unwrap_or_default().to_string();
+                let addr = line
+                    .split(['<', '>'])
+                    .nth(1)
+                    .unwrap_or_default()
+                    .to_string();
                 let n = {
                     let mut t = self.tries.lock().unwrap();
                     let n = t.entry(addr.clone()).or_insert(0);
@@ -497,8 +505,17 @@ impl Env {
     pub fn campaign(&self, name: &str, n: usize) {
         self.import_n(name, n);
         self.ok(&[
-            "campaign", "create", name, "--list", name, "--template", "newsletter",
-            "--subject", "Hello", "--from", "news@example.test",
+            "campaign",
+            "create",
+            name,
+            "--list",
+            name,
+            "--template",
+            "newsletter",
+            "--subject",
+            "Hello",
+            "--from",
+            "news@example.test",
         ]);
         self.ok(&["enqueue", name]);
     }
@@ -559,7 +576,10 @@ pub fn wait_exit(child: &mut Child, secs: u64) -> std::process::ExitStatus {
         if let Some(status) = child.try_wait().unwrap() {
             return status;
         }
-        assert!(Instant::now() < deadline, "process did not exit within {secs} s");
+        assert!(
+            Instant::now() < deadline,
+            "process did not exit within {secs} s"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }

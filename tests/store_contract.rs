@@ -1,0 +1,1296 @@
+//! The store's contract, written once and run against both backends (STYLE
+//! item 9, after fang's `queue_tests.rs`): every scenario below is a plain
+//! function of the backend `Kind`, and `contract!` instantiates it as a
+//! `#[test]` in a `sqlite` and a `postgres` module. A store change that
+//! behaves differently on one backend fails there by name.
+//!
+//! The scenarios follow DESIGN.md "Delivery semantics": import upserts,
+//! the campaign state machine, crash-safe enqueue steps, and the ledger's
+//! claim/record rules with counters that always equal a `COUNT(*)`.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use common::{Kind, TestDb};
+use mailsplit::store::campaigns::{self, Confirm, Control, Intent, NewCampaign};
+use mailsplit::store::deliveries::{self, Outcome, OutcomeKind, Recorded};
+use mailsplit::store::recipients::{self, NewRecipient, UpsertCounts};
+use mailsplit::store::{now_ms, CampaignState, Claim, Conn, StoreError};
+
+/// Instantiate each scenario once per backend. A scenario's attributes
+/// (`#[ignore = ".."]`) apply to both instances.
+macro_rules! contract {
+    ($($(#[$meta:meta])* $name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                $(#[$meta])*
+                #[test]
+                fn $name() {
+                    super::$name(super::Kind::Sqlite)
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                $(#[$meta])*
+                #[test]
+                fn $name() {
+                    super::$name(super::Kind::Postgres)
+                }
+            )*
+        }
+    };
+}
+
+contract!(
+    migrate_applies_once,
+    check_migrated_on_empty_database_names_the_fix,
+    upsert_counts_inserted_then_updated,
+    reimport_keeps_status_unless_asked,
+    membership_is_not_duplicated,
+    member_page_is_keyset_paginated,
+    campaign_create_and_find,
+    duplicate_campaign_is_a_usage_error,
+    unknown_campaign_is_a_usage_error,
+    control_refuses_illegal_transitions,
+    flags_see_a_raw_sql_pause,
+    enqueue_step_moves_cursor_and_counters,
+    finish_enqueue_makes_recipient_count_exact,
+    fresh_claim_owns_everything,
+    second_token_owns_nothing_and_sees_busy_until,
+    sent_is_final_for_every_later_claim,
+    retry_reclaims_with_more_attempts_then_fails,
+    unclaim_gives_the_attempt_back,
+    expired_lease_is_claimable_by_another_token,
+    extended_lease_is_not_claimable,
+    stale_token_records_nothing,
+    counters_equal_ledger_after_mixed_outcomes,
+    concurrent_claims_send_each_recipient_once,
+    empty_inputs_are_no_ops,
+    stale_sent_after_other_token_sent_is_lost,
+    store_functions_compose_inside_one_transaction,
+);
+
+// ---------------------------------------------------------------- fixtures
+
+/// A fresh database, migrated, with a connection to it. The `TestDb` must
+/// outlive the connection (it drops the database).
+fn migrated(kind: Kind) -> (TestDb, Conn) {
+    let db = TestDb::new(kind);
+    let mut conn = Conn::open(&db.url).expect("open test database");
+    conn.migrate().expect("migrate");
+    (db, conn)
+}
+
+fn person(email: &str, name: &str, status: &str) -> NewRecipient {
+    NewRecipient {
+        email: email.to_string(),
+        name: name.to_string(),
+        attributes: r#"{"city":"Paris"}"#.to_string(),
+        status: status.to_string(),
+        updated_at: now_ms(),
+    }
+}
+
+/// `n` active recipients `{prefix}{i}@example.test`.
+fn people(prefix: &str, n: usize) -> Vec<NewRecipient> {
+    (1..=n)
+        .map(|i| {
+            person(
+                &format!("{prefix}{i}@example.test"),
+                &format!("User {i}"),
+                "active",
+            )
+        })
+        .collect()
+}
+
+/// Import rows into a list (in one transaction, as `import` does).
+fn import(
+    conn: &mut Conn,
+    list: &str,
+    rows: &[NewRecipient],
+    set_status: bool,
+) -> (i64, UpsertCounts) {
+    let list_id = recipients::get_or_create_list(conn, list).unwrap();
+    let counts = conn
+        .transaction(|c| recipients::upsert_batch(c, list_id, rows, set_status))
+        .unwrap();
+    (list_id, counts)
+}
+
+/// Every member id of a list, in id order.
+fn member_ids(conn: &mut Conn, list_id: i64) -> Vec<i64> {
+    recipients::member_page(conn, list_id, 0, i64::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect()
+}
+
+fn new_campaign(conn: &mut Conn, name: &str, list_id: i64) -> campaigns::Campaign {
+    let size = recipients::list_size(conn, list_id).unwrap();
+    campaigns::create(
+        conn,
+        &NewCampaign {
+            name,
+            list_id,
+            template: "newsletter",
+            subject: "Hello",
+            from_addr: "news@example.test",
+            priority: 5,
+            recipients: size,
+        },
+    )
+    .unwrap()
+}
+
+/// A migrated database with `n` recipients on list "main" and a draft
+/// campaign "news" over it.
+struct Fixture {
+    _db: TestDb,
+    conn: Conn,
+    campaign: i64,
+    ids: Vec<i64>,
+    url: String,
+}
+
+fn fixture(kind: Kind, n: usize) -> Fixture {
+    let (db, mut conn) = migrated(kind);
+    let (list_id, _) = import(&mut conn, "main", &people("user", n), false);
+    let ids = member_ids(&mut conn, list_id);
+    assert_eq!(ids.len(), n);
+    let campaign = new_campaign(&mut conn, "news", list_id).id;
+    Fixture {
+        url: db.url.clone(),
+        _db: db,
+        conn,
+        campaign,
+        ids,
+    }
+}
+
+fn outcome(f: &Fixture, rid: i64, token: i64, kind: OutcomeKind) -> Outcome {
+    Outcome {
+        campaign_id: f.campaign,
+        recipient_id: rid,
+        token,
+        kind,
+    }
+}
+
+fn owned_ids(claim: &Claim) -> Vec<i64> {
+    claim.owned.iter().map(|&(rid, _)| rid).collect()
+}
+
+/// (sent, failed, skipped) from the O(1) counters.
+fn counted(conn: &mut Conn, campaign: i64) -> (i64, i64, i64) {
+    let c = campaigns::counters(conn, campaign).unwrap();
+    (c.sent, c.failed, c.skipped)
+}
+
+/// (sent, failed, skipped) from `COUNT(*)` over the ledger.
+fn ledgered(conn: &mut Conn, campaign: i64) -> (i64, i64, i64) {
+    let l = deliveries::ledger_counts(conn, campaign).unwrap();
+    let get = |k: &str| l.get(k).copied().unwrap_or(0);
+    (get("sent"), get("failed"), get("skipped"))
+}
+
+fn assert_counters_match_ledger(conn: &mut Conn, campaign: i64) {
+    assert_eq!(
+        counted(conn, campaign),
+        ledgered(conn, campaign),
+        "counters (sent, failed, skipped) differ from the ledger: {:?}",
+        deliveries::ledger_counts(conn, campaign).unwrap()
+    );
+}
+
+/// Sleep long enough for `now_ms()` to move past a lease that just ended.
+fn let_lease_lapse() {
+    std::thread::sleep(Duration::from_millis(5));
+}
+
+const LEASE: i64 = 60_000;
+
+// ---------------------------------------------------------------- schema
+
+fn migrate_applies_once(kind: Kind) {
+    let db = TestDb::new(kind);
+    let mut conn = Conn::open(&db.url).unwrap();
+    let first = conn.migrate().unwrap();
+    assert!(
+        !first.is_empty(),
+        "a fresh database has migrations to apply"
+    );
+    let second = conn.migrate().unwrap();
+    assert!(second.is_empty(), "second migrate applied {second:?}");
+    // And from a second connection too.
+    let third = Conn::open(&db.url).unwrap().migrate().unwrap();
+    assert!(
+        third.is_empty(),
+        "migrate on a new connection applied {third:?}"
+    );
+    conn.check_migrated().unwrap();
+}
+
+fn check_migrated_on_empty_database_names_the_fix(kind: Kind) {
+    let db = TestDb::new(kind);
+    let mut conn = Conn::open(&db.url).unwrap();
+    match conn.check_migrated() {
+        Err(StoreError::NotMigrated(table)) => assert_eq!(table, "campaigns"),
+        other => panic!("expected NotMigrated, got {other:?}"),
+    }
+    let msg = conn.check_migrated().unwrap_err().to_string();
+    assert!(msg.contains("mailsplit migrate"), "{msg}");
+    conn.migrate().unwrap();
+    conn.check_migrated().unwrap();
+}
+
+// ---------------------------------------------------------------- recipients
+
+fn upsert_counts_inserted_then_updated(kind: Kind) {
+    let (_db, mut conn) = migrated(kind);
+    let rows = people("a", 30);
+    let (list_id, first) = import(&mut conn, "main", &rows, false);
+    assert_eq!(
+        first,
+        UpsertCounts {
+            inserted: 30,
+            updated: 0
+        }
+    );
+    let (same_list, second) = import(&mut conn, "main", &rows, false);
+    assert_eq!(
+        same_list, list_id,
+        "get_or_create_list returns the existing list"
+    );
+    assert_eq!(
+        second,
+        UpsertCounts {
+            inserted: 0,
+            updated: 30
+        }
+    );
+
+    // A batch mixing known and new addresses counts each kind.
+    let mut mixed = people("a", 10);
+    mixed.extend(people("b", 5));
+    let (_, third) = import(&mut conn, "main", &mixed, false);
+    assert_eq!(
+        third,
+        UpsertCounts {
+            inserted: 5,
+            updated: 10
+        }
+    );
+    assert_eq!(recipients::list_size(&mut conn, list_id).unwrap(), 35);
+
+    // An empty batch is a no-op.
+    let (_, empty) = import(&mut conn, "main", &[], false);
+    assert_eq!(empty, UpsertCounts::default());
+
+    // Updated fields land.
+    let mut renamed = people("a", 1);
+    renamed[0].name = "Renamed".into();
+    import(&mut conn, "main", &renamed, false);
+    let ids = member_ids(&mut conn, list_id);
+    let loaded = recipients::load(&mut conn, &ids).unwrap();
+    let r = loaded
+        .iter()
+        .find(|r| r.email == "a1@example.test")
+        .unwrap();
+    assert_eq!(r.name, "Renamed");
+    assert_eq!(r.attributes, r#"{"city":"Paris"}"#);
+}
+
+fn status_of(conn: &mut Conn, list_id: i64, email: &str) -> String {
+    let ids = member_ids(conn, list_id);
+    let loaded = recipients::load(conn, &ids).unwrap();
+    loaded
+        .into_iter()
+        .find(|r| r.email == email)
+        .unwrap_or_else(|| panic!("{email} not on the list"))
+        .status
+}
+
+fn reimport_keeps_status_unless_asked(kind: Kind) {
+    let (_db, mut conn) = migrated(kind);
+    let rows = vec![
+        person("gone@example.test", "Gone", "unsubscribed"),
+        person("here@example.test", "Here", "active"),
+    ];
+    let (list_id, _) = import(&mut conn, "main", &rows, true);
+    assert_eq!(
+        status_of(&mut conn, list_id, "gone@example.test"),
+        "unsubscribed"
+    );
+
+    // A file without a status column: everybody reads as active, but an
+    // existing recipient keeps the status it has.
+    let again = vec![
+        person("gone@example.test", "Gone", "active"),
+        person("here@example.test", "Here", "active"),
+    ];
+    let (_, counts) = import(&mut conn, "main", &again, false);
+    assert_eq!(
+        counts,
+        UpsertCounts {
+            inserted: 0,
+            updated: 2
+        }
+    );
+    assert_eq!(
+        status_of(&mut conn, list_id, "gone@example.test"),
+        "unsubscribed"
+    );
+    assert_eq!(status_of(&mut conn, list_id, "here@example.test"), "active");
+    let ids = member_ids(&mut conn, list_id);
+    let loaded = recipients::load(&mut conn, &ids).unwrap();
+    let gone = loaded
+        .iter()
+        .find(|r| r.email == "gone@example.test")
+        .unwrap();
+    assert_eq!(
+        gone.status().unwrap(),
+        recipients::RecipientStatus::Unsubscribed
+    );
+
+    // With a status column the file wins.
+    import(&mut conn, "main", &again, true);
+    assert_eq!(status_of(&mut conn, list_id, "gone@example.test"), "active");
+    let bounced = vec![person("here@example.test", "Here", "bounced")];
+    import(&mut conn, "main", &bounced, true);
+    assert_eq!(
+        status_of(&mut conn, list_id, "here@example.test"),
+        "bounced"
+    );
+}
+
+fn membership_is_not_duplicated(kind: Kind) {
+    let (_db, mut conn) = migrated(kind);
+    let rows = people("m", 12);
+    let (main, _) = import(&mut conn, "main", &rows, false);
+    import(&mut conn, "main", &rows, false);
+    import(&mut conn, "main", &rows[..4], false);
+    assert_eq!(recipients::list_size(&mut conn, main).unwrap(), 12);
+
+    // The same people on a second list: two memberships, one recipient each.
+    let (other, counts) = import(&mut conn, "other", &rows[..5], false);
+    assert_ne!(other, main);
+    assert_eq!(
+        counts,
+        UpsertCounts {
+            inserted: 0,
+            updated: 5
+        }
+    );
+    assert_eq!(recipients::list_size(&mut conn, other).unwrap(), 5);
+    assert_eq!(recipients::list_size(&mut conn, main).unwrap(), 12);
+    let main_ids = member_ids(&mut conn, main);
+    let other_ids = member_ids(&mut conn, other);
+    assert!(other_ids.iter().all(|id| main_ids.contains(id)));
+
+    assert_eq!(recipients::find_list(&mut conn, "other").unwrap(), other);
+    match recipients::find_list(&mut conn, "nope") {
+        Err(e @ StoreError::UnknownList { .. }) => {
+            assert!(e.is_usage());
+            let msg = e.to_string();
+            assert!(msg.contains("main") && msg.contains("other"), "{msg}");
+        }
+        other => panic!("expected UnknownList, got {other:?}"),
+    }
+}
+
+fn member_page_is_keyset_paginated(kind: Kind) {
+    let (_db, mut conn) = migrated(kind);
+    let mut rows = people("p", 25);
+    rows[7].status = "unsubscribed".into();
+    let (list_id, _) = import(&mut conn, "main", &rows, true);
+    // Somebody on another list only must not show up.
+    import(&mut conn, "elsewhere", &people("x", 3), false);
+
+    let mut after = 0;
+    let mut pages = Vec::new();
+    loop {
+        let page = recipients::member_page(&mut conn, list_id, after, 10).unwrap();
+        if page.is_empty() {
+            break;
+        }
+        assert!(page.len() <= 10);
+        after = page.last().unwrap().0;
+        pages.push(page);
+    }
+    assert_eq!(
+        pages.iter().map(Vec::len).collect::<Vec<_>>(),
+        vec![10, 10, 5]
+    );
+    let all: Vec<i64> = pages.iter().flatten().map(|(id, _)| *id).collect();
+    assert!(
+        all.windows(2).all(|w| w[0] < w[1]),
+        "ids not strictly increasing: {all:?}"
+    );
+    let unique: BTreeSet<i64> = all.iter().copied().collect();
+    assert_eq!(unique.len(), 25, "pages overlap");
+    assert_eq!(all, member_ids(&mut conn, list_id));
+
+    let statuses: Vec<&str> = pages.iter().flatten().map(|(_, s)| s.as_str()).collect();
+    assert_eq!(statuses.iter().filter(|s| **s == "unsubscribed").count(), 1);
+
+    // Starting after the last id gives nothing; load returns the rows asked.
+    assert!(recipients::member_page(&mut conn, list_id, after, 10)
+        .unwrap()
+        .is_empty());
+    let loaded = recipients::load(&mut conn, &all[..3]).unwrap();
+    assert_eq!(
+        loaded.iter().map(|r| r.id).collect::<BTreeSet<_>>(),
+        all[..3].iter().copied().collect()
+    );
+}
+
+// ---------------------------------------------------------------- campaigns
+
+fn campaign_create_and_find(kind: Kind) {
+    let (_db, mut conn) = migrated(kind);
+    let (list_id, _) = import(&mut conn, "main", &people("c", 7), false);
+    let made = new_campaign(&mut conn, "spring", list_id);
+    assert_eq!(made.name, "spring");
+    assert_eq!(made.list_id, list_id);
+    assert_eq!(made.state().unwrap(), CampaignState::Draft);
+    assert!(!made.paused);
+    assert_eq!(made.enqueue_cursor, 0);
+    assert_eq!(made.pending_upto, None);
+
+    let by_name = campaigns::find(&mut conn, "spring").unwrap();
+    assert_eq!(by_name.id, made.id);
+    let by_id = campaigns::find(&mut conn, &made.id.to_string()).unwrap();
+    assert_eq!(by_id.name, "spring");
+    assert_eq!(
+        campaigns::get(&mut conn, made.id).unwrap().unwrap().name,
+        "spring"
+    );
+    assert!(campaigns::get(&mut conn, made.id + 1000).unwrap().is_none());
+
+    let counters = campaigns::counters(&mut conn, made.id).unwrap();
+    assert_eq!(counters.recipients, 7);
+    assert_eq!(
+        (counters.sent, counters.failed, counters.skipped),
+        (0, 0, 0)
+    );
+    assert_eq!(counters.pending(), 7);
+
+    let second = new_campaign(&mut conn, "summer", list_id);
+    let all = campaigns::list(&mut conn).unwrap();
+    let names: Vec<&str> = all.iter().map(|(c, _)| c.name.as_str()).collect();
+    assert_eq!(names, vec!["spring", "summer"], "oldest first");
+    assert_eq!(all[1].1.campaign_id, second.id);
+}
+
+fn duplicate_campaign_is_a_usage_error(kind: Kind) {
+    let (_db, mut conn) = migrated(kind);
+    let (list_id, _) = import(&mut conn, "main", &people("d", 2), false);
+    new_campaign(&mut conn, "dup", list_id);
+    let err = campaigns::create(
+        &mut conn,
+        &NewCampaign {
+            name: "dup",
+            list_id,
+            template: "other",
+            subject: "Again",
+            from_addr: "x@example.test",
+            priority: 1,
+            recipients: 2,
+        },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::CampaignExists(n) if n == "dup"),
+        "{err:?}"
+    );
+    assert!(err.is_usage());
+    // The failed create left nothing behind, and the connection still works.
+    assert_eq!(campaigns::list(&mut conn).unwrap().len(), 1);
+    assert_eq!(
+        campaigns::find(&mut conn, "dup").unwrap().template,
+        "newsletter"
+    );
+}
+
+fn unknown_campaign_is_a_usage_error(kind: Kind) {
+    let (_db, mut conn) = migrated(kind);
+    for name in ["nope", "4242"] {
+        let err = campaigns::find(&mut conn, name).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::UnknownCampaign(n) if n == name),
+            "{err:?}"
+        );
+        assert!(err.is_usage());
+        let err = campaigns::control(&mut conn, name, Control::Pause).unwrap_err();
+        assert!(matches!(err, StoreError::UnknownCampaign(_)), "{err:?}");
+    }
+}
+
+fn assert_illegal(result: Result<campaigns::Campaign, StoreError>, action: &str) {
+    match result {
+        Err(e @ StoreError::IllegalTransition { .. }) => {
+            assert!(e.is_usage());
+            assert!(e.to_string().contains(action), "{e}");
+        }
+        other => panic!("expected IllegalTransition for {action}, got {other:?}"),
+    }
+}
+
+fn control_refuses_illegal_transitions(kind: Kind) {
+    let (_db, mut conn) = migrated(kind);
+    let (list_id, _) = import(&mut conn, "main", &people("k", 2), false);
+    let id = new_campaign(&mut conn, "ctl", list_id).id;
+
+    assert_illegal(
+        campaigns::control(&mut conn, "ctl", Control::Resume),
+        "resume",
+    );
+    let paused = campaigns::control(&mut conn, "ctl", Control::Pause).unwrap();
+    assert!(paused.paused);
+    assert_illegal(
+        campaigns::control(&mut conn, "ctl", Control::Pause),
+        "pause",
+    );
+    // Control by id-as-string too.
+    let resumed = campaigns::control(&mut conn, &id.to_string(), Control::Resume).unwrap();
+    assert!(!resumed.paused);
+    assert_illegal(
+        campaigns::control(&mut conn, "ctl", Control::Resume),
+        "resume",
+    );
+
+    campaigns::control(&mut conn, "ctl", Control::Pause).unwrap();
+    let cancelled = campaigns::control(&mut conn, "ctl", Control::Cancel).unwrap();
+    assert_eq!(cancelled.state().unwrap(), CampaignState::Cancelled);
+    assert_illegal(
+        campaigns::control(&mut conn, "ctl", Control::Cancel),
+        "cancel",
+    );
+    assert_illegal(
+        campaigns::control(&mut conn, "ctl", Control::Pause),
+        "pause",
+    );
+    assert_illegal(
+        campaigns::control(&mut conn, "ctl", Control::Resume),
+        "resume",
+    );
+    let end = campaigns::find(&mut conn, "ctl").unwrap();
+    assert_eq!(end.state().unwrap(), CampaignState::Cancelled);
+}
+
+fn flags_see_a_raw_sql_pause(kind: Kind) {
+    let (_db, mut conn) = migrated(kind);
+    let (list_id, _) = import(&mut conn, "main", &people("f", 2), false);
+    let x = new_campaign(&mut conn, "x", list_id).id;
+    let y = new_campaign(&mut conn, "y", list_id).id;
+    let flags = campaigns::flags(&mut conn, &[x, y, y + 100]).unwrap();
+    let flags: BTreeMap<i64, campaigns::Flags> = flags.into_iter().collect();
+    assert_eq!(flags.len(), 2, "unknown ids are absent");
+    assert!(!flags[&x].paused && !flags[&y].paused);
+    assert_eq!(flags[&x].state, CampaignState::Draft);
+
+    conn.execute_batch("UPDATE campaigns SET paused = TRUE WHERE name = 'x'")
+        .unwrap();
+    let flags: BTreeMap<i64, campaigns::Flags> = campaigns::flags(&mut conn, &[x, y])
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert!(flags[&x].paused);
+    assert!(!flags[&y].paused);
+    // The state machine sees the hand-made pause as well.
+    campaigns::control(&mut conn, "x", Control::Resume).unwrap();
+    let flags = campaigns::flags(&mut conn, &[x]).unwrap();
+    assert!(!flags[0].1.paused);
+}
+
+// ---------------------------------------------------------------- enqueue
+
+fn enqueue_step_moves_cursor_and_counters(kind: Kind) {
+    let mut f = fixture(kind, 10);
+    let (c, ids) = (f.campaign, f.ids.clone());
+    campaigns::start_enqueue(&mut f.conn, c).unwrap();
+    let camp = campaigns::get(&mut f.conn, c).unwrap().unwrap();
+    assert_eq!(camp.state().unwrap(), CampaignState::Enqueuing);
+
+    // Intent for the first job (ids[0..4]) is recorded before the put.
+    let intent = Intent {
+        upto: ids[3],
+        server: "127.0.0.1:11300".into(),
+        after_job: 17,
+    };
+    campaigns::enqueue_step(&mut f.conn, c, None, Some(&intent)).unwrap();
+    let camp = campaigns::get(&mut f.conn, c).unwrap().unwrap();
+    assert_eq!(
+        camp.enqueue_cursor, 0,
+        "an intent alone does not move the cursor"
+    );
+    assert_eq!(camp.pending_upto, Some(ids[3]));
+    assert_eq!(camp.pending_server.as_deref(), Some("127.0.0.1:11300"));
+    assert_eq!(camp.pending_after_job, Some(17));
+    let counters = campaigns::counters(&mut f.conn, c).unwrap();
+    assert_eq!((counters.enqueued, counters.jobs), (0, 0));
+
+    // Confirm it (4 enqueued, ids[4] skipped) and record the next intent.
+    let next = Intent {
+        upto: ids[8],
+        server: "127.0.0.1:11301".into(),
+        after_job: 18,
+    };
+    let confirm = Confirm {
+        cursor: ids[4],
+        enqueued: 4,
+        jobs: 1,
+        skipped: vec![ids[4]],
+    };
+    campaigns::enqueue_step(&mut f.conn, c, Some(&confirm), Some(&next)).unwrap();
+    let camp = campaigns::get(&mut f.conn, c).unwrap().unwrap();
+    assert_eq!(camp.enqueue_cursor, ids[4]);
+    assert_eq!(camp.pending_upto, Some(ids[8]));
+    assert_eq!(camp.pending_server.as_deref(), Some("127.0.0.1:11301"));
+    let counters = campaigns::counters(&mut f.conn, c).unwrap();
+    assert_eq!(
+        (
+            counters.enqueued,
+            counters.jobs,
+            counters.skipped,
+            counters.enqueue_skipped
+        ),
+        (4, 1, 1, 1)
+    );
+    assert_eq!(ledgered(&mut f.conn, c), (0, 0, 1));
+    assert!(deliveries::any_in_range(&mut f.conn, c, ids[3], ids[4]).unwrap());
+    assert!(!deliveries::any_in_range(&mut f.conn, c, 0, ids[3]).unwrap());
+    assert!(!deliveries::any_in_range(&mut f.conn, c, ids[4], ids[9]).unwrap());
+
+    // Confirm the last job and clear the intent; skipping ids[4] again
+    // (a re-run after a crash) writes no second row and counts nothing.
+    let last = Confirm {
+        cursor: ids[9],
+        enqueued: 4,
+        jobs: 1,
+        skipped: vec![ids[4], ids[9]],
+    };
+    campaigns::enqueue_step(&mut f.conn, c, Some(&last), None).unwrap();
+    let camp = campaigns::get(&mut f.conn, c).unwrap().unwrap();
+    assert_eq!(camp.enqueue_cursor, ids[9]);
+    assert_eq!(
+        (
+            camp.pending_upto,
+            camp.pending_server.as_deref(),
+            camp.pending_after_job
+        ),
+        (None, None, None),
+        "intent cleared"
+    );
+    let counters = campaigns::counters(&mut f.conn, c).unwrap();
+    assert_eq!(
+        (
+            counters.enqueued,
+            counters.jobs,
+            counters.skipped,
+            counters.enqueue_skipped
+        ),
+        (8, 2, 2, 2)
+    );
+    assert_eq!(ledgered(&mut f.conn, c), (0, 0, 2));
+    assert_counters_match_ledger(&mut f.conn, c);
+
+    // A skipped recipient is final: no worker ever claims it.
+    let claim = deliveries::claim(&mut f.conn, c, &[ids[4], ids[9]], 1, LEASE).unwrap();
+    assert!(claim.owned.is_empty());
+    assert_eq!(claim.finished, 2);
+}
+
+fn finish_enqueue_makes_recipient_count_exact(kind: Kind) {
+    let mut f = fixture(kind, 6);
+    let c = f.campaign;
+    // Members were 6 when the campaign was created; two more join the list
+    // before enqueue, which the created-time estimate does not know.
+    assert_eq!(campaigns::counters(&mut f.conn, c).unwrap().recipients, 6);
+    let list_id = campaigns::get(&mut f.conn, c).unwrap().unwrap().list_id;
+    import(&mut f.conn, "main", &people("late", 2), false);
+    let ids = member_ids(&mut f.conn, list_id);
+    assert_eq!(ids.len(), 8);
+    campaigns::start_enqueue(&mut f.conn, c).unwrap();
+    let confirm = Confirm {
+        cursor: ids[7],
+        enqueued: 7,
+        jobs: 2,
+        skipped: vec![ids[2]],
+    };
+    campaigns::enqueue_step(&mut f.conn, c, Some(&confirm), None).unwrap();
+    assert_eq!(campaigns::counters(&mut f.conn, c).unwrap().recipients, 6);
+    campaigns::finish_enqueue(&mut f.conn, c).unwrap();
+    let counters = campaigns::counters(&mut f.conn, c).unwrap();
+    assert_eq!(
+        counters.recipients,
+        counters.enqueued + counters.enqueue_skipped
+    );
+    assert_eq!(counters.recipients, 8);
+    assert_eq!(counters.pending(), 7, "the skipped one is already done");
+    let camp = campaigns::get(&mut f.conn, c).unwrap().unwrap();
+    assert_eq!(camp.state().unwrap(), CampaignState::Queued);
+
+    // start_enqueue only moves a draft: a queued campaign stays queued.
+    campaigns::start_enqueue(&mut f.conn, c).unwrap();
+    let camp = campaigns::get(&mut f.conn, c).unwrap().unwrap();
+    assert_eq!(camp.state().unwrap(), CampaignState::Queued);
+}
+
+// ---------------------------------------------------------------- claims
+
+fn fresh_claim_owns_everything(kind: Kind) {
+    let mut f = fixture(kind, 8);
+    let (c, ids) = (f.campaign, f.ids.clone());
+    let claim = deliveries::claim(&mut f.conn, c, &ids, 11, LEASE).unwrap();
+    let mut owned = claim.owned.clone();
+    owned.sort();
+    assert_eq!(
+        owned,
+        ids.iter().map(|&id| (id, 1)).collect::<Vec<_>>(),
+        "attempt 1 each"
+    );
+    assert_eq!(claim.finished, 0);
+    assert_eq!(claim.busy_until, None);
+    let ledger = deliveries::ledger_counts(&mut f.conn, c).unwrap();
+    assert_eq!(ledger.get("claimed"), Some(&8));
+
+    // Claiming again with the same token is idempotent: still ours, and the
+    // attempt number does not move while the lease is live.
+    let again = deliveries::claim(&mut f.conn, c, &ids, 11, LEASE).unwrap();
+    assert_eq!(again.owned.len(), 8);
+    assert!(again.owned.iter().all(|&(_, a)| a == 1), "{again:?}");
+    assert_eq!(again.busy_until, None);
+}
+
+fn second_token_owns_nothing_and_sees_busy_until(kind: Kind) {
+    let mut f = fixture(kind, 6);
+    let (c, ids) = (f.campaign, f.ids.clone());
+    let before = now_ms();
+    deliveries::claim(&mut f.conn, c, &ids[..4], 1, LEASE).unwrap();
+    let other = deliveries::claim(&mut f.conn, c, &ids, 2, LEASE).unwrap();
+    // Token 2 gets the two nobody held, and is told when the rest frees up.
+    let mut got = owned_ids(&other);
+    got.sort();
+    assert_eq!(got, ids[4..].to_vec());
+    assert_eq!(other.finished, 0);
+    let until = other.busy_until.expect("busy_until reported");
+    assert!(
+        until >= before + LEASE,
+        "busy_until {until} is before the lease end"
+    );
+    assert!(until <= now_ms() + LEASE);
+
+    let only_busy = deliveries::claim(&mut f.conn, c, &ids[..4], 3, LEASE).unwrap();
+    assert!(only_busy.owned.is_empty());
+    assert_eq!(only_busy.busy_until, Some(until));
+}
+
+fn sent_is_final_for_every_later_claim(kind: Kind) {
+    let mut f = fixture(kind, 5);
+    let (c, ids) = (f.campaign, f.ids.clone());
+    deliveries::claim(&mut f.conn, c, &ids, 7, LEASE).unwrap();
+    let outcomes: Vec<Outcome> = ids
+        .iter()
+        .map(|&r| outcome(&f, r, 7, OutcomeKind::Sent))
+        .collect();
+    let rec = deliveries::record(&mut f.conn, &outcomes, 3).unwrap();
+    assert_eq!(rec, vec![Recorded::Final; 5]);
+    assert_eq!(counted(&mut f.conn, c), (5, 0, 0));
+
+    for token in [7, 8] {
+        let later = deliveries::claim(&mut f.conn, c, &ids, token, LEASE).unwrap();
+        assert!(
+            later.owned.is_empty(),
+            "token {token} re-claimed a sent recipient"
+        );
+        assert_eq!(later.finished, 5);
+        assert_eq!(later.busy_until, None);
+    }
+    // Even after any lease would have run out.
+    let_lease_lapse();
+    let later = deliveries::claim(&mut f.conn, c, &ids, 9, -1).unwrap();
+    assert!(later.owned.is_empty());
+    // Recording Sent twice moves nothing.
+    let rec = deliveries::record(&mut f.conn, &outcomes, 3).unwrap();
+    assert!(rec.iter().all(|r| *r != Recorded::Open), "{rec:?}");
+    assert_eq!(counted(&mut f.conn, c), (5, 0, 0));
+    assert_counters_match_ledger(&mut f.conn, c);
+    let counters = campaigns::counters(&mut f.conn, c).unwrap();
+    assert!(counters.first_at.is_some() && counters.last_at.is_some());
+}
+
+fn retry_reclaims_with_more_attempts_then_fails(kind: Kind) {
+    let mut f = fixture(kind, 2);
+    let (c, r, other) = (f.campaign, f.ids[0], f.ids[1]);
+    let max = 3;
+    for attempt in 1..=max {
+        let claim = deliveries::claim(&mut f.conn, c, &[r], 100 + attempt as i64, LEASE).unwrap();
+        assert_eq!(claim.owned, vec![(r, attempt)], "attempt {attempt}");
+        let o = outcome(
+            &f,
+            r,
+            100 + attempt as i64,
+            OutcomeKind::Retry("451 later".into()),
+        );
+        let rec = deliveries::record(&mut f.conn, &[o], max).unwrap();
+        let want = if attempt < max {
+            Recorded::Open
+        } else {
+            Recorded::Final
+        };
+        assert_eq!(rec, vec![want], "attempt {attempt}");
+        if attempt < max {
+            assert_eq!(
+                deliveries::ledger_counts(&mut f.conn, c)
+                    .unwrap()
+                    .get("retry"),
+                Some(&1)
+            );
+            assert_eq!(counted(&mut f.conn, c), (0, 0, 0), "a retry is not done");
+        }
+    }
+    assert_eq!(counted(&mut f.conn, c), (0, 1, 0));
+    assert_counters_match_ledger(&mut f.conn, c);
+    let failures = deliveries::failures(&mut f.conn, c, 10).unwrap();
+    assert_eq!(failures, vec![(r, "451 later".to_string())]);
+    let later = deliveries::claim(&mut f.conn, c, &[r], 200, LEASE).unwrap();
+    assert!(later.owned.is_empty());
+    assert_eq!(later.finished, 1);
+
+    // A permanent failure is final on the first attempt.
+    deliveries::claim(&mut f.conn, c, &[other], 300, LEASE).unwrap();
+    let o = outcome(
+        &f,
+        other,
+        300,
+        OutcomeKind::Failed("550 no such user".into()),
+    );
+    assert_eq!(
+        deliveries::record(&mut f.conn, &[o], max).unwrap(),
+        vec![Recorded::Final]
+    );
+    assert_eq!(counted(&mut f.conn, c), (0, 2, 0));
+    assert_counters_match_ledger(&mut f.conn, c);
+}
+
+fn unclaim_gives_the_attempt_back(kind: Kind) {
+    let mut f = fixture(kind, 3);
+    let (c, ids) = (f.campaign, f.ids.clone());
+    deliveries::claim(&mut f.conn, c, &ids, 1, LEASE).unwrap();
+    let back: Vec<Outcome> = ids
+        .iter()
+        .map(|&r| outcome(&f, r, 1, OutcomeKind::Unclaim))
+        .collect();
+    assert_eq!(
+        deliveries::record(&mut f.conn, &back, 1).unwrap(),
+        vec![Recorded::Open; 3]
+    );
+    assert_eq!(counted(&mut f.conn, c), (0, 0, 0));
+
+    // Handed back unsent: the next claim is attempt 1 again.
+    let claim = deliveries::claim(&mut f.conn, c, &ids, 2, LEASE).unwrap();
+    assert_eq!(claim.owned.len(), 3);
+    assert!(claim.owned.iter().all(|&(_, a)| a == 1), "{claim:?}");
+
+    // After a real retry (attempt 1 used), an unclaim of attempt 2 restores 2.
+    let retry = outcome(&f, ids[0], 2, OutcomeKind::Retry("421 busy".into()));
+    assert_eq!(
+        deliveries::record(&mut f.conn, &[retry], 5).unwrap(),
+        vec![Recorded::Open]
+    );
+    let claim = deliveries::claim(&mut f.conn, c, &ids[..1], 3, LEASE).unwrap();
+    assert_eq!(claim.owned, vec![(ids[0], 2)]);
+    let back = outcome(&f, ids[0], 3, OutcomeKind::Unclaim);
+    assert_eq!(
+        deliveries::record(&mut f.conn, &[back], 5).unwrap(),
+        vec![Recorded::Open]
+    );
+    let claim = deliveries::claim(&mut f.conn, c, &ids[..1], 4, LEASE).unwrap();
+    assert_eq!(claim.owned, vec![(ids[0], 2)]);
+}
+
+fn expired_lease_is_claimable_by_another_token(kind: Kind) {
+    let mut f = fixture(kind, 4);
+    let (c, ids) = (f.campaign, f.ids.clone());
+    // A worker that died: its lease is already over.
+    let dead = deliveries::claim(&mut f.conn, c, &ids, 1, 0).unwrap();
+    assert_eq!(dead.owned.len(), 4);
+    let_lease_lapse();
+    let heir = deliveries::claim(&mut f.conn, c, &ids, 2, LEASE).unwrap();
+    let mut owned = heir.owned.clone();
+    owned.sort();
+    assert_eq!(
+        owned,
+        ids.iter().map(|&r| (r, 2)).collect::<Vec<_>>(),
+        "second attempt each"
+    );
+    assert_eq!(heir.busy_until, None);
+
+    // A negative lease is expired at once too.
+    let mut g = fixture(kind, 2);
+    let (gc, gids) = (g.campaign, g.ids.clone());
+    deliveries::claim(&mut g.conn, gc, &gids, 5, -1_000).unwrap();
+    let heir = deliveries::claim(&mut g.conn, gc, &gids, 6, LEASE).unwrap();
+    assert_eq!(heir.owned.len(), 2);
+}
+
+fn extended_lease_is_not_claimable(kind: Kind) {
+    let mut f = fixture(kind, 3);
+    let (c, ids) = (f.campaign, f.ids.clone());
+    deliveries::claim(&mut f.conn, c, &ids[..2], 1, 0).unwrap();
+    deliveries::claim(&mut f.conn, c, &ids[2..], 3, 0).unwrap();
+    // Only token 1's rows get the longer lease.
+    assert_eq!(
+        deliveries::extend_claims(&mut f.conn, c, 1, LEASE).unwrap(),
+        2
+    );
+    assert_eq!(
+        deliveries::extend_claims(&mut f.conn, c, 99, LEASE).unwrap(),
+        0
+    );
+    let_lease_lapse();
+    let other = deliveries::claim(&mut f.conn, c, &ids, 2, LEASE).unwrap();
+    assert_eq!(
+        owned_ids(&other),
+        vec![ids[2]],
+        "an extended lease was taken over"
+    );
+    assert!(other.busy_until.unwrap() > now_ms() + LEASE / 2);
+
+    // Finished rows are not extended.
+    let sent = outcome(&f, ids[0], 1, OutcomeKind::Sent);
+    deliveries::record(&mut f.conn, &[sent], 3).unwrap();
+    assert_eq!(
+        deliveries::extend_claims(&mut f.conn, c, 1, LEASE).unwrap(),
+        1
+    );
+}
+
+fn stale_token_records_nothing(kind: Kind) {
+    let mut f = fixture(kind, 4);
+    let (c, ids) = (f.campaign, f.ids.clone());
+    deliveries::claim(&mut f.conn, c, &ids, 1, -1).unwrap();
+    let heir = deliveries::claim(&mut f.conn, c, &ids, 2, LEASE).unwrap();
+    assert_eq!(heir.owned.len(), 4);
+
+    // The first worker comes back from its slow send and reports.
+    let stale = vec![
+        outcome(&f, ids[0], 1, OutcomeKind::Sent),
+        outcome(&f, ids[1], 1, OutcomeKind::Failed("550 no".into())),
+        outcome(&f, ids[2], 1, OutcomeKind::Retry("451 later".into())),
+        outcome(&f, ids[3], 1, OutcomeKind::Unclaim),
+    ];
+    assert_eq!(
+        deliveries::record(&mut f.conn, &stale, 1).unwrap(),
+        vec![Recorded::Lost; 4]
+    );
+    assert_eq!(counted(&mut f.conn, c), (0, 0, 0));
+    assert_eq!(
+        deliveries::ledger_counts(&mut f.conn, c)
+            .unwrap()
+            .get("claimed"),
+        Some(&4)
+    );
+    // A skipped outcome with a stale token is lost too.
+    let skip = outcome(&f, ids[0], 1, OutcomeKind::Skipped("unsubscribed".into()));
+    assert_eq!(
+        deliveries::record(&mut f.conn, &[skip], 1).unwrap(),
+        vec![Recorded::Lost]
+    );
+    assert_eq!(counted(&mut f.conn, c), (0, 0, 0));
+
+    // The rows still belong to the heir, who records normally.
+    let mine: Vec<Outcome> = ids
+        .iter()
+        .map(|&r| outcome(&f, r, 2, OutcomeKind::Sent))
+        .collect();
+    assert_eq!(
+        deliveries::record(&mut f.conn, &mine, 1).unwrap(),
+        vec![Recorded::Final; 4]
+    );
+    assert_eq!(counted(&mut f.conn, c), (4, 0, 0));
+    assert_counters_match_ledger(&mut f.conn, c);
+
+    // One token's batch of Sent where one of its claims was lost meanwhile:
+    // the live one is Final, the lost one Lost, and only one is counted.
+    let mut g = fixture(kind, 2);
+    let (gc, live, lost) = (g.campaign, g.ids[0], g.ids[1]);
+    deliveries::claim(&mut g.conn, gc, &[live], 5, LEASE).unwrap();
+    deliveries::claim(&mut g.conn, gc, &[lost], 5, -1).unwrap();
+    deliveries::claim(&mut g.conn, gc, &[lost], 6, LEASE).unwrap();
+    let batch = vec![
+        outcome(&g, live, 5, OutcomeKind::Sent),
+        outcome(&g, lost, 5, OutcomeKind::Sent),
+    ];
+    let rec = deliveries::record(&mut g.conn, &batch, 3).unwrap();
+    assert_eq!(rec, vec![Recorded::Final, Recorded::Lost]);
+    assert_eq!(counted(&mut g.conn, gc), (1, 0, 0));
+    assert_counters_match_ledger(&mut g.conn, gc);
+}
+
+fn counters_equal_ledger_after_mixed_outcomes(kind: Kind) {
+    let mut f = fixture(kind, 12);
+    let (c, ids) = (f.campaign, f.ids.clone());
+    campaigns::start_enqueue(&mut f.conn, c).unwrap();
+    let confirm = Confirm {
+        cursor: ids[11],
+        enqueued: 11,
+        jobs: 2,
+        skipped: vec![ids[11]],
+    };
+    campaigns::enqueue_step(&mut f.conn, c, Some(&confirm), None).unwrap();
+    campaigns::finish_enqueue(&mut f.conn, c).unwrap();
+
+    let job = &ids[..11];
+    let claim = deliveries::claim(&mut f.conn, c, job, 1, LEASE).unwrap();
+    assert_eq!(claim.owned.len(), 11);
+    let kinds = [
+        OutcomeKind::Sent,
+        OutcomeKind::Sent,
+        OutcomeKind::Sent,
+        OutcomeKind::Failed("550 unknown user".into()),
+        OutcomeKind::Failed("553 bad address".into()),
+        OutcomeKind::Skipped("unsubscribed since enqueue".into()),
+        OutcomeKind::Retry("451 later".into()),
+        OutcomeKind::Retry("451 later".into()),
+        OutcomeKind::Unclaim,
+        OutcomeKind::Sent,
+    ];
+    let outcomes: Vec<Outcome> = job
+        .iter()
+        .zip(kinds)
+        .map(|(&r, k)| outcome(&f, r, 1, k))
+        .collect();
+    // ids[10] is left claimed (in flight).
+    let rec = deliveries::record(&mut f.conn, &outcomes, 1).unwrap();
+    assert_eq!(
+        rec,
+        vec![
+            Recorded::Final,
+            Recorded::Final,
+            Recorded::Final,
+            Recorded::Final,
+            Recorded::Final,
+            Recorded::Final,
+            Recorded::Final, // Retry on the last allowed attempt: failed
+            Recorded::Final,
+            Recorded::Open,
+            Recorded::Final,
+        ]
+    );
+    assert_eq!(counted(&mut f.conn, c), (4, 4, 2));
+    assert_counters_match_ledger(&mut f.conn, c);
+    let ledger = deliveries::ledger_counts(&mut f.conn, c).unwrap();
+    assert_eq!(ledger.get("retry"), Some(&1));
+    assert_eq!(ledger.get("claimed"), Some(&1));
+
+    // Second round with max_attempts = 3: the handed-back one retries, the
+    // in-flight one is sent.
+    let claim = deliveries::claim(&mut f.conn, c, job, 2, LEASE).unwrap();
+    assert_eq!(owned_ids(&claim), vec![ids[8]]);
+    assert_eq!(claim.finished, 10 - 1);
+    assert!(
+        claim.busy_until.is_some(),
+        "ids[10] is still held by token 1"
+    );
+    let round = vec![
+        outcome(&f, ids[8], 2, OutcomeKind::Retry("421 busy".into())),
+        outcome(&f, ids[10], 1, OutcomeKind::Sent),
+    ];
+    assert_eq!(
+        deliveries::record(&mut f.conn, &round, 3).unwrap(),
+        vec![Recorded::Open, Recorded::Final]
+    );
+    assert_eq!(counted(&mut f.conn, c), (5, 4, 2));
+    assert_counters_match_ledger(&mut f.conn, c);
+    let counters = campaigns::counters(&mut f.conn, c).unwrap();
+    assert_eq!(counters.recipients, 12);
+    assert_eq!(counters.done(), 11);
+    assert_eq!(counters.pending(), 1);
+
+    // The observed rate: pretend the rate window opened 10 s ago with 5 done,
+    // then record 1 more: (11 - 5) done in ~10 s. The rate SQL is raw text,
+    // so both dialects' arithmetic is checked here.
+    assert!(
+        counters.window_at > 0,
+        "the first record opens the rate window"
+    );
+    let ten_s_ago = now_ms() - 10_000;
+    f.conn
+        .execute_batch(&format!(
+            "UPDATE campaign_counters SET window_at = {ten_s_ago}, window_done = 5 \
+             WHERE campaign_id = {c}"
+        ))
+        .unwrap();
+    deliveries::claim(&mut f.conn, c, &ids[8..9], 3, LEASE).unwrap();
+    let o = outcome(&f, ids[8], 3, OutcomeKind::Sent);
+    deliveries::record(&mut f.conn, &[o], 3).unwrap();
+    let counters = campaigns::counters(&mut f.conn, c).unwrap();
+    assert_eq!(counters.done(), 12);
+    assert_eq!(counters.window_done, 12);
+    assert!(counters.window_at >= ten_s_ago + 10_000);
+    assert!(
+        (0.6..=0.71).contains(&counters.rate),
+        "rate {} is not ~7 per 10 s",
+        counters.rate
+    );
+    assert_counters_match_ledger(&mut f.conn, c);
+}
+
+fn concurrent_claims_send_each_recipient_once(kind: Kind) {
+    const N: usize = 200;
+    const JOB: usize = 50;
+    const THREADS: usize = 4;
+    let f = fixture(kind, N);
+    let (c, ids, url) = (f.campaign, f.ids.clone(), f.url.clone());
+    // Jobs of 50 starting every 25 recipients (wrapping), so each recipient
+    // is in two jobs; every thread walks all jobs from its own offset.
+    let jobs: Vec<Vec<i64>> = (0..N / 25)
+        .map(|j| {
+            let mut job: Vec<i64> = (0..JOB).map(|k| ids[(j * 25 + k) % N]).collect();
+            job.sort();
+            job
+        })
+        .collect();
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (url, jobs) = (url.clone(), jobs.clone());
+            std::thread::spawn(move || {
+                let mut conn = Conn::open(&url).unwrap();
+                let mut sent = Vec::new();
+                let mut finals = 0usize;
+                for j in 0..jobs.len() {
+                    let job = &jobs[(j + t) % jobs.len()];
+                    let token = (t * 1_000 + j + 1) as i64;
+                    // A job comes back while someone else holds part of it.
+                    for round in 0.. {
+                        assert!(round < 2_000, "job never settled");
+                        let claim = deliveries::claim(&mut conn, c, job, token, LEASE)
+                            .unwrap_or_else(|e| panic!("thread {t} claim: {e}"));
+                        let outcomes: Vec<Outcome> = claim
+                            .owned
+                            .iter()
+                            .map(|&(rid, _)| Outcome {
+                                campaign_id: c,
+                                recipient_id: rid,
+                                token,
+                                kind: OutcomeKind::Sent,
+                            })
+                            .collect();
+                        let rec = deliveries::record(&mut conn, &outcomes, 3)
+                            .unwrap_or_else(|e| panic!("thread {t} record: {e}"));
+                        assert!(rec.iter().all(|r| *r == Recorded::Final), "{rec:?}");
+                        finals += rec.len();
+                        sent.extend(owned_ids(&claim));
+                        if claim.busy_until.is_none() {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                }
+                (sent, finals)
+            })
+        })
+        .collect();
+    let mut all_sent = Vec::new();
+    let mut finals = 0;
+    for h in handles {
+        let (sent, n) = h.join().expect("a claiming thread panicked");
+        all_sent.extend(sent);
+        finals += n;
+    }
+    assert_eq!(finals, N);
+    assert_eq!(all_sent.len(), N, "some recipient was sent twice or never");
+    let unique: BTreeSet<i64> = all_sent.iter().copied().collect();
+    assert_eq!(unique, ids.iter().copied().collect::<BTreeSet<_>>());
+    let mut conn = Conn::open(&url).unwrap();
+    assert_eq!(counted(&mut conn, c), (N as i64, 0, 0));
+    assert_eq!(ledgered(&mut conn, c), (N as i64, 0, 0));
+    let ledger = deliveries::ledger_counts(&mut conn, c).unwrap();
+    assert_eq!(ledger.values().sum::<i64>(), N as i64, "{ledger:?}");
+}
+
+fn empty_inputs_are_no_ops(kind: Kind) {
+    let mut f = fixture(kind, 2);
+    let c = f.campaign;
+    let claim = deliveries::claim(&mut f.conn, c, &[], 1, LEASE).unwrap();
+    assert_eq!(claim, Claim::default());
+    assert!(deliveries::record(&mut f.conn, &[], 3).unwrap().is_empty());
+    assert!(recipients::load(&mut f.conn, &[]).unwrap().is_empty());
+    assert!(campaigns::flags(&mut f.conn, &[]).unwrap().is_empty());
+    campaigns::enqueue_step(&mut f.conn, c, Some(&Confirm::default()), None).unwrap();
+    assert_eq!(counted(&mut f.conn, c), (0, 0, 0));
+    assert!(deliveries::ledger_counts(&mut f.conn, c)
+        .unwrap()
+        .is_empty());
+}
+
+// ------------------------------------------------- stale claims and nesting
+
+/// Worker A's lease ran out mid-send; B re-claimed, sent and recorded. When
+/// A finally reports Sent, its claim is gone: the outcome changed nothing
+/// and must read as `Lost` (as a stale Failed/Retry/Skipped does), not
+/// `Final`.
+fn stale_sent_after_other_token_sent_is_lost(kind: Kind) {
+    let mut f = fixture(kind, 1);
+    let (c, r) = (f.campaign, f.ids[0]);
+    deliveries::claim(&mut f.conn, c, &[r], 1, -1).unwrap();
+    deliveries::claim(&mut f.conn, c, &[r], 2, LEASE).unwrap();
+    let b = outcome(&f, r, 2, OutcomeKind::Sent);
+    assert_eq!(
+        deliveries::record(&mut f.conn, &[b], 3).unwrap(),
+        vec![Recorded::Final]
+    );
+    // A stale Failed is Lost here, as documented...
+    let a_failed = outcome(&f, r, 1, OutcomeKind::Failed("550".into()));
+    assert_eq!(
+        deliveries::record(&mut f.conn, &[a_failed], 3).unwrap(),
+        vec![Recorded::Lost]
+    );
+    // ...and so must a stale Sent be.
+    let a_sent = outcome(&f, r, 1, OutcomeKind::Sent);
+    assert_eq!(
+        deliveries::record(&mut f.conn, &[a_sent], 3).unwrap(),
+        vec![Recorded::Lost]
+    );
+    assert_eq!(counted(&mut f.conn, c), (1, 0, 0));
+}
+
+/// Store functions compose inside one `Conn::transaction`: their own
+/// transactions nest as savepoints, so the caller's rollback undoes them
+/// (a plain nested BEGIN would fail on SQLite and, on PostgreSQL, commit the
+/// caller's work early).
+fn store_functions_compose_inside_one_transaction(kind: Kind) {
+    let mut f = fixture(kind, 3);
+    let (c, ids) = (f.campaign, f.ids.clone());
+    let result: Result<(), StoreError> = f.conn.transaction(|conn| {
+        campaigns::start_enqueue(conn, c)?;
+        let confirm = Confirm {
+            cursor: ids[2],
+            enqueued: 3,
+            jobs: 1,
+            skipped: vec![],
+        };
+        campaigns::enqueue_step(conn, c, Some(&confirm), None)?;
+        // The caller changes its mind: everything above must roll back.
+        Err(StoreError::Task("caller aborts".into()))
+    });
+    match result {
+        Err(StoreError::Task(m)) => assert_eq!(m, "caller aborts"),
+        other => panic!("the nested store call failed instead of composing: {other:?}"),
+    }
+    let camp = campaigns::get(&mut f.conn, c).unwrap().unwrap();
+    assert_eq!(
+        camp.state().unwrap(),
+        CampaignState::Draft,
+        "start_enqueue survived a rollback"
+    );
+    assert_eq!(camp.enqueue_cursor, 0, "enqueue_step survived a rollback");
+    assert_eq!(campaigns::counters(&mut f.conn, c).unwrap().enqueued, 0);
+}
