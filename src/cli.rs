@@ -14,7 +14,7 @@ use crate::import;
 use crate::splitter;
 use crate::status::CampaignStatus;
 use crate::store::campaigns::{self, Control, NewCampaign};
-use crate::store::{self, recipients, Conn};
+use crate::store::{self, rates, recipients, Conn};
 use crate::templates;
 
 /// Exit code for usage errors (unknown campaign, bad argument, bad URL).
@@ -93,6 +93,9 @@ pub enum Command {
     /// Runs until SIGTERM/SIGINT or until its own executable is replaced
     /// (a deploy), then finishes or hands back the jobs in flight and exits 0.
     Worker(WorkerArgs),
+    /// Shared rate limits per relay, campaign or recipient domain
+    #[command(subcommand)]
+    Rate(RateCommand),
     /// Stop sending a campaign (workers notice within a second)
     Pause {
         /// Campaign name or id
@@ -108,6 +111,14 @@ pub enum Command {
         /// Campaign name or id
         campaign: String,
     },
+    /// Print the message one recipient of a campaign would get (MIME source)
+    Preview {
+        /// Campaign name or id
+        campaign: String,
+        /// Recipient email (default: the first member of the campaign's list)
+        #[arg(long)]
+        recipient: Option<String>,
+    },
     /// Show counts, state, rate and ETA of one or all campaigns
     Status {
         /// Campaign name or id (all campaigns when omitted)
@@ -116,6 +127,29 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RateCommand {
+    /// Create or change a rate group shared by every worker
+    ///
+    /// GROUP is relay:HOST:PORT (a worker's --smtp relay), campaign:NAME,
+    /// domain:DOMAIN (recipients at that domain) or domain:* (every domain
+    /// without a group of its own). A message counts against each group
+    /// that applies to it.
+    Set {
+        /// relay:HOST:PORT, campaign:NAME, domain:DOMAIN or domain:*
+        group: String,
+        /// Rate: N/s, N/m or N/h
+        rate: String,
+        /// Tokens that may be spent at once after a quiet spell (default: a tenth of a second's worth, at least 1)
+        #[arg(long)]
+        burst: Option<u32>,
+    },
+    /// The groups with their configured and observed rates
+    List,
+    /// Remove a group (its mail is no longer limited by it)
+    Delete { group: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -151,7 +185,7 @@ pub struct WorkerArgs {
     #[arg(long, env = "SMTP_URL", default_value = config::DEFAULT_SMTP_URL)]
     pub smtp: String,
     /// Concurrent SMTP sessions in this process
-    #[arg(long, default_value_t = DEFAULT_CONCURRENCY)]
+    #[arg(long, env = "MAILSPLIT_CONCURRENCY", default_value_t = DEFAULT_CONCURRENCY)]
     pub concurrency: usize,
     /// Tries per recipient on temporary (4xx) failures before it is failed
     #[arg(long, default_value_t = config::DEFAULT_MAX_ATTEMPTS)]
@@ -263,6 +297,15 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Worker(args) => return crate::worker::run_cli(g, &args),
+        Command::Preview {
+            campaign,
+            recipient,
+        } => {
+            let mut conn = open_migrated(g)?;
+            let message = crate::worker::job::preview(&mut conn, &campaign, recipient.as_deref())?;
+            std::io::Write::write_all(&mut std::io::stdout(), &message)?;
+        }
+        Command::Rate(cmd) => rate(g, cmd)?,
         Command::Pause { campaign } => control(g, &campaign, Control::Pause)?,
         Command::Resume { campaign } => control(g, &campaign, Control::Resume)?,
         Command::Cancel { campaign } => control(g, &campaign, Control::Cancel)?,
@@ -282,6 +325,15 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     println!("{}", serde_json::to_string(&status)?);
                 } else {
                     println!("{}", status.render());
+                }
+            }
+            if !json {
+                let groups = rates::list(&mut conn)?;
+                if !groups.is_empty() {
+                    println!("rate groups:");
+                    for group in groups {
+                        println!("  {}", crate::status::rate_line(&group));
+                    }
                 }
             }
         }
@@ -326,6 +378,42 @@ fn cmd_import(g: &Global, file: &std::path::Path, list: &str) -> Result<()> {
         summary.skipped,
         started.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+fn rate(g: &Global, cmd: RateCommand) -> Result<()> {
+    let mut conn = open_migrated(g)?;
+    match cmd {
+        RateCommand::Set { group, rate, burst } => {
+            rates::check_name(&group).map_err(|e| UsageError(e.to_string()))?;
+            let per_second = crate::ratelimit::parse_rate(&rate).ok_or_else(|| {
+                UsageError(format!(
+                    "bad rate {rate:?}: use N/s, N/m or N/h, e.g. 200/s"
+                ))
+            })?;
+            let burst = burst.map_or_else(|| (per_second / 10.0).ceil().max(1.0) as i64, i64::from);
+            rates::set(&mut conn, &group, per_second, burst)?;
+            println!("rate group {group}: {per_second:.3}/s, burst {burst}; workers pick it up within 2 s");
+        }
+        RateCommand::List => {
+            let groups = rates::list(&mut conn)?;
+            if groups.is_empty() {
+                println!("no rate groups; add one with `mailsplit rate set GROUP N/s`");
+            }
+            for group in groups {
+                println!("{}", crate::status::rate_line(&group));
+            }
+        }
+        RateCommand::Delete { group } => {
+            if !rates::delete(&mut conn, &group)? {
+                return Err(UsageError(format!(
+                    "no rate group {group:?}; `mailsplit rate list` shows them"
+                ))
+                .into());
+            }
+            println!("rate group {group} deleted");
+        }
+    }
     Ok(())
 }
 

@@ -125,9 +125,10 @@ fn import_reader(
 
     let list_id = recipients::get_or_create_list(conn, list)?;
     let mut summary = Summary::default();
-    // Keyed by email so a batch never names one recipient twice (the last
-    // row wins, as it would across batches).
-    let mut batch: HashMap<String, NewRecipient> = HashMap::with_capacity(BATCH_ROWS);
+    // In file order (new recipients get ids in that order), with an index by
+    // email so a batch never names one recipient twice: the last row wins, as
+    // it would across batches.
+    let mut batch = Batch::default();
     let mut record = csv::ByteRecord::new();
     let mut rows = 0u64;
     // Line numbers counted here: the csv crate's own are off by one on CRLF
@@ -162,15 +163,13 @@ fn import_reader(
             .map(|f| f.iter().filter(|&&b| b == b'\n').count() as u64)
             .sum::<u64>();
         match parse_row(&record, &columns, email_col, name_col, status_col) {
-            Ok(row) => {
-                batch.insert(row.email.clone(), row);
-            }
+            Ok(row) => batch.push(row),
             Err(reason) => {
                 summary.skipped += 1;
                 on_reject(&Rejected { line, reason });
             }
         }
-        if batch.len() >= BATCH_ROWS {
+        if batch.rows.len() >= BATCH_ROWS {
             add(
                 &mut summary,
                 flush(conn, list_id, &mut batch, status_col.is_some())?,
@@ -191,16 +190,35 @@ fn add(summary: &mut Summary, counts: UpsertCounts) {
     summary.updated += counts.updated;
 }
 
+#[derive(Default)]
+struct Batch {
+    rows: Vec<NewRecipient>,
+    by_email: HashMap<String, usize>,
+}
+
+impl Batch {
+    fn push(&mut self, row: NewRecipient) {
+        match self.by_email.get(&row.email) {
+            Some(&i) => self.rows[i] = row,
+            None => {
+                self.by_email.insert(row.email.clone(), self.rows.len());
+                self.rows.push(row);
+            }
+        }
+    }
+}
+
 fn flush(
     conn: &mut Conn,
     list_id: i64,
-    batch: &mut HashMap<String, NewRecipient>,
+    batch: &mut Batch,
     set_status: bool,
 ) -> Result<UpsertCounts, StoreError> {
-    if batch.is_empty() {
+    if batch.rows.is_empty() {
         return Ok(UpsertCounts::default());
     }
-    let rows: Vec<NewRecipient> = batch.drain().map(|(_, r)| r).collect();
+    batch.by_email.clear();
+    let rows = std::mem::take(&mut batch.rows);
     conn.transaction(|conn| {
         let mut total = UpsertCounts::default();
         // Keep each statement well under SQLite's bound-parameter limit.

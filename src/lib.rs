@@ -12,6 +12,7 @@ pub mod config;
 pub mod import;
 pub mod mail;
 pub mod queue;
+pub mod ratelimit;
 pub mod splitter;
 pub mod status;
 pub mod store;

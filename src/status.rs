@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use crate::store::deliveries::RATE_WINDOW_MS;
+use crate::store::rates::RateGroup;
 use crate::store::{now_ms, Campaign, CampaignState, Counters, StoreError};
 
 /// One campaign as `status --json` prints it.
@@ -104,4 +105,16 @@ impl CampaignStatus {
             self.pending
         )
     }
+}
+
+/// One line per rate group: configured and observed rate.
+pub fn rate_line(g: &RateGroup) -> String {
+    // The observed figure is refreshed while tokens are leased; an idle group
+    // shows 0.
+    let idle = (now_ms() * 1_000 - g.window_at) > 2 * 5_000_000;
+    let observed = if idle { 0.0 } else { g.observed };
+    format!(
+        "{:<32} limit {:>9.1}/s  burst {:>5}  observed {:>9.1}/s  granted {}",
+        g.name, g.rate, g.burst, observed, g.leased
+    )
 }

@@ -11,6 +11,7 @@
 
 pub mod campaigns;
 pub mod deliveries;
+pub mod rates;
 pub mod recipients;
 pub mod schema;
 

@@ -218,6 +218,15 @@ pub fn member_page(
         .load(c))?)
 }
 
+/// A recipient's id by email address.
+pub fn find_by_email(conn: &mut Conn, email: &str) -> Result<Option<i64>> {
+    Ok(on!(conn, |c| recipients::table
+        .filter(recipients::email.eq(email))
+        .select(recipients::id)
+        .first(c)
+        .optional())?)
+}
+
 /// Load recipients by id (any order).
 pub fn load(conn: &mut Conn, ids: &[i64]) -> Result<Vec<Recipient>> {
     Ok(on!(conn, |c| recipients::table

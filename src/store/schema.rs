@@ -91,3 +91,17 @@ diesel::allow_tables_to_appear_in_same_query!(
     campaign_counters,
     deliveries,
 );
+
+diesel::table! {
+    rate_groups (name) {
+        name -> Text,
+        rate -> Double,
+        burst -> BigInt,
+        tat -> BigInt,
+        leased -> BigInt,
+        window_at -> BigInt,
+        window_leased -> BigInt,
+        observed -> Double,
+        updated_at -> BigInt,
+    }
+}

@@ -38,6 +38,7 @@ const RETRY_DELAY_MAX: Duration = Duration::from_secs(600);
 /// A campaign's fixed settings, loaded once per worker.
 pub struct CampaignInfo {
     pub id: i64,
+    pub name: String,
     pub template: String,
     pub subject: String,
     pub from: Mailbox,
@@ -75,6 +76,7 @@ impl Campaigns {
         })?;
         let info = Arc::new(CampaignInfo {
             id,
+            name: c.name.clone(),
             template: c.template.clone(),
             subject: c.subject.clone(),
             from,
@@ -160,6 +162,9 @@ pub struct Msg {
     /// Which try this is (1 for the first).
     pub attempt: i32,
     pub composed: Composed,
+    /// Rate groups the message counts against, and its weight in tokens.
+    pub rate_groups: Vec<String>,
+    pub weight: u32,
 }
 
 /// One outcome on its way to the reporter.
@@ -178,6 +183,7 @@ pub struct Shared {
     pub to_send: async_channel::Sender<Msg>,
     pub to_report: mpsc::Sender<Report>,
     pub max_attempts: i32,
+    pub limiter: crate::ratelimit::Limiter,
 }
 
 impl Shared {
@@ -197,6 +203,8 @@ struct Progress {
     retry_attempt: Option<i32>,
     /// Some recipients were handed back unsent.
     unclaimed: bool,
+    /// Some were handed back for lack of rate tokens; try again after this.
+    throttled: Option<Duration>,
 }
 
 /// Follows one reserved job until all its outcomes are recorded.
@@ -215,6 +223,12 @@ pub struct Tracker {
 }
 
 impl Tracker {
+    /// A message of this job waits for rate tokens for `retry_in`.
+    pub fn throttle(&self, retry_in: Duration) {
+        let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        p.throttled = Some(p.throttled.map_or(retry_in, |d| d.max(retry_in)));
+    }
+
     /// Note a recorded outcome; returns true when it was the job's last.
     pub fn complete(&self, kind: &OutcomeKind, recorded: Recorded, attempt: i32) -> bool {
         let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
@@ -232,9 +246,9 @@ impl Tracker {
 /// Decide the fate of a job whose outcomes are all recorded, tell its server
 /// thread, and free its slot.
 pub async fn finish(shared: &Shared, t: &Tracker) {
-    let (retry_attempt, unclaimed) = {
+    let (retry_attempt, unclaimed, throttled) = {
         let p = t.progress.lock().unwrap_or_else(|e| e.into_inner());
-        (p.retry_attempt, p.unclaimed)
+        (p.retry_attempt, p.unclaimed, p.throttled)
     };
     let flags = shared.campaigns.flag_state(t.campaign_id).await;
     let release = |delay: Duration| Cmd::Release {
@@ -248,8 +262,8 @@ pub async fn finish(shared: &Shared, t: &Tracker) {
             release(pause_delay(f.paused_since))
         }
         _ => match (retry_attempt, unclaimed, t.busy_until) {
-            (Some(a), _, _) => release(retry_delay(a)),
-            (None, true, _) => release(Duration::ZERO),
+            (Some(a), _, _) => release(retry_delay(a).max(throttled.unwrap_or_default())),
+            (None, true, _) => release(throttled.unwrap_or_default()),
             (None, false, Some(until)) => release(Duration::from_millis(
                 (until - now_ms()).max(0) as u64 + 1_000,
             )),
@@ -381,11 +395,16 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
     for &(rid, attempt) in &claim.owned {
         let outcome = match by_id.remove(&rid) {
             None => Err(OutcomeKind::Failed("recipient no longer exists".into())),
-            Some(r) => compose_for(&info, &r).map(|composed| Msg {
-                tracker: Arc::clone(&tracker),
-                recipient_id: rid,
-                attempt,
-                composed,
+            Some(r) => compose_for(&info, &r).map(|composed| {
+                let domain = r.email.rsplit('@').next().unwrap_or_default();
+                Msg {
+                    rate_groups: shared.limiter.groups_for(&info.name, domain),
+                    weight: message_weight(composed.bytes.len()),
+                    tracker: Arc::clone(&tracker),
+                    recipient_id: rid,
+                    attempt,
+                    composed,
+                }
             }),
         };
         let sent = match outcome {
@@ -407,6 +426,47 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
             return;
         }
     }
+}
+
+/// The message a recipient of a campaign would get, exactly as a worker
+/// composes it (for `mailsplit preview`).
+pub fn preview(
+    conn: &mut crate::store::Conn,
+    campaign: &str,
+    email: Option<&str>,
+) -> anyhow::Result<Vec<u8>> {
+    let c = campaigns::find(conn, campaign)?;
+    let id = match email {
+        Some(e) => recipients::find_by_email(conn, e)?
+            .ok_or_else(|| crate::cli::UsageError(format!("no recipient {e:?}")))?,
+        None => recipients::member_page(conn, c.list_id, 0, 1)?
+            .first()
+            .map(|(id, _)| *id)
+            .ok_or_else(|| {
+                crate::cli::UsageError(format!("list of campaign {:?} is empty", c.name))
+            })?,
+    };
+    let r = recipients::load(conn, &[id])?
+        .pop()
+        .ok_or_else(|| crate::cli::UsageError(format!("no recipient with id {id}")))?;
+    let info = CampaignInfo {
+        id: c.id,
+        name: c.name.clone(),
+        template: c.template.clone(),
+        subject: c.subject.clone(),
+        from: mail::parse_from(&c.from_addr)?,
+        priority: queue::priority(c.priority),
+    };
+    match compose_for(&info, &r) {
+        Ok(m) => Ok(m.bytes),
+        Err(outcome) => anyhow::bail!("{} would not get a message: {outcome:?}", r.email),
+    }
+}
+
+/// Rate tokens one message costs: one, plus one per started 256 KiB, so
+/// large messages count for more against a relay's budget.
+pub fn message_weight(bytes: usize) -> u32 {
+    1 + (bytes / (256 * 1024)) as u32
 }
 
 /// Render and compose one recipient's message, or the outcome that stands

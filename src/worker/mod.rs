@@ -119,8 +119,12 @@ pub async fn run(settings: Settings, conn: crate::store::Conn) -> Result<()> {
     }
     drop(jobs_tx);
 
+    let db = db::Db::new(&settings.database_url, Some(conn));
+    let limiter = crate::ratelimit::Limiter::new(Arc::clone(&db), settings.relay.target());
+    limiter.refresh().await.context("cannot read rate groups")?;
     let shared = Arc::new(Shared {
-        db: db::Db::new(&settings.database_url, Some(conn)),
+        db,
+        limiter,
         campaigns: Campaigns::default(),
         cmds: cmd_txs,
         to_send: send_tx,
@@ -149,13 +153,19 @@ pub async fn run(settings: Settings, conn: crate::store::Conn) -> Result<()> {
         let shared = Arc::clone(&shared);
         let stop = drained.clone();
         tokio::spawn(async move {
-            loop {
+            for round in 1u64.. {
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = tokio::time::sleep(FLAG_REFRESH) => {}
                 }
                 if let Err(e) = shared.campaigns.refresh(&shared.db).await {
                     tracing::warn!(error = %e, "cannot refresh campaign flags");
+                }
+                // Rate groups change rarely: every fourth round (2 s).
+                if round % 4 == 0 {
+                    if let Err(e) = shared.limiter.refresh().await {
+                        tracing::warn!(error = %e, "cannot refresh rate groups");
+                    }
                 }
             }
         })

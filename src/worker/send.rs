@@ -15,6 +15,10 @@ use crate::mail::{self, Relay, Verdict};
 use crate::store::OutcomeKind;
 
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Longest a sender waits for rate tokens before handing the message back
+/// (its job is then released until tokens are due), so a throttled domain
+/// does not hold every sender while other mail could flow.
+const MAX_TOKEN_WAIT: Duration = Duration::from_secs(5);
 
 pub async fn sender(
     shared: Arc<Shared>,
@@ -28,6 +32,14 @@ pub async fn sender(
     while let Ok(msg) = inbox.recv().await {
         let kind = loop {
             if abort.is_cancelled() || shared.campaigns.blocked(msg.tracker.campaign_id).await {
+                break OutcomeKind::Unclaim;
+            }
+            if let Err(t) = shared
+                .limiter
+                .acquire(&msg.rate_groups, msg.weight, MAX_TOKEN_WAIT)
+                .await
+            {
+                msg.tracker.throttle(t.retry_in);
                 break OutcomeKind::Unclaim;
             }
             let conn = match session.as_mut() {
@@ -52,11 +64,15 @@ pub async fn sender(
                 },
             };
             break match mail::send(conn, &msg.composed).await {
-                Verdict::Sent => OutcomeKind::Sent,
+                Verdict::Sent => {
+                    shared.limiter.success(&msg.rate_groups).await;
+                    OutcomeKind::Sent
+                }
                 Verdict::Permanent(reply) => OutcomeKind::Failed(reply),
                 Verdict::Transient(reply) => {
                     if mail::is_slow_down(&reply) {
                         tracing::warn!(%reply, "relay asks to slow down");
+                        shared.limiter.slow_down(&msg.rate_groups).await;
                     }
                     OutcomeKind::Retry(reply)
                 }

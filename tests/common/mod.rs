@@ -201,6 +201,8 @@ pub struct ScriptedSmtp {
     pub sessions: Arc<AtomicUsize>,
     /// Messages accepted over an encrypted session.
     pub encrypted: Arc<AtomicUsize>,
+    /// When each accepted recipient was accepted.
+    pub log: Arc<Mutex<Vec<(Instant, String)>>>,
 }
 
 impl ScriptedSmtp {
@@ -213,12 +215,14 @@ impl ScriptedSmtp {
             tries: Default::default(),
             sessions: Default::default(),
             encrypted: Default::default(),
+            log: Default::default(),
         };
-        let (received, tries, sessions, encrypted) = (
+        let (received, tries, sessions, encrypted, log) = (
             peer.received.clone(),
             peer.tries.clone(),
             peer.sessions.clone(),
             peer.encrypted.clone(),
+            peer.log.clone(),
         );
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
@@ -227,6 +231,7 @@ impl ScriptedSmtp {
                     received: received.clone(),
                     tries: tries.clone(),
                     encrypted: encrypted.clone(),
+                    log: log.clone(),
                 };
                 sessions.fetch_add(1, Ordering::SeqCst);
                 std::thread::spawn(move || {
@@ -260,6 +265,7 @@ struct Peer {
     received: Arc<Mutex<HashMap<String, u32>>>,
     tries: Arc<Mutex<HashMap<String, u32>>>,
     encrypted: Arc<AtomicUsize>,
+    log: Arc<Mutex<Vec<(Instant, String)>>>,
 }
 
 /// How a dialogue ended.
@@ -361,6 +367,11 @@ impl Peer {
                 }
                 std::thread::sleep(script.data_delay);
                 let mut r = self.received.lock().unwrap();
+                let now = Instant::now();
+                self.log
+                    .lock()
+                    .unwrap()
+                    .extend(rcpts.iter().map(|a| (now, a.clone())));
                 for a in rcpts.drain(..) {
                     *r.entry(a).or_insert(0) += 1;
                     if encrypted {
