@@ -193,6 +193,10 @@ pub struct WorkerArgs {
     /// Seconds a stopping worker lets jobs in flight finish
     #[arg(long, default_value_t = config::DEFAULT_GRACE.as_secs())]
     pub grace: u64,
+    /// Seconds to wait for the relay (connect, and each message's exchange)
+    /// before counting the try as a temporary failure
+    #[arg(long, default_value_t = config::DEFAULT_SMTP_TIMEOUT.as_secs())]
+    pub smtp_timeout: u64,
 }
 
 /// Run the parsed command line.

@@ -24,8 +24,8 @@ pub const DEFAULT_MAX_ATTEMPTS: i32 = 5;
 /// How long a stopping worker lets jobs in flight finish before handing the
 /// rest back.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
-/// One SMTP command/response exchange (and connecting) may take this long.
-pub const SMTP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default bound on connecting and on one message's SMTP exchange.
+pub const DEFAULT_SMTP_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

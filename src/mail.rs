@@ -18,7 +18,7 @@ use lettre::transport::smtp::extension::ClientId;
 use lettre::{Address, Message};
 use tokio::net::TcpStream;
 
-use crate::config::{SmtpUrl, Tls, SMTP_TIMEOUT};
+use crate::config::{SmtpUrl, Tls};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MailError {
@@ -145,10 +145,12 @@ pub struct Relay {
     shown: String,
     /// Built once: certificate roots are parsed at start-up, not per session.
     tls: Option<TlsParameters>,
+    /// Bound on connecting and on each SMTP exchange.
+    timeout: Duration,
 }
 
 impl Relay {
-    pub fn new(url: SmtpUrl) -> Result<Relay, MailError> {
+    pub fn new(url: SmtpUrl, timeout: Duration) -> Result<Relay, MailError> {
         let shown = format!("{}:{}", url.host, url.port);
         let tls = match (url.tls, &url.ca) {
             (Tls::None, _) => None,
@@ -180,6 +182,7 @@ impl Relay {
             hello: ClientId::default(),
             shown,
             tls,
+            timeout,
         })
     }
 
@@ -207,7 +210,7 @@ impl Relay {
         let mut conn = match self.url.tls {
             Tls::Implicit => AsyncSmtpConnection::connect_tokio1(
                 (self.url.host.as_str(), self.url.port),
-                Some(SMTP_TIMEOUT),
+                Some(self.timeout),
                 &self.hello,
                 Some(tls()?),
                 None,
@@ -216,24 +219,24 @@ impl Relay {
             .map_err(self.connect_err())?,
             Tls::None | Tls::StartTls { .. } => {
                 let stream = tokio::time::timeout(
-                    SMTP_TIMEOUT,
+                    self.timeout,
                     TcpStream::connect((self.url.host.as_str(), self.url.port)),
                 )
                 .await
                 .map_err(self.connect_err())?
                 .map_err(self.connect_err())?;
                 stream.set_nodelay(true).map_err(self.connect_err())?;
-                timed(AsyncSmtpConnection::connect_with_transport(
-                    Box::new(stream),
-                    &self.hello,
-                ))
+                timed(
+                    self.timeout,
+                    AsyncSmtpConnection::connect_with_transport(Box::new(stream), &self.hello),
+                )
                 .await
                 .map_err(self.connect_err())?
             }
         };
         if let Tls::StartTls { required } = self.url.tls {
             if conn.can_starttls() {
-                timed(conn.starttls(tls()?, &self.hello))
+                timed(self.timeout, conn.starttls(tls()?, &self.hello))
                     .await
                     .map_err(self.connect_err())?;
             } else if required {
@@ -243,33 +246,40 @@ impl Relay {
         }
         if let Some((user, pass)) = &self.url.credentials {
             let creds = Credentials::new(user.clone(), pass.clone());
-            timed(conn.auth(&[Mechanism::Plain, Mechanism::Login], &creds))
-                .await
-                .map_err(self.connect_err())?;
+            timed(
+                self.timeout,
+                conn.auth(&[Mechanism::Plain, Mechanism::Login], &creds),
+            )
+            .await
+            .map_err(self.connect_err())?;
         }
         Ok(conn)
     }
 }
 
-/// Send one message on an open session. A timeout counts as transient.
-pub async fn send(conn: &mut AsyncSmtpConnection, msg: &Composed) -> Verdict {
-    match tokio::time::timeout(SMTP_TIMEOUT, conn.send(&msg.envelope, &msg.bytes)).await {
-        Ok(Ok(_)) => Verdict::Sent,
-        Ok(Err(e)) => classify(&e),
-        Err(_) => {
-            conn.abort().await;
-            Verdict::Transient(format!("no reply within {} s", SMTP_TIMEOUT.as_secs()))
+impl Relay {
+    /// Send one message on an open session. A timeout counts as transient.
+    pub async fn send(&self, conn: &mut AsyncSmtpConnection, msg: &Composed) -> Verdict {
+        match tokio::time::timeout(self.timeout, conn.send(&msg.envelope, &msg.bytes)).await {
+            Ok(Ok(_)) => Verdict::Sent,
+            Ok(Err(e)) => classify(&e),
+            Err(_) => {
+                // The session is in an unknown state: drop it without QUIT.
+                let _ = tokio::time::timeout(Duration::from_millis(100), conn.abort()).await;
+                Verdict::Transient(format!("no reply within {:?}", self.timeout))
+            }
         }
     }
 }
 
-/// An SMTP step bounded by [`SMTP_TIMEOUT`].
+/// An SMTP step bounded by `limit`.
 async fn timed<T>(
+    limit: Duration,
     fut: impl std::future::Future<Output = Result<T, lettre::transport::smtp::Error>>,
 ) -> Result<T, TimedError> {
-    match tokio::time::timeout(SMTP_TIMEOUT, fut).await {
+    match tokio::time::timeout(limit, fut).await {
         Ok(r) => r.map_err(TimedError::Smtp),
-        Err(_) => Err(TimedError::Timeout(SMTP_TIMEOUT)),
+        Err(_) => Err(TimedError::Timeout(limit)),
     }
 }
 

@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{open_migrated, Global, WorkerArgs};
-use crate::config::{self, SmtpUrl, SMTP_TIMEOUT};
+use crate::config::{self, SmtpUrl};
 use crate::mail::Relay;
 use job::{Campaigns, Shared, FLAG_REFRESH};
 
@@ -42,6 +42,7 @@ pub struct Settings {
     pub concurrency: usize,
     pub max_attempts: i32,
     pub grace: Duration,
+    pub smtp_timeout: Duration,
 }
 
 /// Jobs a worker holds at once: enough to keep every SMTP session busy
@@ -59,7 +60,16 @@ pub fn run_cli(g: &Global, args: &WorkerArgs) -> Result<ExitCode> {
             config::check_tube(&g.tube)?;
             g.tube.clone()
         },
-        relay: Relay::new(url)?,
+        relay: Relay::new(
+            url,
+            Duration::from_secs(config::check_range(
+                "--smtp-timeout",
+                args.smtp_timeout as usize,
+                1,
+                3_600,
+            )? as u64),
+        )?,
+        smtp_timeout: Duration::from_secs(args.smtp_timeout),
         concurrency: config::check_range("--concurrency", args.concurrency, 1, 5_000)?,
         max_attempts: config::check_range(
             "--max-attempts",
@@ -198,7 +208,7 @@ pub async fn run(settings: Settings, conn: crate::store::Conn) -> Result<()> {
         tracing::warn!(grace = ?settings.grace, "grace period over: handing back unsent messages");
         abort.cancel();
         if tokio::time::timeout(
-            SMTP_TIMEOUT + Duration::from_secs(5),
+            settings.smtp_timeout + Duration::from_secs(5),
             slots.acquire_many(all),
         )
         .await

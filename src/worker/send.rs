@@ -63,7 +63,7 @@ pub async fn sender(
                     }
                 },
             };
-            break match mail::send(conn, &msg.composed).await {
+            break match relay.send(conn, &msg.composed).await {
                 Verdict::Sent => {
                     shared.limiter.success(&msg.rate_groups).await;
                     OutcomeKind::Sent
