@@ -80,12 +80,14 @@ pub fn compose(
 ) -> Result<Composed, MailError> {
     let address =
         Address::from_str(to_email).map_err(|_| MailError::BadRecipient(to_email.to_string()))?;
-    let name = to_name.trim();
-    let to = Mailbox::new((!name.is_empty()).then(|| name.to_string()), address);
+    // Control characters never reach a header: lettre's encoder refuses
+    // (panics on) a display name with CR/LF, and they have no business there.
+    let name = one_line(to_name);
+    let to = Mailbox::new((!name.is_empty()).then_some(name), address);
     let message = Message::builder()
         .from(from.clone())
         .to(to)
-        .subject(subject)
+        .subject(one_line(subject))
         .message_id(Some(message_id))
         .multipart(
             MultiPart::alternative()
@@ -105,6 +107,16 @@ pub fn compose(
         envelope: message.envelope().clone(),
         bytes: message.formatted(),
     })
+}
+
+/// `text` with every control character (CR, LF, TAB, …) turned into a
+/// space, trimmed: safe for a header value.
+pub fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect::<String>()
+        .trim()
+        .to_string()
 }
 
 /// What a send attempt means for the recipient.

@@ -395,7 +395,7 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
     for &(rid, attempt) in &claim.owned {
         let outcome = match by_id.remove(&rid) {
             None => Err(OutcomeKind::Failed("recipient no longer exists".into())),
-            Some(r) => compose_for(&info, &r).map(|composed| {
+            Some(r) => compose_guarded(&info, &r).map(|composed| {
                 let domain = r.email.rsplit('@').next().unwrap_or_default();
                 Msg {
                     rate_groups: shared.limiter.groups_for(&info.name, domain),
@@ -461,6 +461,25 @@ pub fn preview(
         Ok(m) => Ok(m.bytes),
         Err(outcome) => anyhow::bail!("{} would not get a message: {outcome:?}", r.email),
     }
+}
+
+/// [`compose_for`], with a panic in a library turned into a failed outcome
+/// for that one recipient, so the job's accounting always completes.
+fn compose_guarded(
+    info: &CampaignInfo,
+    r: &recipients::Recipient,
+) -> Result<Composed, OutcomeKind> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compose_for(info, r))).unwrap_or_else(
+        |_| {
+            tracing::error!(
+                recipient = r.id,
+                "composing the message panicked; recording it as failed"
+            );
+            Err(OutcomeKind::Failed(
+                "internal error while composing the message".into(),
+            ))
+        },
+    )
 }
 
 /// Rate tokens one message costs: one, plus one per started 256 KiB, so
