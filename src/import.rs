@@ -3,9 +3,11 @@
 //! with its line number and skipped, never half-written. Memory is bounded by
 //! one batch, however long the file.
 
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
 use std::io::Read;
 use std::path::Path;
+use std::rc::Rc;
 use std::str::FromStr;
 
 use serde_json::{Map, Value};
@@ -51,6 +53,28 @@ pub enum ImportError {
     Store(#[from] StoreError),
 }
 
+/// Passes bytes through and notes the offset of every CR and LF, so a
+/// record's byte offset can be turned into a line number.
+struct LineIndex<R> {
+    inner: R,
+    offset: u64,
+    newlines: Rc<RefCell<VecDeque<(u64, u8)>>>,
+}
+
+impl<R: Read> Read for LineIndex<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let mut q = self.newlines.borrow_mut();
+        for (i, &b) in buf[..n].iter().enumerate() {
+            if b == b'\n' || b == b'\r' {
+                q.push_back((self.offset + i as u64, b));
+            }
+        }
+        self.offset += n as u64;
+        Ok(n)
+    }
+}
+
 /// A row that was not imported, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejected {
@@ -90,9 +114,34 @@ fn import_reader(
     on_reject: &mut dyn FnMut(&Rejected),
     on_progress: &mut dyn FnMut(u64),
 ) -> Result<Summary, ImportError> {
+    let newlines = Rc::new(RefCell::new(VecDeque::new()));
     let mut reader = csv::ReaderBuilder::new()
         .flexible(true)
-        .from_reader(std::io::BufReader::with_capacity(1 << 16, input));
+        .from_reader(LineIndex {
+            inner: std::io::BufReader::with_capacity(1 << 16, input),
+            offset: 0,
+            newlines: Rc::clone(&newlines),
+        });
+    // The line a record starts on, from the offset where the csv reader
+    // began it: skip the line ends (blank lines, the LF of a CRLF) found
+    // there, then count the LFs before the first byte of the record. The csv
+    // crate's own line numbers skip blank lines and miscount CRLF files.
+    let mut lines_before = 0u64;
+    let mut line_at = |byte: u64| {
+        let mut q = newlines.borrow_mut();
+        let mut at = byte;
+        while let Some(&(offset, b)) = q.front() {
+            if offset > at {
+                break;
+            }
+            if offset == at {
+                at += 1;
+            }
+            lines_before += u64::from(b == b'\n');
+            q.pop_front();
+        }
+        lines_before + 1
+    };
     let headers = reader
         .byte_headers()
         .map_err(|source| ImportError::BadHeader {
@@ -131,37 +180,31 @@ fn import_reader(
     let mut batch = Batch::default();
     let mut record = csv::ByteRecord::new();
     let mut rows = 0u64;
-    // Line numbers counted here: the csv crate's own are off by one on CRLF
-    // files. A record spans one line plus the newlines quoted inside it.
-    let mut next_line = 2u64;
     loop {
-        let line = next_line;
+        let start = reader.position().byte();
         match reader.read_byte_record(&mut record) {
             Ok(false) => break,
             Ok(true) => {}
             Err(e) if e.is_io_error() => {
                 return Err(ImportError::Read {
                     path: shown.to_string(),
-                    line,
+                    line: line_at(start),
                     source: e,
                 })
             }
             Err(e) => {
                 // A malformed record: skip it and read on.
-                next_line = reader.position().line().max(next_line + 1);
                 summary.skipped += 1;
+                let at = e.position().map_or(start, |p| p.byte());
                 on_reject(&Rejected {
-                    line,
+                    line: line_at(at),
                     reason: e.to_string(),
                 });
                 continue;
             }
         }
         rows += 1;
-        next_line += 1 + record
-            .iter()
-            .map(|f| f.iter().filter(|&&b| b == b'\n').count() as u64)
-            .sum::<u64>();
+        let line = line_at(record.position().map_or(start, |p| p.byte()));
         match parse_row(&record, &columns, email_col, name_col, status_col) {
             Ok(row) => batch.push(row),
             Err(reason) => {

@@ -130,6 +130,7 @@ pub fn enqueue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Report, En
                 batch.push(rid);
             } else {
                 skipped.push(rid);
+                report.skipped += 1;
             }
             if batch.len() == opts.batch_size {
                 put_batch(
@@ -164,7 +165,6 @@ pub fn enqueue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Report, En
     // Confirm the last put together with any trailing skipped recipients.
     let mut last = unconfirmed.take().unwrap_or_default();
     last.cursor = last.cursor.max(scan_pos);
-    report.skipped += skipped.len() as u64;
     last.skipped.append(&mut skipped);
     campaigns::enqueue_step(conn, campaign.id, Some(&last), None)?;
     campaigns::finish_enqueue(conn, campaign.id)?;

@@ -25,6 +25,8 @@ pub struct CampaignStatus {
     pub pending: i64,
     /// Messages finished per second over the last few seconds; 0 when idle.
     pub rate: f64,
+    /// Messages finished per second from the first outcome to the last.
+    pub avg_rate: f64,
     /// Seconds until `pending` reaches 0 at the current rate.
     pub eta_seconds: Option<u64>,
 }
@@ -50,6 +52,12 @@ impl CampaignStatus {
         };
         let eta_seconds =
             (rate > 0.0 && pending > 0).then(|| (pending as f64 / rate).ceil() as u64);
+        let avg_rate = match (counters.first_at, counters.last_at) {
+            (Some(first), Some(last)) if last > first => {
+                counters.done() as f64 * 1000.0 / (last - first) as f64
+            }
+            _ => 0.0,
+        };
         Ok(CampaignStatus {
             id: campaign.id,
             name: campaign.name.clone(),
@@ -64,6 +72,7 @@ impl CampaignStatus {
             skipped: counters.skipped,
             pending,
             rate: (rate * 10.0).round() / 10.0,
+            avg_rate: (avg_rate * 10.0).round() / 10.0,
             eta_seconds,
         })
     }
@@ -75,7 +84,7 @@ impl CampaignStatus {
             None => "-".into(),
         };
         format!(
-            "{name} (id {id}): {state}\n  recipients {recipients}  enqueued {enqueued} in {jobs} jobs\n  sent {sent}  failed {failed}  skipped {skipped}  pending {pending}\n  rate {rate:.1} msg/s  eta {eta}",
+            "{name} (id {id}): {state}\n  recipients {recipients}  enqueued {enqueued} in {jobs} jobs\n  sent {sent}  failed {failed}  skipped {skipped}  pending {pending}\n  rate {rate:.1} msg/s (average {avg:.1})  eta {eta}",
             name = self.name,
             id = self.id,
             state = self.state,
@@ -87,6 +96,7 @@ impl CampaignStatus {
             skipped = self.skipped,
             pending = self.pending,
             rate = self.rate,
+            avg = self.avg_rate,
         )
     }
 

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Benchmark mailsplit on this machine: a whole campaign (default 1,000,000
+# recipients) beside smtp-source's raw rate and the seed articles' Python
+# pipeline, then the latency-bound and PostgreSQL runs. Appends a row to
+# BENCHMARKS.md. Not a test: nothing here asserts a speed.
+set -euo pipefail
+
+usage() {
+    cat <<'USAGE'
+Usage: scripts/bench.sh [--n N] [--workers W] [--concurrency C] [--skip peer,latency,pg]
+
+Installs what it needs (scripts/install-deps.sh; a Python venv .peerenv with
+greenstalk, aiosmtplib and jinja2 for ../shared/bench/peer_seed003.py), builds
+the release binary, then runs scripts/bench.py with the same arguments.
+Services are started on free loopback ports and stopped at the end.
+USAGE
+}
+case "${1:-}" in
+    -h | --help) usage; exit 0 ;;
+esac
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+scripts/install-deps.sh
+if [[ ! -x .peerenv/bin/python ]]; then
+    echo "==> Python venv for the seed pipeline (.peerenv)"
+    python3 -m venv .peerenv
+    .peerenv/bin/pip install -q greenstalk aiosmtplib jinja2
+fi
+echo "==> cargo build --release"
+cargo build --release
+exec python3 scripts/bench.py "$@"

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Install the system packages mailsplit's scripts and tests need (Debian).
+set -euo pipefail
+
+usage() {
+    cat <<'EOF'
+Usage: scripts/install-deps.sh [--help]
+
+Installs, if any is missing, the Debian packages mailsplit needs:
+  beanstalkd      the job queue
+  postfix         only for /usr/sbin/smtp-sink (the test SMTP server); postfix is
+                  preseeded "No configuration", so no mail server is set up
+  supervisor      runs the workers (scripts/supervisord.conf)
+  pkg-config libsqlite3-dev libpq-dev   to build the SQLite and PostgreSQL drivers
+  gcc libc6-dev   only if no C compiler/linker (cc) is present
+
+No beanstalkd, postfix or supervisor system service is left running by the
+install: scripts/services.sh and scripts/workers.sh start their own on free
+ports. Idempotent and silent when nothing is missing. Needs root (or sudo)
+when something must be installed. Checks that cargo is on PATH.
+EOF
+}
+
+case "${1:-}" in
+    -h | --help) usage; exit 0 ;;
+    "") ;;
+    *) echo "install-deps.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
+esac
+
+say() { echo "install-deps: $*"; }
+
+# true when a system service is running
+svc_running() {
+    if [[ -d /run/systemd/system ]]; then
+        systemctl is-active --quiet "$1"
+    elif [[ $1 == postfix ]]; then
+        # why: postfix's init script reports "ok" for status when it has no main.cf
+        local pid
+        pid=$(tr -dc 0-9 2>/dev/null </var/spool/postfix/pid/master.pid) && [[ -n $pid && -d /proc/$pid ]]
+    else
+        command -v service >/dev/null 2>&1 && service "$1" status >/dev/null 2>&1
+    fi
+}
+
+# true when the dpkg package is fully installed (a -dev package has no binary to look for)
+have_pkg() {
+    dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+missing=()
+command -v beanstalkd >/dev/null 2>&1 || missing+=(beanstalkd)
+[[ -x /usr/sbin/smtp-sink ]] || missing+=(postfix)
+command -v supervisord >/dev/null 2>&1 || missing+=(supervisor)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+have_pkg libsqlite3-dev || missing+=(libsqlite3-dev)
+have_pkg libpq-dev || missing+=(libpq-dev)
+# why: rustup's cargo needs a system linker; Debian's cargo package brings one, rustup does not
+command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
+
+if ((${#missing[@]} > 0)); then
+    # why: the brief's fixed package set; install all (cheap when present) so
+    # one run leaves a complete machine
+    pkgs=(beanstalkd postfix supervisor pkg-config libsqlite3-dev libpq-dev)
+    command -v cc >/dev/null 2>&1 || pkgs+=(gcc libc6-dev)
+    say "missing: ${missing[*]}; installing: ${pkgs[*]}"
+
+    SUDO=()
+    if ((EUID != 0)); then
+        command -v sudo >/dev/null 2>&1 || { say "must run as root (or have sudo) to install packages" >&2; exit 1; }
+        SUDO=(sudo)
+    fi
+
+    services=(beanstalkd postfix supervisor)
+    # why: a service already running before we started is the user's; leave it alone
+    declare -A was_running=()
+    for s in "${services[@]}"; do
+        if svc_running "$s"; then was_running[$s]=1; fi
+    done
+
+    # why: Debian's convention to stop maintainer scripts from starting daemons;
+    # only add our own if none exists, and remove it again afterwards
+    policy=/usr/sbin/policy-rc.d
+    own_policy=0
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\n# temporary, from mailsplit scripts/install-deps.sh\nexit 101\n' |
+            "${SUDO[@]}" tee "$policy" >/dev/null
+        "${SUDO[@]}" chmod 755 "$policy"
+        own_policy=1
+    fi
+    cleanup() { if ((own_policy)); then "${SUDO[@]}" rm -f "$policy"; fi; }
+    trap cleanup EXIT
+
+    # why: "No configuration" = postfix installs its tools but no main.cf and no running MTA
+    echo 'postfix postfix/main_mailer_type select No configuration' | "${SUDO[@]}" debconf-set-selections
+
+    "${SUDO[@]}" apt-get update
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y --no-install-recommends "${pkgs[@]}"
+
+    # why: belt and braces for init systems that ignore policy-rc.d
+    for s in "${services[@]}"; do
+        [[ -n ${was_running[$s]:-} ]] && continue
+        if svc_running "$s"; then
+            say "stopping the $s system service the install started"
+            "${SUDO[@]}" service "$s" stop || say "warning: could not stop $s" >&2
+        fi
+    done
+
+    cleanup
+    own_policy=0
+    say "done"
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    cat >&2 <<'EOF'
+install-deps: cargo (Rust) is not on PATH. Install a current Rust toolchain with rustup
+(Debian 12's own cargo package is too old for mailsplit's crates):
+    apt-get install -y curl ca-certificates
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y
+    . "$HOME/.cargo/env"
+then run this script again.
+EOF
+    exit 1
+fi

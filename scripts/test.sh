@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# The whole test suite (what CI runs): deps, PostgreSQL, scripts, fmt, clippy, tests.
+set -euo pipefail
+
+usage() {
+    cat <<'EOF'
+Usage: scripts/test.sh [--help]
+
+  1. scripts/install-deps.sh (beanstalkd, smtp-sink, supervisor, -dev libraries)
+  2. PostgreSQL on 127.0.0.1:5432 must answer; if not, tries
+     pg_ctlcluster --skip-systemctl-redirect <version> main start
+     MAILSPLIT_TEST_PG (base URL, the tests create databases under it; default
+     postgres://root@127.0.0.1:5432, else postgres://postgres@...) is exported;
+     its database "test" is created if missing
+  3. smoke test of scripts/services.sh and scripts/workers.sh (+ shellcheck if installed)
+  4. cargo fmt --check
+  5. cargo clippy --all-targets -- -D warnings
+  6. cargo test --all-targets -- --test-threads=2 (the tests start their own
+     beanstalkd and smtp-sink on free ports)
+
+Exits non-zero at the first failure; the last line says PASSED or FAILED.
+EOF
+}
+case "${1:-}" in
+    -h | --help) usage; exit 0 ;;
+    "") ;;
+    *) echo "test.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
+esac
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+current="setup"
+step() {
+    current=$1
+    echo "==> $1"
+}
+finish() {
+    local rc=${1:-$?}
+    if ((rc == 0)); then
+        echo "test.sh: PASSED (fmt, clippy, tests) in $((SECONDS / 60))m$((SECONDS % 60))s"
+    else
+        echo "test.sh: FAILED at step: $current (exit $rc)" >&2
+    fi
+}
+trap finish EXIT
+
+step "install dependencies (scripts/install-deps.sh)"
+scripts/install-deps.sh
+
+pg_up() {
+    if command -v pg_isready >/dev/null 2>&1; then
+        pg_isready -q -d "$1"
+    else
+        # why: without the client tools, at least see that something listens
+        local hostport=${1#*://}
+        hostport=${hostport#*@}
+        hostport=${hostport%%/*}
+        [[ $hostport == *:* ]] || hostport+=":5432"
+        (exec 3<>"/dev/tcp/${hostport%:*}/${hostport##*:}") 2>/dev/null
+    fi
+}
+
+# psql as user U against database D on the local server
+local_psql() {
+    local user=$1 db=$2
+    shift 2
+    psql -X -q -h 127.0.0.1 -p 5432 -U "$user" -d "$db" -v ON_ERROR_STOP=1 "$@"
+}
+
+step "PostgreSQL"
+if [[ -n ${MAILSPLIT_TEST_PG:-} ]]; then
+    # why: the user chose a server; do not start or change anything
+    pg_up "$MAILSPLIT_TEST_PG/test" || { echo "test.sh: MAILSPLIT_TEST_PG=$MAILSPLIT_TEST_PG does not answer" >&2; exit 1; }
+    echo "    using MAILSPLIT_TEST_PG=$MAILSPLIT_TEST_PG"
+else
+    local_url="postgresql://127.0.0.1:5432/postgres"
+    if ! pg_up "$local_url"; then
+        if [[ -d /etc/postgresql ]] && command -v pg_ctlcluster >/dev/null 2>&1; then
+            for version in /etc/postgresql/*/; do
+                version=$(basename "$version")
+                echo "    starting PostgreSQL $version (pg_ctlcluster --skip-systemctl-redirect $version main start)"
+                pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+            done
+            for ((i = 0; i < 30; i++)); do
+                pg_up "$local_url" && break
+                sleep 0.5
+            done
+        fi
+        pg_up "$local_url" || {
+            echo "test.sh: PostgreSQL does not answer on 127.0.0.1:5432 and could not be started;" \
+                "install and start it (trust auth for local TCP), or set MAILSPLIT_TEST_PG=postgres://USER@HOST:PORT" >&2
+            exit 1
+        }
+    fi
+    pg_user=root
+    if command -v psql >/dev/null 2>&1; then
+        # why: the tests connect to BASE/test and CREATE DATABASE there, so the
+        # role needs a "test" database and the right to create databases
+        pg_user=""
+        for user in root postgres; do
+            if ! local_psql "$user" test -Atc 'select 1' >/dev/null 2>&1 &&
+                local_psql "$user" postgres -Atc 'select 1' >/dev/null 2>&1; then
+                echo "    creating database \"test\" as $user"
+                local_psql "$user" postgres -c 'CREATE DATABASE test' >/dev/null 2>&1 || true
+            fi
+            can=$(local_psql "$user" test -Atc \
+                'select rolsuper or rolcreatedb from pg_roles where rolname = current_user' 2>/dev/null || true)
+            if [[ $can == t ]]; then
+                pg_user=$user
+                break
+            fi
+        done
+        [[ -n $pg_user ]] || {
+            echo "test.sh: neither root nor postgres can connect to 127.0.0.1:5432/test and create" \
+                "databases; set MAILSPLIT_TEST_PG=postgres://USER@HOST:PORT" >&2
+            exit 1
+        }
+    else
+        echo "    psql not installed: assuming role root with database test" >&2
+    fi
+    export MAILSPLIT_TEST_PG="postgres://$pg_user@127.0.0.1:5432"
+    echo "    MAILSPLIT_TEST_PG=$MAILSPLIT_TEST_PG"
+fi
+
+step "scripts: syntax, shellcheck, services.sh and workers.sh smoke test"
+for f in scripts/*.sh .ci/run; do bash -n "$f"; done
+if command -v shellcheck >/dev/null 2>&1; then
+    shellcheck scripts/*.sh .ci/run
+fi
+smoke=$(mktemp -d)
+smoke_cleanup() {
+    scripts/workers.sh stop --dir "$smoke/run" >/dev/null 2>&1 || true
+    scripts/services.sh stop --dir "$smoke/run" >/dev/null 2>&1 || true
+    rm -rf "$smoke"
+}
+trap 'rc=$?; smoke_cleanup; finish "$rc"' EXIT
+# why: a stand-in worker: logs, and exits 0 on TERM like the real one
+printf '#!/bin/sh\necho "worker started" >&2\ntrap "exit 0" TERM\nwhile :; do sleep 1 & wait; done\n' >"$smoke/fake"
+chmod +x "$smoke/fake"
+scripts/services.sh start --dir "$smoke/run" >/dev/null
+scripts/services.sh env --dir "$smoke/run" | grep -q '^export BEANSTALKD=127.0.0.1:'
+scripts/workers.sh start --dir "$smoke/run" --workers 2 --bin "$smoke/fake" >/dev/null
+[[ $(scripts/workers.sh status --dir "$smoke/run" | grep -c RUNNING) == 2 ]]
+scripts/workers.sh stop --dir "$smoke/run" >/dev/null
+scripts/services.sh stop --dir "$smoke/run" >/dev/null
+smoke_cleanup
+trap finish EXIT
+
+step "cargo fmt --check"
+# why: a minimal rustup profile has neither rustfmt nor clippy
+for pair in fmt:rustfmt clippy:clippy; do
+    if ! cargo "${pair%%:*}" --version >/dev/null 2>&1; then
+        command -v rustup >/dev/null 2>&1 ||
+            { echo "test.sh: cargo ${pair%%:*} is missing; install ${pair#*:}" >&2; exit 1; }
+        rustup component add "${pair#*:}"
+    fi
+done
+cargo fmt --check
+
+step "cargo clippy --all-targets -- -D warnings"
+cargo clippy --all-targets -- -D warnings
+
+step "cargo test --all-targets -- --test-threads=2"
+cargo test --all-targets -- --test-threads=2
