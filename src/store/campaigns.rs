@@ -280,19 +280,29 @@ pub fn control(conn: &mut Conn, name_or_id: &str, action: Control) -> Result<Cam
     })
 }
 
-/// Mark the start of an enqueue run (draft → enqueuing).
-pub fn start_enqueue(conn: &mut Conn, campaign_id: i64) -> Result<()> {
+/// Move a campaign from one state to another if it is still in the first.
+fn transition(conn: &mut Conn, id: i64, from: CampaignState, to: CampaignState) -> Result<()> {
     on!(conn, |c| diesel::update(
         campaigns::table
-            .find(campaign_id)
-            .filter(campaigns::state.eq(CampaignState::Draft.as_str()))
+            .find(id)
+            .filter(campaigns::state.eq(from.as_str()))
     )
     .set((
-        campaigns::state.eq(CampaignState::Enqueuing.as_str()),
+        campaigns::state.eq(to.as_str()),
         campaigns::updated_at.eq(now_ms()),
     ))
     .execute(c))?;
     Ok(())
+}
+
+/// Mark the start of an enqueue run (draft → enqueuing).
+pub fn start_enqueue(conn: &mut Conn, campaign_id: i64) -> Result<()> {
+    transition(
+        conn,
+        campaign_id,
+        CampaignState::Draft,
+        CampaignState::Enqueuing,
+    )
 }
 
 /// A job about to be put into beanstalkd: if the process dies before the put
@@ -375,16 +385,11 @@ pub fn finish_enqueue(conn: &mut Conn, campaign_id: i64) -> Result<()> {
         on!(conn, |c| diesel::update(cc::table.find(campaign_id))
             .set(cc::recipients.eq(cc::enqueued + cc::enqueue_skipped))
             .execute(c))?;
-        on!(conn, |c| diesel::update(
-            campaigns::table
-                .find(campaign_id)
-                .filter(campaigns::state.eq(CampaignState::Enqueuing.as_str()))
+        transition(
+            conn,
+            campaign_id,
+            CampaignState::Enqueuing,
+            CampaignState::Queued,
         )
-        .set((
-            campaigns::state.eq(CampaignState::Queued.as_str()),
-            campaigns::updated_at.eq(now_ms()),
-        ))
-        .execute(c))?;
-        Ok(())
     })
 }

@@ -266,59 +266,49 @@ pub fn record(conn: &mut Conn, outcomes: &[Outcome], max_attempts: i32) -> Resul
         for (i, o) in outcomes.iter().enumerate() {
             let ids = std::slice::from_ref(&o.recipient_id);
             let mine = || owned_rows!(o.campaign_id, o.token, ids);
-            let delta = deltas.entry(o.campaign_id).or_default();
-            results[i] = match &o.kind {
-                OutcomeKind::Sent => continue,
-                OutcomeKind::Failed(err) | OutcomeKind::Skipped(err) => {
-                    let (state, counter) = match o.kind {
-                        OutcomeKind::Failed(_) => (DeliveryState::Failed, &mut delta.failed),
-                        _ => (DeliveryState::Skipped, &mut delta.skipped),
-                    };
-                    let n = on!(conn, |c| diesel::update(mine())
-                        .set((
-                            d::state.eq(state.as_str()),
-                            d::claim_token.eq(None::<i64>),
-                            d::last_error.eq(Some(err)),
-                            d::updated_at.eq(now),
-                        ))
-                        .execute(c))?;
-                    *counter += n as i64;
-                    if n == 1 {
-                        Recorded::Final
-                    } else {
-                        Recorded::Lost
-                    }
-                }
-                OutcomeKind::Retry(err) => {
-                    let gave_up = on!(conn, |c| diesel::update(
+            // Close this claim with a state and the relay's reply; 1 if it
+            // was still ours.
+            let close = |conn: &mut Conn, state: DeliveryState, err: &str, last_try: bool| {
+                let set = (
+                    d::state.eq(state.as_str()),
+                    d::claim_token.eq(None::<i64>),
+                    d::last_error.eq(Some(err)),
+                    d::updated_at.eq(now),
+                );
+                Ok::<_, StoreError>(if last_try {
+                    on!(conn, |c| diesel::update(
                         mine().filter(d::attempts.ge(max_attempts))
                     )
-                    .set((
-                        d::state.eq(DeliveryState::Failed.as_str()),
-                        d::claim_token.eq(None::<i64>),
-                        d::last_error.eq(Some(err)),
-                        d::updated_at.eq(now),
-                    ))
-                    .execute(c))?;
-                    delta.failed += gave_up as i64;
-                    if gave_up == 1 {
-                        Recorded::Final
-                    } else {
-                        let n = on!(conn, |c| diesel::update(mine())
-                            .set((
-                                d::state.eq(DeliveryState::Retry.as_str()),
-                                d::claim_token.eq(None::<i64>),
-                                d::last_error.eq(Some(err)),
-                                d::updated_at.eq(now),
-                            ))
-                            .execute(c))?;
-                        if n == 1 {
-                            Recorded::Open
-                        } else {
-                            Recorded::Lost
-                        }
-                    }
+                    .set(set)
+                    .execute(c))?
+                } else {
+                    on!(conn, |c| diesel::update(mine()).set(set).execute(c))?
+                })
+            };
+            let delta = deltas.entry(o.campaign_id).or_default();
+            let (state, changed) = match &o.kind {
+                OutcomeKind::Sent => continue,
+                OutcomeKind::Failed(err) => {
+                    let n = close(conn, DeliveryState::Failed, err, false)?;
+                    delta.failed += n as i64;
+                    (Recorded::Final, n)
                 }
+                OutcomeKind::Skipped(err) => {
+                    let n = close(conn, DeliveryState::Skipped, err, false)?;
+                    delta.skipped += n as i64;
+                    (Recorded::Final, n)
+                }
+                // A transient failure on the last allowed attempt is final.
+                OutcomeKind::Retry(err) => match close(conn, DeliveryState::Failed, err, true)? {
+                    0 => (
+                        Recorded::Open,
+                        close(conn, DeliveryState::Retry, err, false)?,
+                    ),
+                    n => {
+                        delta.failed += n as i64;
+                        (Recorded::Final, n)
+                    }
+                },
                 OutcomeKind::Unclaim => {
                     let n = on!(conn, |c| diesel::update(mine())
                         .set((
@@ -328,13 +318,10 @@ pub fn record(conn: &mut Conn, outcomes: &[Outcome], max_attempts: i32) -> Resul
                             d::updated_at.eq(now),
                         ))
                         .execute(c))?;
-                    if n == 1 {
-                        Recorded::Open
-                    } else {
-                        Recorded::Lost
-                    }
+                    (Recorded::Open, n)
                 }
             };
+            results[i] = if changed == 1 { state } else { Recorded::Lost };
         }
 
         for (campaign_id, delta) in deltas {

@@ -143,32 +143,26 @@ pub fn upsert_batch(
     // diesel cannot batch an upsert on SQLite, so SQLite takes the rows one
     // by one inside the caller's transaction (a cached prepared statement:
     // cheap in-process); PostgreSQL gets one multi-row statement.
+    // Without a status column an existing recipient keeps its status.
+    let status_source = if set_status {
+        "excluded.status"
+    } else {
+        "recipients.status"
+    };
     macro_rules! upsert {
         ($c:expr, $values:expr) => {
-            if set_status {
-                diesel::insert_into(recipients::table)
-                    .values($values)
-                    .on_conflict(recipients::email)
-                    .do_update()
-                    .set((
-                        recipients::name.eq(excluded(recipients::name)),
-                        recipients::attributes.eq(excluded(recipients::attributes)),
-                        recipients::status.eq(excluded(recipients::status)),
-                        recipients::updated_at.eq(excluded(recipients::updated_at)),
-                    ))
-                    .execute($c)
-            } else {
-                diesel::insert_into(recipients::table)
-                    .values($values)
-                    .on_conflict(recipients::email)
-                    .do_update()
-                    .set((
-                        recipients::name.eq(excluded(recipients::name)),
-                        recipients::attributes.eq(excluded(recipients::attributes)),
-                        recipients::updated_at.eq(excluded(recipients::updated_at)),
-                    ))
-                    .execute($c)
-            }
+            diesel::insert_into(recipients::table)
+                .values($values)
+                .on_conflict(recipients::email)
+                .do_update()
+                .set((
+                    recipients::name.eq(excluded(recipients::name)),
+                    recipients::attributes.eq(excluded(recipients::attributes)),
+                    recipients::status
+                        .eq(diesel::dsl::sql::<diesel::sql_types::Text>(status_source)),
+                    recipients::updated_at.eq(excluded(recipients::updated_at)),
+                ))
+                .execute($c)
         };
     }
     match conn.inner_mut() {
