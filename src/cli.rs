@@ -430,8 +430,38 @@ fn control(g: &Global, name: &str, action: Control) -> Result<()> {
         Control::Cancel => "cancelled; workers delete its remaining jobs",
     };
     println!("campaign {:?} {what}", campaign.name);
+    if action == Control::Resume {
+        // Let every worker's flag cache (refreshed each 0.5 s) see the resume
+        // first, or a worker could meet a kicked job and delay it again.
+        std::thread::sleep(2 * crate::worker::job::FLAG_REFRESH);
+        kick_delayed(g);
+    }
     Ok(())
 }
+
+/// After a resume, make the delayed jobs in the tube ready now, so the
+/// campaign does not wait out the delays its jobs were released with while
+/// paused. Best effort: without it the jobs still come back by themselves.
+fn kick_delayed(g: &Global) {
+    let Ok(servers) = config::parse_beanstalkd(&g.beanstalkd) else {
+        return;
+    };
+    for addr in servers {
+        let kicked = crate::queue::Server::connect(addr)
+            .and_then(|mut s| s.kick_delayed(&g.tube, KICK_LIMIT));
+        match kicked {
+            Ok(0) => {}
+            Ok(n) => println!("made {n} delayed jobs on {addr} ready again"),
+            Err(e) => eprintln!(
+                "mailsplit: note: {:#}; the campaign's jobs come back within their release delay (at most 2 min)",
+                anyhow::Error::from(e)
+            ),
+        }
+    }
+}
+
+/// Most delayed jobs one `resume` kicks per server.
+const KICK_LIMIT: u64 = 1_000_000;
 
 /// Smaller lists get more urgent priorities (lower numbers), so a small
 /// campaign's jobs are not stuck behind a big one's: 100 for a handful of

@@ -227,6 +227,30 @@ impl Server {
         Ok(id)
     }
 
+    /// Make every delayed job of `tube` ready now (at most `limit`): what
+    /// `resume` does so a paused campaign's jobs need not sit out their
+    /// release delay. Returns how many were kicked.
+    pub fn kick_delayed(&mut self, tube: &str, limit: u64) -> Result<u64, QueueError> {
+        self.use_tube(tube)?;
+        let mut kicked = 0;
+        while kicked < limit {
+            let e = self.err("peek-delayed");
+            let id = match self.conn.peek_delayed() {
+                Ok(job) => job.id(),
+                Err(BeanstalkcError::CommandFailed(s)) if s == "NotFound" => break,
+                Err(source) => return Err(e(source)),
+            };
+            let e = self.err("kick-job");
+            match self.conn.kick_job(id) {
+                Ok(()) => kicked += 1,
+                // Reserved or deleted between the peek and the kick.
+                Err(BeanstalkcError::CommandFailed(s)) if s == "NotFound" => {}
+                Err(source) => return Err(e(source)),
+            }
+        }
+        Ok(kicked)
+    }
+
     /// Statistics of a tube (`current-jobs-ready`, …); empty if it has none.
     pub fn stats_tube(
         &mut self,

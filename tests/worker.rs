@@ -440,3 +440,21 @@ fn tls_required_but_not_offered_sends_nothing() {
     assert_eq!(env.status("news")["sent"], 0);
     drop(w);
 }
+
+#[test]
+fn resume_after_a_long_pause_sends_at_once() {
+    let (_tmp, _bs, _peer, env) = setup(Kind::Sqlite, slow());
+    env.campaign("news", 1_500);
+    let _w = env.worker(&["--concurrency", "10"]);
+    wait_for(60, "some mail to go out", || sent(&env, "news") >= 100);
+    env.ok(&["pause", "news"]);
+    // Long enough that paused jobs go back with delays of several seconds.
+    std::thread::sleep(Duration::from_secs(10));
+    let before = sent(&env, "news");
+    let out = env.ok(&["resume", "news"]);
+    assert!(out.contains("delayed jobs"), "resume kicked nothing: {out}");
+    wait_for(4, "sending to start again", || {
+        sent(&env, "news") > before + 50
+    });
+    wait_done(&env, "news", 120);
+}

@@ -9,7 +9,7 @@ use std::str::FromStr;
 use diesel::prelude::*;
 
 use super::schema::{campaign_counters as cc, deliveries as d};
-use super::{now_ms, on, Conn, Result, StoreError};
+use super::{now_ms, on, Conn, InnerMut, Result, StoreError};
 
 /// Rows of one campaign still claimed by `token`.
 macro_rules! owned_rows {
@@ -110,28 +110,54 @@ pub fn claim(
                 )
             })
             .collect();
-        on!(conn, |c| diesel::insert_into(d::table)
-            .values(&fresh)
-            .on_conflict_do_nothing()
-            .execute(c))?;
-        on!(conn, |c| diesel::update(
-            d::table
-                .filter(d::campaign_id.eq(campaign_id))
-                .filter(d::recipient_id.eq_any(recipient_ids))
-                .filter(
-                    d::state.eq(DeliveryState::Retry.as_str()).or(d::state
-                        .eq(DeliveryState::Claimed.as_str())
-                        .and(d::claimed_until.lt(now))),
-                )
-        )
-        .set((
-            d::state.eq(DeliveryState::Claimed.as_str()),
-            d::attempts.eq(d::attempts + 1),
-            d::claim_token.eq(Some(token)),
-            d::claimed_until.eq(Some(until)),
-            d::updated_at.eq(now),
-        ))
-        .execute(c))?;
+        // One statement claims what is claimable and says which rows it got:
+        // new rows are inserted, rows waiting for a retry or left by a dead
+        // worker (lease over) are taken over, anything else is left alone.
+        // `INSERT … ON CONFLICT DO UPDATE … WHERE <claimable> RETURNING`:
+        // new rows are inserted, rows waiting for a retry or left by a dead
+        // worker (lease over) are taken over, anything else is left alone,
+        // and the statement says which rows this claim got.
+        macro_rules! claim_rows {
+            ($c:expr, $values:expr) => {{
+                let upsert = diesel::insert_into(d::table)
+                    .values($values)
+                    .on_conflict((d::campaign_id, d::recipient_id))
+                    .do_update()
+                    .set((
+                        d::state.eq(DeliveryState::Claimed.as_str()),
+                        d::attempts.eq(d::attempts + 1),
+                        d::claim_token.eq(Some(token)),
+                        d::claimed_until.eq(Some(until)),
+                        d::updated_at.eq(now),
+                    ));
+                let claimable = d::state.eq(DeliveryState::Retry.as_str()).or(d::state
+                    .eq(DeliveryState::Claimed.as_str())
+                    .and(d::claimed_until.lt(now)));
+                diesel::query_dsl::methods::FilterDsl::filter(upsert, claimable)
+                    .returning((d::recipient_id, d::attempts))
+            }};
+        }
+        let mut owned: Vec<(i64, i32)> = match conn.inner_mut() {
+            // diesel cannot batch an upsert on SQLite: one cached statement
+            // per row, in this one transaction.
+            InnerMut::Sqlite(c) => {
+                let mut got = Vec::with_capacity(fresh.len());
+                for row in &fresh {
+                    got.extend(claim_rows!(c, row).get_result::<(i64, i32)>(c).optional()?);
+                }
+                got
+            }
+            InnerMut::Pg(c) => claim_rows!(c, &fresh).get_results(c)?,
+        };
+        owned.sort_unstable();
+        let mut claim = Claim {
+            owned,
+            ..Claim::default()
+        };
+        if claim.owned.len() == recipient_ids.len() {
+            return Ok(claim);
+        }
+        // Rare: some are finished or held by another worker; ask which.
         let rows: Vec<ClaimRow> = on!(conn, |c| d::table
             .filter(d::campaign_id.eq(campaign_id))
             .filter(d::recipient_id.eq_any(recipient_ids))
@@ -143,10 +169,14 @@ pub fn claim(
                 d::attempts
             ))
             .load(c))?;
-        let mut claim = Claim::default();
         for (rid, state, owner, claimed_until, attempts) in rows {
             match state.parse::<DeliveryState>()? {
-                DeliveryState::Claimed if owner == Some(token) => claim.owned.push((rid, attempts)),
+                // Already ours from an earlier call with this token.
+                DeliveryState::Claimed if owner == Some(token) => {
+                    if !claim.owned.iter().any(|&(r, _)| r == rid) {
+                        claim.owned.push((rid, attempts));
+                    }
+                }
                 DeliveryState::Claimed | DeliveryState::Retry => {
                     let until = claimed_until.unwrap_or(now).max(now);
                     claim.busy_until = Some(claim.busy_until.map_or(until, |b| b.max(until)));

@@ -177,7 +177,15 @@ impl Conn {
                 ))?;
                 Inner::Sqlite(c)
             }
-            Backend::Postgres => Inner::Pg(PgConnection::establish(url).map_err(connect_err)?),
+            Backend::Postgres => {
+                let mut c = PgConnection::establish(url).map_err(connect_err)?;
+                // The ledger grows from empty during a campaign. A generic
+                // plan cached while it was small (a sequential scan) would
+                // stay in use as it grows to millions of rows, all the more
+                // where autovacuum is off; plan each statement for its data.
+                c.batch_execute("SET plan_cache_mode = force_custom_plan")?;
+                Inner::Pg(c)
+            }
         };
         Ok(Conn { inner, depth: 0 })
     }
