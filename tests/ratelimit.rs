@@ -213,3 +213,60 @@ fn rate_commands_validate_their_input() {
         Some(2)
     );
 }
+
+/// A "slow down" reply halves this worker's share of the group's rate; it
+/// grows back after quiet seconds. Timed in-process against a real SQLite
+/// bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_down_halves_the_local_rate_and_recovers() {
+    use mailsplit::ratelimit::Limiter;
+    use mailsplit::store::{rates, Conn};
+    use mailsplit::worker::db::Db;
+
+    let db = TestDb::new(Kind::Sqlite);
+    let mut conn = Conn::open(&db.url).unwrap();
+    conn.migrate().unwrap();
+    rates::set(&mut conn, "relay:127.0.0.1:25", 400.0, 1).unwrap();
+    let limiter = Limiter::new(Db::new(&db.url, Some(conn)), "127.0.0.1:25");
+    limiter.refresh().await.unwrap();
+    let groups = limiter.groups_for("news", "example.test");
+    assert_eq!(groups, vec!["relay:127.0.0.1:25".to_string()]);
+
+    let timed = |n: usize| {
+        let (limiter, groups) = (&limiter, &groups);
+        async move {
+            let t = Instant::now();
+            for _ in 0..n {
+                limiter
+                    .acquire(groups, 1, Duration::from_secs(5))
+                    .await
+                    .unwrap();
+            }
+            t.elapsed()
+        }
+    };
+    let full = timed(80).await;
+    limiter.slow_down(&groups).await;
+    limiter.slow_down(&groups).await;
+    let quarter = timed(80).await;
+    eprintln!("80 tokens at 400/s: {full:?} at full rate, {quarter:?} after two slow-downs");
+    assert!(
+        full < Duration::from_millis(400),
+        "full rate too slow: {full:?}"
+    );
+    assert!(
+        quarter > full * 3,
+        "slow-down did not slow: {full:?} vs {quarter:?}"
+    );
+
+    // Quiet seconds with successes bring the rate back step by step.
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(1_050)).await;
+        limiter.success(&groups).await;
+    }
+    let recovered = timed(80).await;
+    assert!(
+        recovered < quarter / 2,
+        "no recovery: {recovered:?} vs {quarter:?}"
+    );
+}
