@@ -8,6 +8,12 @@ use std::process::ExitCode;
 use clap::Parser;
 use mailsplit::cli::{exit_code, run, Cli};
 
+/// mimalloc instead of glibc malloc: a worker allocates per message (MIME
+/// parts, SMTP buffers) from many threads, and glibc's arena locks and
+/// consolidation were a sixth of its CPU time in `perf`.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
