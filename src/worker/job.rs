@@ -173,6 +173,11 @@ pub struct Report {
     pub recipient_id: i64,
     pub attempt: i32,
     pub kind: OutcomeKind,
+    /// For a message that went to the relay: one of the worker's
+    /// `concurrency` "unrecorded" permits, held until the outcome is
+    /// committed. So at any moment at most `concurrency` messages are on the
+    /// wire or sent-but-unrecorded: all a `kill -9` can make us send twice.
+    pub unrecorded: Option<OwnedSemaphorePermit>,
 }
 
 /// What the stages share.
@@ -184,6 +189,9 @@ pub struct Shared {
     pub to_report: mpsc::Sender<Report>,
     pub max_attempts: i32,
     pub limiter: crate::ratelimit::Limiter,
+    /// `concurrency` permits: a message holds one from before it is sent
+    /// until its outcome is committed (see [`Report::unrecorded`]).
+    pub unrecorded: Arc<tokio::sync::Semaphore>,
 }
 
 impl Shared {
@@ -416,6 +424,7 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
                     recipient_id: rid,
                     attempt,
                     kind,
+                    unrecorded: None,
                 })
                 .await
                 .is_ok(),

@@ -135,6 +135,7 @@ pub async fn run(settings: Settings, conn: crate::store::Conn) -> Result<()> {
     let shared = Arc::new(Shared {
         db,
         limiter,
+        unrecorded: Arc::new(Semaphore::new(settings.concurrency)),
         campaigns: Campaigns::default(),
         cmds: cmd_txs,
         to_send: send_tx,

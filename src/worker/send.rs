@@ -30,6 +30,10 @@ pub async fn sender(
     let mut session: Option<AsyncSmtpConnection> = None;
     let mut backoff = Duration::from_millis(500);
     while let Ok(msg) = inbox.recv().await {
+        // Wait while `concurrency` messages are already out but unrecorded.
+        let Ok(permit) = Arc::clone(&shared.unrecorded).acquire_owned().await else {
+            break;
+        };
         let kind = loop {
             if abort.is_cancelled() || shared.campaigns.blocked(msg.tracker.campaign_id).await {
                 break OutcomeKind::Unclaim;
@@ -83,6 +87,7 @@ pub async fn sender(
             recipient_id: msg.recipient_id,
             attempt: msg.attempt,
             kind,
+            unrecorded: Some(permit),
         };
         if outbox.send(report).await.is_err() {
             break;
