@@ -340,7 +340,12 @@ pub fn normalise_email(raw: &str) -> Result<String, String> {
         return Err(format!("invalid email {raw:?}"));
     }
     let addr = lettre::Address::from_str(raw).map_err(|e| format!("invalid email {raw:?}: {e}"))?;
-    Ok(format!("{}@{}", addr.user(), addr.domain().to_lowercase()))
+    // The local part exactly as written (a quoted one keeps its quotes, or
+    // it would no longer parse); only the domain is folded.
+    let local = raw.rsplit_once('@').map_or(addr.user(), |(local, _)| local);
+    let canonical = format!("{local}@{}", addr.domain().to_lowercase());
+    lettre::Address::from_str(&canonical).map_err(|e| format!("invalid email {raw:?}: {e}"))?;
+    Ok(canonical)
 }
 
 #[cfg(test)]
@@ -356,7 +361,10 @@ mod tests {
         assert!(normalise_email("not-an-address").is_err());
         assert!(normalise_email("a@b.test\r\nBcc: victim@x.test").is_err());
         assert!(normalise_email("a@b.test, c@d.test").is_err());
-        assert!(normalise_email("\"quoted user\"@example.test").is_ok());
+        assert_eq!(
+            normalise_email("\"quoted user\"@Example.test").unwrap(),
+            "\"quoted user\"@example.test"
+        );
         assert!(normalise_email("user@bücher.example").is_ok());
         assert!(normalise_email("").is_err());
     }
