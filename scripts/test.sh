@@ -17,6 +17,8 @@ Usage: scripts/test.sh [--help]
   5. cargo clippy --all-targets -- -D warnings
   6. cargo test --all-targets -- --test-threads=2 (the tests start their own
      beanstalkd and smtp-sink on free ports)
+  7. scripts/chaos.sh --short: the crash/restart/outage suite at 3,000
+     recipients per scenario (the full run writes RELIABILITY.md)
 
 Exits non-zero at the first failure; the last line says PASSED or FAILED.
 EOF
@@ -37,7 +39,7 @@ step() {
 finish() {
     local rc=${1:-$?}
     if ((rc == 0)); then
-        echo "test.sh: PASSED (fmt, clippy, tests) in $((SECONDS / 60))m$((SECONDS % 60))s"
+        echo "test.sh: PASSED (fmt, clippy, tests, chaos --short) in $((SECONDS / 60))m$((SECONDS % 60))s"
     else
         echo "test.sh: FAILED at step: $current (exit $rc)" >&2
     fi
@@ -162,3 +164,6 @@ cargo clippy --all-targets -- -D warnings
 
 step "cargo test --all-targets -- --test-threads=2"
 cargo test --all-targets -- --test-threads=2
+
+step "chaos suite, short form (scripts/chaos.sh --short)"
+scripts/chaos.sh --short

@@ -45,7 +45,7 @@ pub struct Cli {
 #[derive(Args, Debug, Clone)]
 pub struct Global {
     /// Database: sqlite://FILE (default, created on `migrate`) or postgres://USER@HOST/DB
-    #[arg(long, env = "DATABASE_URL", default_value = config::DEFAULT_DATABASE_URL, global = true)]
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, default_value = config::DEFAULT_DATABASE_URL, global = true)]
     pub database_url: String,
     /// beanstalkd server(s), HOST:PORT; a comma-separated list spreads jobs over several
     #[arg(long, env = "BEANSTALKD", default_value = config::DEFAULT_BEANSTALKD, global = true)]
@@ -182,7 +182,7 @@ pub enum CampaignCommand {
 #[derive(Args, Debug, Clone)]
 pub struct WorkerArgs {
     /// SMTP relay: smtp://HOST:PORT, smtp://USER:PASS@HOST:587?tls=required, smtps://HOST:465
-    #[arg(long, env = "SMTP_URL", default_value = config::DEFAULT_SMTP_URL)]
+    #[arg(long, env = "SMTP_URL", hide_env_values = true, default_value = config::DEFAULT_SMTP_URL)]
     pub smtp: String,
     /// Concurrent SMTP sessions in this process
     #[arg(long, env = "MAILSPLIT_CONCURRENCY", default_value_t = DEFAULT_CONCURRENCY)]

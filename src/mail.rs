@@ -83,8 +83,13 @@ pub fn compose(
     // Control characters never reach a header: lettre's encoder refuses
     // (panics on) a display name with CR/LF, and they have no business there.
     let name = one_line(to_name);
+    // The envelope is given, not derived from the headers: lettre's own
+    // derivation fails on a quoted local part ("john q. public"@…).
+    let envelope =
+        Envelope::new(Some(from.email.clone()), vec![address.clone()]).map_err(MailError::Build)?;
     let to = Mailbox::new((!name.is_empty()).then_some(name), address);
     let message = Message::builder()
+        .envelope(envelope)
         .from(from.clone())
         .to(to)
         .subject(one_line(subject))

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -188,7 +188,55 @@ pub struct Script {
     pub reject: Option<String>,
     /// Delay before answering the end of DATA.
     pub data_delay: Duration,
+    /// Every k-th address (chosen by [`picked`]) gets `451` on its first try.
+    pub tempfail_every: Option<u32>,
+    /// Every k-th address (chosen by [`picked`]) gets `550` every time.
+    pub reject_every: Option<u32>,
+    /// Every k-th address, first try: `421 4.7.0 slow down` at RCPT, then
+    /// the peer closes the connection.
+    pub slow_down_every: Option<u32>,
+    /// Every k-th address, first try: the peer reads the whole message after
+    /// DATA, then closes the connection without answering and without
+    /// accepting it.
+    pub disconnect_in_data_every: Option<u32>,
+    /// Every k-th address, first try: the peer accepts the message (it counts
+    /// in `received`, and in `unanswered`), then closes the connection before
+    /// answering the final dot. The client cannot tell it was delivered, so
+    /// a second copy is legitimate.
+    pub accept_then_disconnect_every: Option<u32>,
+    /// While set, the peer stops answering (no greeting, no replies) but
+    /// keeps its connections open; a session caught in it is closed, without
+    /// accepting anything, once it is cleared.
+    pub hang: Arc<AtomicBool>,
+    /// Keep every accepted message's envelope recipients and text in
+    /// `messages`.
+    pub keep_data: bool,
 }
+
+/// Whether the fault `salt`, applied to every `every`-th address, hits
+/// `addr`: a stable hash, so a test can tell which addresses were hit.
+pub fn picked(addr: &str, salt: &str, every: Option<u32>) -> bool {
+    let Some(every) = every.filter(|&k| k > 0) else {
+        return false;
+    };
+    // FNV-1a over salt and address.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in salt.bytes().chain([0]).chain(addr.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h.is_multiple_of(u64::from(every))
+}
+
+/// Salts of the fractional faults, for [`picked`].
+pub const TEMPFAIL: &str = "tempfail";
+pub const REJECT: &str = "reject";
+pub const SLOW_DOWN: &str = "slow-down";
+pub const DISCONNECT_IN_DATA: &str = "disconnect-in-data";
+pub const ACCEPT_THEN_DISCONNECT: &str = "accept-then-disconnect";
+
+/// An accepted message: its envelope recipients and its text.
+pub type Accepted = (Vec<String>, String);
 
 /// A small SMTP server of our own that records every accepted message's
 /// recipients and injects faults as scripted.
@@ -203,6 +251,13 @@ pub struct ScriptedSmtp {
     pub encrypted: Arc<AtomicUsize>,
     /// When each accepted recipient was accepted.
     pub log: Arc<Mutex<Vec<(Instant, String)>>>,
+    /// Messages accepted but never answered (`accept_then_disconnect_every`),
+    /// per address.
+    pub unanswered: Arc<Mutex<HashMap<String, u32>>>,
+    /// Injected faults of every kind (each answered or unanswered fault once).
+    pub faults: Arc<AtomicUsize>,
+    /// Accepted messages (with `keep_data`): envelope recipients and text.
+    pub messages: Arc<Mutex<Vec<Accepted>>>,
 }
 
 impl ScriptedSmtp {
@@ -216,7 +271,15 @@ impl ScriptedSmtp {
             sessions: Default::default(),
             encrypted: Default::default(),
             log: Default::default(),
+            unanswered: Default::default(),
+            faults: Default::default(),
+            messages: Default::default(),
         };
+        let (unanswered, faults, messages) = (
+            peer.unanswered.clone(),
+            peer.faults.clone(),
+            peer.messages.clone(),
+        );
         let (received, tries, sessions, encrypted, log) = (
             peer.received.clone(),
             peer.tries.clone(),
@@ -232,6 +295,9 @@ impl ScriptedSmtp {
                     tries: tries.clone(),
                     encrypted: encrypted.clone(),
                     log: log.clone(),
+                    unanswered: unanswered.clone(),
+                    faults: faults.clone(),
+                    messages: messages.clone(),
                 };
                 sessions.fetch_add(1, Ordering::SeqCst);
                 std::thread::spawn(move || {
@@ -266,6 +332,24 @@ struct Peer {
     tries: Arc<Mutex<HashMap<String, u32>>>,
     encrypted: Arc<AtomicUsize>,
     log: Arc<Mutex<Vec<(Instant, String)>>>,
+    unanswered: Arc<Mutex<HashMap<String, u32>>>,
+    faults: Arc<AtomicUsize>,
+    messages: Arc<Mutex<Vec<Accepted>>>,
+}
+
+impl Peer {
+    /// If the peer is told to hang, wait (answering nothing, keeping the
+    /// connection) until it is told to stop; true when it waited, and the
+    /// session should then be dropped.
+    fn hung(&self) -> bool {
+        if !self.script.hang.load(Ordering::SeqCst) {
+            return false;
+        }
+        while self.script.hang.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    }
 }
 
 /// How a dialogue ended.
@@ -306,13 +390,21 @@ impl Peer {
     ) -> std::io::Result<End> {
         let script = &self.script;
         if greet {
+            if self.hung() {
+                return Ok(End::Closed);
+            }
             io.get_mut().write_all(b"220 scripted ESMTP\r\n")?;
         }
         let mut rcpts: Vec<String> = Vec::new();
+        // Which try of its address each accepted recipient is.
+        let mut rcpt_tries: Vec<u32> = Vec::new();
         let mut line = String::new();
         loop {
             line.clear();
             if io.read_line(&mut line)? == 0 {
+                return Ok(End::Closed);
+            }
+            if self.hung() {
                 return Ok(End::Closed);
             }
             let upper = line.to_ascii_uppercase();
@@ -328,6 +420,7 @@ impl Peer {
                 return Ok(End::StartTls);
             } else if upper.starts_with("MAIL FROM") {
                 rcpts.clear();
+                rcpt_tries.clear();
                 out.write_all(b"250 ok\r\n")?;
             } else if upper.starts_with("RCPT TO") {
                 let addr = line
@@ -341,21 +434,36 @@ impl Peer {
                     *n += 1;
                     *n
                 };
-                match (&script.reject, &script.tempfail) {
-                    (Some(pat), _) if addr.contains(pat.as_str()) => {
-                        out.write_all(b"550 5.1.1 no such user here\r\n")?
-                    }
-                    (_, Some((pat, times))) if addr.contains(pat.as_str()) && n <= *times => {
-                        out.write_all(b"451 4.3.0 try again later\r\n")?
-                    }
-                    _ => {
-                        rcpts.push(addr);
-                        out.write_all(b"250 ok\r\n")?
+                if picked(&addr, REJECT, script.reject_every) {
+                    self.faults.fetch_add(1, Ordering::SeqCst);
+                    out.write_all(b"550 5.1.1 no such user here\r\n")?;
+                } else if n == 1 && picked(&addr, SLOW_DOWN, script.slow_down_every) {
+                    self.faults.fetch_add(1, Ordering::SeqCst);
+                    out.write_all(b"421 4.7.0 slow down\r\n")?;
+                    out.flush()?;
+                    return Ok(End::Closed);
+                } else if n == 1 && picked(&addr, TEMPFAIL, script.tempfail_every) {
+                    self.faults.fetch_add(1, Ordering::SeqCst);
+                    out.write_all(b"451 4.3.0 try again later\r\n")?;
+                } else {
+                    match (&script.reject, &script.tempfail) {
+                        (Some(pat), _) if addr.contains(pat.as_str()) => {
+                            out.write_all(b"550 5.1.1 no such user here\r\n")?
+                        }
+                        (_, Some((pat, times))) if addr.contains(pat.as_str()) && n <= *times => {
+                            out.write_all(b"451 4.3.0 try again later\r\n")?
+                        }
+                        _ => {
+                            rcpts.push(addr);
+                            rcpt_tries.push(n);
+                            out.write_all(b"250 ok\r\n")?
+                        }
                     }
                 }
             } else if upper.starts_with("DATA") {
                 out.write_all(b"354 go ahead\r\n")?;
                 out.flush()?;
+                let mut text = String::new();
                 loop {
                     line.clear();
                     if io.read_line(&mut line)? == 0 {
@@ -364,8 +472,31 @@ impl Peer {
                     if line == ".\r\n" {
                         break;
                     }
+                    if script.keep_data {
+                        text.push_str(&line);
+                    }
                 }
                 std::thread::sleep(script.data_delay);
+                if self.hung() {
+                    return Ok(End::Closed);
+                }
+                let first_try = |salt: &str, every: Option<u32>| {
+                    rcpts
+                        .iter()
+                        .zip(&rcpt_tries)
+                        .any(|(a, &n)| n == 1 && picked(a, salt, every))
+                };
+                if first_try(DISCONNECT_IN_DATA, script.disconnect_in_data_every) {
+                    self.faults.fetch_add(1, Ordering::SeqCst);
+                    return Ok(End::Closed);
+                }
+                let unanswered =
+                    first_try(ACCEPT_THEN_DISCONNECT, script.accept_then_disconnect_every)
+                        .then(|| rcpts.clone());
+                rcpt_tries.clear();
+                if script.keep_data {
+                    self.messages.lock().unwrap().push((rcpts.clone(), text));
+                }
                 let mut r = self.received.lock().unwrap();
                 let now = Instant::now();
                 self.log
@@ -379,6 +510,14 @@ impl Peer {
                     }
                 }
                 drop(r);
+                if let Some(addrs) = unanswered {
+                    self.faults.fetch_add(1, Ordering::SeqCst);
+                    let mut u = self.unanswered.lock().unwrap();
+                    for a in addrs {
+                        *u.entry(a).or_insert(0) += 1;
+                    }
+                    return Ok(End::Closed);
+                }
                 io.get_mut().write_all(b"250 queued\r\n")?;
             } else if upper.starts_with("RSET") || upper.starts_with("NOOP") {
                 out.write_all(b"250 ok\r\n")?;
