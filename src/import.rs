@@ -225,6 +225,9 @@ fn import_reader(
         flush(conn, list_id, &mut batch, status_col.is_some())?,
     );
     on_progress(rows);
+    // The tables may have grown by orders of magnitude: let the planner
+    // know before enqueue pages through them.
+    conn.refresh_statistics(&["recipients", "list_members"])?;
     Ok(summary)
 }
 

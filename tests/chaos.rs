@@ -189,6 +189,29 @@ impl Drop for Supervisor {
     }
 }
 
+/// The binary the workers run: a private copy, so that a `cargo build` in
+/// another terminal (which replaces target/release/mailsplit) does not look
+/// like a deploy to every running worker. Copies of finished runs are
+/// removed.
+fn worker_binary() -> &'static Path {
+    static BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BINARY.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = name.strip_prefix("chaos-mailsplit-") {
+                if !Path::new("/proc").join(pid).exists() {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+        let bin = dir.join(format!("chaos-mailsplit-{}", std::process::id()));
+        std::fs::copy(BIN, &bin).unwrap();
+        bin
+    })
+}
+
 /// One scenario: its services, its campaign, what it allows and what it
 /// found.
 struct Chaos {
@@ -298,9 +321,12 @@ impl Chaos {
             &attempts,
         ];
         args.extend_from_slice(extra);
+        let cmd = self.env.cmd(&args);
         Proc(
-            self.env
-                .cmd(&args)
+            Command::new(worker_binary())
+                .args(cmd.get_args())
+                .envs(cmd.get_envs().filter_map(|(k, v)| v.map(|v| (k, v))))
+                .current_dir(self.env.dir.path())
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()
@@ -344,6 +370,44 @@ impl Chaos {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        false
+    }
+
+    /// Wait for `at` outcomes before injecting a fault; if they do not come
+    /// (the campaign finished first, or stalled), record why and say false:
+    /// the scenario then reports what it has.
+    fn reach(&mut self, at: usize, secs: u64, fault: &str) -> bool {
+        if self.wait_progress(at, secs) {
+            return true;
+        }
+        let done = self.done_count();
+        let why = if done >= self.n as i64 {
+            "the campaign finished first: slow the relay down".to_string()
+        } else {
+            let alive = self
+                .workers
+                .iter_mut()
+                .map(|w| matches!(w.0.try_wait(), Ok(None)))
+                .filter(|&up| up)
+                .count();
+            let tube = self.env.tube.clone();
+            let stats: Vec<String> = ["ready", "reserved", "delayed", "buried"]
+                .iter()
+                .map(|k| {
+                    format!(
+                        "{k} {}",
+                        self.bs.tube_stat(&tube, &format!("current-jobs-{k}"))
+                    )
+                })
+                .collect();
+            format!(
+                "only {done} of {at} outcomes after {secs} s ({} received by the relay); {alive} of {} workers alive; jobs: {}",
+                self.peer.total(),
+                self.workers.len(),
+                stats.join(", ")
+            )
+        };
+        self.problem(format!("before {fault}: {why}"));
         false
     }
 
@@ -587,6 +651,7 @@ impl Chaos {
 
         let ok = self.problems.is_empty();
         let line = serde_json::json!({
+            "test": std::thread::current().name().unwrap_or(""),
             "scenario": self.scenario,
             "backend": backend(self.kind),
             "recipients": n,
@@ -611,6 +676,23 @@ impl Chaos {
             f.write_all(format!("{line}\n").as_bytes()).unwrap();
         }
         if !ok {
+            // Keep the workers' logs: the temporary directory goes with us.
+            let name = std::thread::current()
+                .name()
+                .unwrap_or("chaos")
+                .replace("::", "-");
+            let keep = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("target/chaos/failed")
+                .join(name);
+            let _ = std::fs::create_dir_all(&keep);
+            for e in std::fs::read_dir(&self.logs)
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let _ = std::fs::copy(e.path(), keep.join(e.file_name()));
+            }
+            eprintln!("chaos: worker logs kept in {}", keep.display());
             let tail: String = self
                 .worker_logs()
                 .lines()
@@ -717,10 +799,9 @@ fn kill9_workers(kind: Kind) {
     );
     c.prepare();
     c.start_workers(&[]);
-    assert!(
-        c.wait_progress(n / 20, 120),
-        "no progress before the first kill"
-    );
+    if !c.reach(n / 20, 120, "the first kill") {
+        return c.finish();
+    }
     let mut done = 0;
     let mut received_at_kills = Vec::new();
     let mut kill_times = Vec::new();
@@ -796,10 +877,9 @@ fn chaos_kill9_during_database_stall_sqlite() {
     c.allowed = CONCURRENCY;
     c.prepare();
     c.start_workers(&[]);
-    assert!(
-        c.wait_progress(n * 3 / 10, 120),
-        "campaign finished before the stall"
-    );
+    if !c.reach(n * 3 / 10, 120, "the stall") {
+        return c.finish();
+    }
     let lock = sqlite_lock(&c.env.db.url, stall);
     let at_lock = c.peer.total();
     std::thread::sleep(stall / 2);
@@ -837,10 +917,7 @@ fn beanstalkd_restart(kind: Kind) {
     c.prepare();
     c.start_workers(&[]);
     for at in [n / 4, n * 6 / 10] {
-        if !c.wait_progress(at, 120) {
-            c.problem(format!(
-                "campaign finished before {at} outcomes: slow the relay down"
-            ));
+        if !c.reach(at, 120, "killing beanstalkd") {
             break;
         }
         c.bs.stop();
@@ -896,10 +973,9 @@ fn database_outage(kind: Kind, hold: Duration, dups_allowed: usize) {
     c.allowed = dups_allowed;
     c.prepare();
     c.start_workers(&[]);
-    assert!(
-        c.wait_progress(n * 3 / 10, 120),
-        "campaign finished before the outage"
-    );
+    if !c.reach(n * 3 / 10, 120, "the outage") {
+        return c.finish();
+    }
     let before = c.done_count();
     let received_before = c.peer.total();
     let began = Instant::now();
@@ -1123,10 +1199,9 @@ fn chaos_relay_hangs_sqlite() {
     c.prepare();
     let t = timeout.to_string();
     c.start_workers(&["--smtp-timeout", &t]);
-    assert!(
-        c.wait_progress(n * 3 / 10, 120),
-        "campaign finished before the hang"
-    );
+    if !c.reach(n * 3 / 10, 120, "the hang") {
+        return c.finish();
+    }
     let sessions_before = c.peer.sessions.load(Ordering::SeqCst);
     let received_before = c.peer.total();
     switch.store(true, Ordering::SeqCst);
@@ -1229,11 +1304,7 @@ fn chaos_deploy_three_times_under_supervisord_sqlite() {
     });
     let mut deploys = 0;
     for (i, at) in [n / 5, n * 9 / 20, n * 7 / 10].into_iter().enumerate() {
-        if !c.wait_progress(at, 180) {
-            c.problem(format!(
-                "campaign finished before deploy {}: slow the relay down",
-                i + 1
-            ));
+        if !c.reach(at, 180, &format!("deploy {}", i + 1)) {
             break;
         }
         let staged = run.path().join("bin/mailsplit.new");
@@ -1384,8 +1455,9 @@ fn small_campaign(scenario: &str, files: &[&str], n: usize, tweak: &[&str]) -> C
             .run(&["import", path.to_str().unwrap(), "--list", CAMPAIGN]);
         assert!(out.status.success(), "import failed: {}", stderr(&out));
         c.note(stdout(&out).trim().to_string());
+        let shown = path.display().to_string();
         for line in stderr(&out).lines().filter(|l| l.contains(": line ")) {
-            c.note(line.trim().to_string());
+            c.note(line.trim().replace(&shown, &format!("input{i}.csv")));
         }
     }
     c.create_campaign();

@@ -334,48 +334,64 @@ pub fn enqueue_step(
     intent: Option<&Intent>,
 ) -> Result<()> {
     let now = now_ms();
+    // Only integers and the quoted server address are formatted into this
+    // SQL. It runs once per job, so it goes in one round trip.
+    let mut sql = String::new();
+    if let Some(done) = confirm {
+        sql.push_str(&format!(
+            "UPDATE campaign_counters SET enqueued = enqueued + {enqueued}, jobs = jobs + {jobs} \
+             WHERE campaign_id = {campaign_id}; \
+             UPDATE campaigns SET enqueue_cursor = {cursor} WHERE id = {campaign_id}; ",
+            enqueued = done.enqueued,
+            jobs = done.jobs,
+            cursor = done.cursor,
+        ));
+    }
+    let (upto, server, after_job) = match intent {
+        Some(i) => (
+            i.upto.to_string(),
+            format!("'{}'", i.server.replace('\'', "''")),
+            i.after_job.to_string(),
+        ),
+        None => ("NULL".into(), "NULL".into(), "NULL".into()),
+    };
+    sql.push_str(&format!(
+        "UPDATE campaigns SET pending_upto = {upto}, pending_server = {server}, \
+         pending_after_job = {after_job}, updated_at = {now} WHERE id = {campaign_id}"
+    ));
+    let skipped = confirm.map_or(&[][..], |c| &c.skipped[..]);
+    if skipped.is_empty() {
+        return conn.execute_atomic(&sql);
+    }
+    // Recipients not active at enqueue: recorded as skipped in the ledger,
+    // counted by the rows really inserted (a re-run inserts none twice).
     conn.transaction(|conn| {
-        if let Some(done) = confirm {
-            let mut skipped = 0i64;
-            for chunk in done.skipped.chunks(500) {
-                let rows: Vec<_> = chunk
-                    .iter()
-                    .map(|&rid| {
-                        (
-                            deliveries::campaign_id.eq(campaign_id),
-                            deliveries::recipient_id.eq(rid),
-                            deliveries::state.eq("skipped"),
-                            deliveries::last_error.eq(Some("not active at enqueue")),
-                            deliveries::updated_at.eq(now),
-                        )
-                    })
-                    .collect();
-                skipped += on!(conn, |c| diesel::insert_into(deliveries::table)
-                    .values(&rows)
-                    .on_conflict_do_nothing()
-                    .execute(c))? as i64;
-            }
-            on!(conn, |c| diesel::update(cc::table.find(campaign_id))
-                .set((
-                    cc::enqueued.eq(cc::enqueued + done.enqueued),
-                    cc::jobs.eq(cc::jobs + done.jobs),
-                    cc::skipped.eq(cc::skipped + skipped),
-                    cc::enqueue_skipped.eq(cc::enqueue_skipped + skipped),
-                ))
-                .execute(c))?;
-            on!(conn, |c| diesel::update(campaigns::table.find(campaign_id))
-                .set(campaigns::enqueue_cursor.eq(done.cursor))
-                .execute(c))?;
+        let mut added = 0i64;
+        for chunk in skipped.chunks(500) {
+            let rows: Vec<_> = chunk
+                .iter()
+                .map(|&rid| {
+                    (
+                        deliveries::campaign_id.eq(campaign_id),
+                        deliveries::recipient_id.eq(rid),
+                        deliveries::state.eq("skipped"),
+                        deliveries::last_error.eq(Some("not active at enqueue")),
+                        deliveries::updated_at.eq(now),
+                    )
+                })
+                .collect();
+            added += on!(conn, |c| diesel::insert_into(deliveries::table)
+                .values(&rows)
+                .on_conflict_do_nothing()
+                .execute(c))? as i64;
         }
-        on!(conn, |c| diesel::update(campaigns::table.find(campaign_id))
+        on!(conn, |c| diesel::update(cc::table.find(campaign_id))
             .set((
-                campaigns::pending_upto.eq(intent.map(|i| i.upto)),
-                campaigns::pending_server.eq(intent.map(|i| i.server.clone())),
-                campaigns::pending_after_job.eq(intent.map(|i| i.after_job)),
-                campaigns::updated_at.eq(now),
+                cc::skipped.eq(cc::skipped + added),
+                cc::enqueue_skipped.eq(cc::enqueue_skipped + added),
             ))
             .execute(c))?;
-        Ok(())
+        conn.execute_atomic(&sql)
     })
 }
 

@@ -8,7 +8,7 @@ use std::str::FromStr;
 
 use diesel::prelude::*;
 
-use super::schema::{campaign_counters as cc, deliveries as d};
+use super::schema::deliveries as d;
 use super::{now_ms, on, Conn, InnerMut, Result, StoreError};
 
 /// Rows of one campaign still claimed by `token`.
@@ -68,6 +68,10 @@ impl FromStr for DeliveryState {
     }
 }
 
+/// Rows per statement when claiming on SQLite (7 bound values per row, well
+/// under SQLite's limit of 32,766).
+const SQLITE_CHUNK: usize = 1_000;
+
 /// recipient, state, claim token, claimed until, attempts.
 type ClaimRow = (i64, String, Option<i64>, Option<i64>, i32);
 
@@ -110,44 +114,65 @@ pub fn claim(
                 )
             })
             .collect();
-        // One statement claims what is claimable and says which rows it got:
-        // new rows are inserted, rows waiting for a retry or left by a dead
+        let claimable = || {
+            d::state.eq(DeliveryState::Retry.as_str()).or(d::state
+                .eq(DeliveryState::Claimed.as_str())
+                .and(d::claimed_until.lt(now)))
+        };
+        let take_over = || {
+            (
+                d::state.eq(DeliveryState::Claimed.as_str()),
+                d::attempts.eq(d::attempts + 1),
+                d::claim_token.eq(Some(token)),
+                d::claimed_until.eq(Some(until)),
+                d::updated_at.eq(now),
+            )
+        };
+        // New rows are inserted, rows waiting for a retry or left by a dead
         // worker (lease over) are taken over, anything else is left alone.
-        // `INSERT … ON CONFLICT DO UPDATE … WHERE <claimable> RETURNING`:
-        // new rows are inserted, rows waiting for a retry or left by a dead
-        // worker (lease over) are taken over, anything else is left alone,
-        // and the statement says which rows this claim got.
-        macro_rules! claim_rows {
-            ($c:expr, $values:expr) => {{
+        // diesel prepares an upsert or an UPDATE afresh every time (it never
+        // caches them), so the statements here are per job, not per row.
+        let mut owned: Vec<(i64, i32)> = match conn.inner_mut() {
+            // PostgreSQL: one `INSERT … ON CONFLICT DO UPDATE … WHERE
+            // <claimable> RETURNING`, which says which rows this claim got.
+            InnerMut::Pg(c) => {
                 let upsert = diesel::insert_into(d::table)
-                    .values($values)
+                    .values(&fresh)
                     .on_conflict((d::campaign_id, d::recipient_id))
                     .do_update()
-                    .set((
-                        d::state.eq(DeliveryState::Claimed.as_str()),
-                        d::attempts.eq(d::attempts + 1),
-                        d::claim_token.eq(Some(token)),
-                        d::claimed_until.eq(Some(until)),
-                        d::updated_at.eq(now),
-                    ));
-                let claimable = d::state.eq(DeliveryState::Retry.as_str()).or(d::state
-                    .eq(DeliveryState::Claimed.as_str())
-                    .and(d::claimed_until.lt(now)));
-                diesel::query_dsl::methods::FilterDsl::filter(upsert, claimable)
+                    .set(take_over());
+                diesel::query_dsl::methods::FilterDsl::filter(upsert, claimable())
                     .returning((d::recipient_id, d::attempts))
-            }};
-        }
-        let mut owned: Vec<(i64, i32)> = match conn.inner_mut() {
-            // diesel cannot batch an upsert on SQLite: one cached statement
-            // per row, in this one transaction.
+                    .get_results(c)?
+            }
+            // SQLite cannot batch that upsert: insert what is new, take over
+            // what is claimable, then read back what carries our token (the
+            // token is new for every claim, so only this call's rows do).
             InnerMut::Sqlite(c) => {
                 let mut got = Vec::with_capacity(fresh.len());
-                for row in &fresh {
-                    got.extend(claim_rows!(c, row).get_result::<(i64, i32)>(c).optional()?);
+                for (rows, ids) in fresh
+                    .chunks(SQLITE_CHUNK)
+                    .zip(recipient_ids.chunks(SQLITE_CHUNK))
+                {
+                    diesel::insert_or_ignore_into(d::table)
+                        .values(rows)
+                        .execute(c)?;
+                    diesel::update(
+                        d::table
+                            .filter(d::campaign_id.eq(campaign_id))
+                            .filter(d::recipient_id.eq_any(ids))
+                            .filter(claimable()),
+                    )
+                    .set(take_over())
+                    .execute(c)?;
+                    got.extend(
+                        owned_rows!(campaign_id, token, ids)
+                            .select((d::recipient_id, d::attempts))
+                            .load::<(i64, i32)>(c)?,
+                    );
                 }
                 got
             }
-            InnerMut::Pg(c) => claim_rows!(c, &fresh).get_results(c)?,
         };
         owned.sort_unstable();
         let mut claim = Claim {
@@ -363,28 +388,28 @@ pub fn record(conn: &mut Conn, outcomes: &[Outcome], max_attempts: i32) -> Resul
     })
 }
 
-/// Move the counters and, every few seconds, the observed rate.
+/// Move the counters and, every [`RATE_WINDOW_MS`], the observed rate, in
+/// one statement (diesel prepares every UPDATE afresh, so one per batch, not
+/// three). In an UPDATE every right-hand side reads the row as it was, so
+/// the new total is spelled out as the old one plus this batch.
 fn bump_counters(conn: &mut Conn, campaign_id: i64, delta: &Delta, now: i64) -> Result<()> {
-    on!(conn, |c| diesel::update(cc::table.find(campaign_id))
-        .set((
-            cc::sent.eq(cc::sent + delta.sent),
-            cc::failed.eq(cc::failed + delta.failed),
-            cc::skipped.eq(cc::skipped + delta.skipped),
-            cc::first_at.eq(diesel::dsl::sql::<
-                diesel::sql_types::Nullable<diesel::sql_types::BigInt>,
-            >(&format!("COALESCE(first_at, {now})"))),
-            cc::last_at.eq(Some(now)),
-        ))
-        .execute(c))?;
+    let added = delta.sent + delta.failed + delta.skipped;
     // Integers only are formatted into this SQL, so no injection is possible;
     // the arithmetic reads the same on both backends.
     conn.execute_batch(&format!(
         "UPDATE campaign_counters SET \
-           rate = ((sent + failed + skipped) - window_done) * 1000.0 / ({now} - window_at), \
-           window_done = sent + failed + skipped, window_at = {now} \
-         WHERE campaign_id = {campaign_id} AND window_at > 0 AND window_at <= {now} - {RATE_WINDOW_MS}; \
-         UPDATE campaign_counters SET window_done = sent + failed + skipped, window_at = {now} \
-         WHERE campaign_id = {campaign_id} AND window_at = 0;"
+           sent = sent + {sent}, failed = failed + {failed}, skipped = skipped + {skipped}, \
+           first_at = COALESCE(first_at, {now}), last_at = {now}, \
+           rate = CASE WHEN {due} AND window_at > 0 \
+             THEN (sent + failed + skipped + {added} - window_done) * 1000.0 / ({now} - window_at) \
+             ELSE rate END, \
+           window_done = CASE WHEN {due} THEN sent + failed + skipped + {added} ELSE window_done END, \
+           window_at = CASE WHEN {due} THEN {now} ELSE window_at END \
+         WHERE campaign_id = {campaign_id}",
+        sent = delta.sent,
+        failed = delta.failed,
+        skipped = delta.skipped,
+        due = format_args!("(window_at = 0 OR window_at <= {now} - {RATE_WINDOW_MS})"),
     ))
 }
 

@@ -206,6 +206,9 @@ pub fn member_page(
         .inner_join(recipients::table)
         .filter(list_members::list_id.eq(list_id))
         .filter(list_members::recipient_id.gt(after))
+        // The same bound on the other side of the join, so a merge join
+        // starts at `after` instead of at the first recipient.
+        .filter(recipients::id.gt(after))
         .order(list_members::recipient_id)
         .select((list_members::recipient_id, recipients::status))
         .limit(limit)

@@ -158,6 +158,7 @@ pub async fn run(settings: Settings, conn: crate::store::Conn) -> Result<()> {
         Arc::clone(&shared),
         report_rx,
         drained.clone(),
+        (settings.concurrency / 4).max(1),
     ));
 
     let refresher = {
