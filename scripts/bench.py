@@ -294,6 +294,9 @@ def report(args, r):
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True).stdout.decode().strip()
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"], capture_output=True).stdout.strip()
+    if dirty:
+        commit += " (uncommitted changes)"
     cpu = ""
     try:
         cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
