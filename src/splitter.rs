@@ -109,10 +109,9 @@ pub fn enqueue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Report, En
     let mut fanout = Fanout::connect(&opts.servers, &opts.tube)?;
     // One small transaction per job: on PostgreSQL each would otherwise wait
     // for its own WAL flush (~0.3 ms here, 3 s of a million-recipient
-    // enqueue). If the
-    // database server (not this process) crashed and lost the last steps, a
-    // re-run would put those jobs again; the ledger's claim still sends each
-    // recipient once, so nobody is mailed twice or skipped.
+    // enqueue). If the database server (not this process) crashed and lost
+    // the last steps, a re-run would put those jobs again; the ledger's claim
+    // still sends each recipient once, so nobody is mailed twice or skipped.
     conn.defer_commit_flush()?;
     if campaign.pending_upto.is_some() {
         report.recovered = resolve_in_doubt(conn, &campaign, &mut fanout, &opts.tube)?;

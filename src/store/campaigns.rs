@@ -334,34 +334,9 @@ pub fn enqueue_step(
     intent: Option<&Intent>,
 ) -> Result<()> {
     let now = now_ms();
-    // Only integers and the quoted server address are formatted into this
-    // SQL. It runs once per job, so it goes in one round trip.
-    let mut sql = String::new();
-    if let Some(done) = confirm {
-        sql.push_str(&format!(
-            "UPDATE campaign_counters SET enqueued = enqueued + {enqueued}, jobs = jobs + {jobs} \
-             WHERE campaign_id = {campaign_id}; \
-             UPDATE campaigns SET enqueue_cursor = {cursor} WHERE id = {campaign_id}; ",
-            enqueued = done.enqueued,
-            jobs = done.jobs,
-            cursor = done.cursor,
-        ));
-    }
-    let (upto, server, after_job) = match intent {
-        Some(i) => (
-            i.upto.to_string(),
-            format!("'{}'", i.server.replace('\'', "''")),
-            i.after_job.to_string(),
-        ),
-        None => ("NULL".into(), "NULL".into(), "NULL".into()),
-    };
-    sql.push_str(&format!(
-        "UPDATE campaigns SET pending_upto = {upto}, pending_server = {server}, \
-         pending_after_job = {after_job}, updated_at = {now} WHERE id = {campaign_id}"
-    ));
     let skipped = confirm.map_or(&[][..], |c| &c.skipped[..]);
     if skipped.is_empty() {
-        return conn.execute_atomic(&sql);
+        return conn.execute_atomic(&step_sql(campaign_id, confirm, 0, intent, now));
     }
     // Recipients not active at enqueue: recorded as skipped in the ledger,
     // counted by the rows really inserted (a re-run inserts none twice).
@@ -385,14 +360,45 @@ pub fn enqueue_step(
                 .on_conflict_do_nothing()
                 .execute(c))? as i64;
         }
-        on!(conn, |c| diesel::update(cc::table.find(campaign_id))
-            .set((
-                cc::skipped.eq(cc::skipped + added),
-                cc::enqueue_skipped.eq(cc::enqueue_skipped + added),
-            ))
-            .execute(c))?;
-        conn.execute_atomic(&sql)
+        conn.execute_atomic(&step_sql(campaign_id, confirm, added, intent, now))
     })
+}
+
+/// The updates of one enqueue step as one SQL text: it runs once per job,
+/// so it goes in one round trip. Only integers and the quoted server address
+/// are formatted in.
+fn step_sql(
+    campaign_id: i64,
+    confirm: Option<&Confirm>,
+    skipped: i64,
+    intent: Option<&Intent>,
+    now: i64,
+) -> String {
+    let mut sql = String::new();
+    if let Some(done) = confirm {
+        sql.push_str(&format!(
+            "UPDATE campaign_counters SET enqueued = enqueued + {enqueued}, jobs = jobs + {jobs}, \
+             skipped = skipped + {skipped}, enqueue_skipped = enqueue_skipped + {skipped} \
+             WHERE campaign_id = {campaign_id}; \
+             UPDATE campaigns SET enqueue_cursor = {cursor} WHERE id = {campaign_id}; ",
+            enqueued = done.enqueued,
+            jobs = done.jobs,
+            cursor = done.cursor,
+        ));
+    }
+    let (upto, server, after_job) = match intent {
+        Some(i) => (
+            i.upto.to_string(),
+            format!("'{}'", i.server.replace('\'', "''")),
+            i.after_job.to_string(),
+        ),
+        None => ("NULL".into(), "NULL".into(), "NULL".into()),
+    };
+    sql.push_str(&format!(
+        "UPDATE campaigns SET pending_upto = {upto}, pending_server = {server}, \
+         pending_after_job = {after_job}, updated_at = {now} WHERE id = {campaign_id}"
+    ));
+    sql
 }
 
 /// Enqueue reached the end of the list: the recipient count becomes exact.

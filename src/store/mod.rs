@@ -225,16 +225,21 @@ impl Conn {
         if self.depth > 0 {
             return self.execute_batch(sql);
         }
-        let begin = match self.backend() {
-            Backend::Sqlite => "BEGIN IMMEDIATE",
-            Backend::Postgres => "BEGIN",
-        };
-        let result = self.execute_batch(&format!("{begin}; {sql}; COMMIT"));
+        let result = self.execute_batch(&format!("{}; {sql}; COMMIT", self.begin_statement()));
         if result.is_err() {
             // Whatever part ran is undone (a no-op if BEGIN itself failed).
             let _ = self.execute_batch("ROLLBACK");
         }
         result
+    }
+
+    /// How a top-level transaction starts: SQLite takes the write lock up
+    /// front (see [`Conn::transaction`]).
+    fn begin_statement(&self) -> &'static str {
+        match self.backend() {
+            Backend::Sqlite => "BEGIN IMMEDIATE",
+            Backend::Postgres => "BEGIN",
+        }
     }
 
     /// Refresh the planner's statistics of `tables` after a bulk change.
@@ -273,18 +278,13 @@ impl Conn {
         E: From<StoreError>,
     {
         let depth = self.depth;
-        let (begin, commit, rollback) = match (depth, self.backend()) {
-            (0, Backend::Sqlite) => (
-                "BEGIN IMMEDIATE".to_string(),
+        let (begin, commit, rollback) = match depth {
+            0 => (
+                self.begin_statement().to_string(),
                 "COMMIT".to_string(),
                 "ROLLBACK".to_string(),
             ),
-            (0, Backend::Postgres) => (
-                "BEGIN".to_string(),
-                "COMMIT".to_string(),
-                "ROLLBACK".to_string(),
-            ),
-            (d, _) => (
+            d => (
                 format!("SAVEPOINT sp{d}"),
                 format!("RELEASE SAVEPOINT sp{d}"),
                 format!("ROLLBACK TO SAVEPOINT sp{d}; RELEASE SAVEPOINT sp{d}"),
