@@ -9,7 +9,11 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{self, DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY};
+use crate::compose;
+use crate::config::{
+    self, ServeSettings, SmtpUrl, WorkerSettings, DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY,
+};
+use crate::control;
 use crate::import;
 use crate::splitter;
 use crate::status::CampaignStatus;
@@ -119,6 +123,13 @@ pub enum Command {
         #[arg(long)]
         recipient: Option<String>,
     },
+    /// Serve HTTP: one-click unsubscribe (public) and the admin routes
+    ///
+    /// The public listener is what a reverse proxy exposes at the campaigns'
+    /// public URL. The admin listener needs the bearer token in
+    /// MAILSPLIT_ADMIN_TOKEN; without one it binds to loopback only. Runs
+    /// until SIGTERM/SIGINT.
+    Serve(ServeArgs),
     /// Show counts, state, rate and ETA of one or all campaigns
     Status {
         /// Campaign name or id (all campaigns when omitted)
@@ -199,6 +210,20 @@ pub struct WorkerArgs {
     pub smtp_timeout: u64,
 }
 
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Public routes (one-click unsubscribe), HOST:PORT
+    #[arg(long, env = "MAILSPLIT_LISTEN", default_value = config::DEFAULT_LISTEN)]
+    pub listen: String,
+    /// Admin routes (dashboard, API, metrics), HOST:PORT
+    #[arg(long, env = "MAILSPLIT_ADMIN_LISTEN", default_value = config::DEFAULT_ADMIN_LISTEN)]
+    pub admin_listen: String,
+}
+
+/// The environment variable that holds the admin token (never a flag: a
+/// flag shows in `ps`).
+pub const ADMIN_TOKEN_ENV: &str = "MAILSPLIT_ADMIN_TOKEN";
+
 /// Run the parsed command line.
 pub fn run(cli: Cli) -> Result<ExitCode> {
     let g = &cli.global;
@@ -226,7 +251,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             priority,
         }) => {
             templates::check(&template)?;
-            let from = crate::mail::parse_from(&from)?;
+            let from = compose::parse_from(&from)?;
             if subject.trim().is_empty() || subject.chars().any(char::is_control) {
                 anyhow::bail!(UsageError("--subject must be one non-empty line".into()));
             }
@@ -244,6 +269,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     from_addr: &from.to_string(),
                     priority,
                     recipients: size,
+                    public_url: None,
+                    return_path: None,
                 },
             )?;
             println!(
@@ -258,7 +285,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 println!("no campaigns yet; create one with `mailsplit campaign create`");
             }
             for (campaign, counters) in all {
-                println!("{}", CampaignStatus::new(&campaign, &counters)?.line());
+                println!("{}", CampaignStatus::new(&campaign, &counters).line());
             }
         }
         Command::Templates => {
@@ -300,13 +327,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 );
             }
         }
-        Command::Worker(args) => return crate::worker::run_cli(g, &args),
+        Command::Worker(args) => crate::worker::run(worker_settings(g, &args)?)?,
+        Command::Serve(args) => crate::serve::run(serve_settings(g, &args)?)?,
         Command::Preview {
             campaign,
             recipient,
         } => {
             let mut conn = open_migrated(g)?;
-            let message = crate::worker::job::preview(&mut conn, &campaign, recipient.as_deref())?;
+            let message = compose::preview(&mut conn, &campaign, recipient.as_deref())?;
             std::io::Write::write_all(&mut std::io::stdout(), &message)?;
         }
         Command::Rate(cmd) => rate(g, cmd)?,
@@ -324,7 +352,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 None => campaigns::list(&mut conn)?,
             };
             for (c, counters) in rows {
-                let status = CampaignStatus::new(&c, &counters)?;
+                let status = CampaignStatus::new(&c, &counters);
                 if json {
                     println!("{}", serde_json::to_string(&status)?);
                 } else {
@@ -422,33 +450,16 @@ fn rate(g: &Global, cmd: RateCommand) -> Result<()> {
 }
 
 fn control(g: &Global, name: &str, action: Control) -> Result<()> {
+    let servers = config::parse_beanstalkd(&g.beanstalkd)?;
     let mut conn = open_migrated(g)?;
-    let campaign = campaigns::control(&mut conn, name, action)?;
+    let done = control::control(&mut conn, &servers, &g.tube, name, action)?;
     let what = match action {
         Control::Pause => "paused; workers stop sending it within a second",
         Control::Resume => "resumed",
         Control::Cancel => "cancelled; workers delete its remaining jobs",
     };
-    println!("campaign {:?} {what}", campaign.name);
-    if action == Control::Resume {
-        // Let every worker's flag cache (refreshed each 0.5 s) see the resume
-        // first, or a worker could meet a kicked job and delay it again.
-        std::thread::sleep(2 * crate::worker::job::FLAG_REFRESH);
-        kick_delayed(g);
-    }
-    Ok(())
-}
-
-/// After a resume, make the delayed jobs in the tube ready now, so the
-/// campaign does not wait out the delays its jobs were released with while
-/// paused. Best effort: without it the jobs still come back by themselves.
-fn kick_delayed(g: &Global) {
-    let Ok(servers) = config::parse_beanstalkd(&g.beanstalkd) else {
-        return;
-    };
-    for addr in servers {
-        let kicked = crate::queue::Server::connect(addr)
-            .and_then(|mut s| s.kick_delayed(&g.tube, KICK_LIMIT));
+    println!("campaign {:?} {what}", done.campaign.name);
+    for (addr, kicked) in done.kicked {
         match kicked {
             Ok(0) => {}
             Ok(n) => println!("made {n} delayed jobs on {addr} ready again"),
@@ -458,10 +469,51 @@ fn kick_delayed(g: &Global) {
             ),
         }
     }
+    Ok(())
 }
 
-/// Most delayed jobs one `resume` kicks per server.
-const KICK_LIMIT: u64 = 1_000_000;
+/// `worker`'s options, checked, into its settings.
+fn worker_settings(g: &Global, args: &WorkerArgs) -> Result<WorkerSettings> {
+    config::check_tube(&g.tube)?;
+    let smtp_timeout =
+        config::check_range("--smtp-timeout", args.smtp_timeout as usize, 1, 3_600)? as u64;
+    Ok(WorkerSettings {
+        database_url: g.database_url.clone(),
+        servers: config::parse_beanstalkd(&g.beanstalkd)?,
+        tube: g.tube.clone(),
+        smtp: SmtpUrl::parse(&args.smtp)?,
+        concurrency: config::check_range("--concurrency", args.concurrency, 1, 5_000)?,
+        max_attempts: config::check_range(
+            "--max-attempts",
+            args.max_attempts.max(0) as usize,
+            1,
+            100,
+        )? as i32,
+        grace: std::time::Duration::from_secs(args.grace),
+        smtp_timeout: std::time::Duration::from_secs(smtp_timeout),
+    })
+}
+
+/// `serve`'s options, checked, into its settings: the admin routes are
+/// never reachable from another machine without a token.
+fn serve_settings(g: &Global, args: &ServeArgs) -> Result<ServeSettings> {
+    config::check_tube(&g.tube)?;
+    let admin_listen = config::parse_listen("--admin-listen", &args.admin_listen)?;
+    let admin_token = std::env::var(ADMIN_TOKEN_ENV)
+        .ok()
+        .filter(|t| !t.trim().is_empty());
+    if admin_token.is_none() && !admin_listen.ip().is_loopback() {
+        return Err(config::ConfigError::AdminWithoutToken(admin_listen).into());
+    }
+    Ok(ServeSettings {
+        database_url: g.database_url.clone(),
+        servers: config::parse_beanstalkd(&g.beanstalkd)?,
+        tube: g.tube.clone(),
+        listen: config::parse_listen("--listen", &args.listen)?,
+        admin_listen,
+        admin_token,
+    })
+}
 
 /// Smaller lists get more urgent priorities (lower numbers), so a small
 /// campaign's jobs are not stuck behind a big one's: 100 for a handful of
@@ -471,16 +523,13 @@ pub fn default_priority(list_size: i64) -> i64 {
     100 + 10 * bits
 }
 
-pub fn open(g: &Global) -> Result<Conn> {
-    store::backend_of(&g.database_url)?;
+fn open(g: &Global) -> Result<Conn> {
     Ok(Conn::open(&g.database_url)?)
 }
 
 /// Open, and fail with "run `mailsplit migrate`" when the schema is missing.
-pub fn open_migrated(g: &Global) -> Result<Conn> {
-    let mut conn = open(g)?;
-    conn.check_migrated()?;
-    Ok(conn)
+fn open_migrated(g: &Global) -> Result<Conn> {
+    Ok(store::open_migrated(&g.database_url)?)
 }
 
 /// A usage error raised at the edge (exit code 2).
@@ -498,7 +547,7 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
                 .downcast_ref::<templates::TemplateError>()
                 .is_some_and(|e| matches!(e, templates::TemplateError::Unknown(_)))
             || cause
-                .downcast_ref::<crate::mail::MailError>()
+                .downcast_ref::<compose::ComposeError>()
                 .is_some_and(|e| e.is_usage())
             || cause
                 .downcast_ref::<store::StoreError>()

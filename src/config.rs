@@ -26,6 +26,44 @@ pub const DEFAULT_MAX_ATTEMPTS: i32 = 5;
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 /// Default bound on connecting and on one message's SMTP exchange.
 pub const DEFAULT_SMTP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a worker reloads its campaigns' pause/cancel flags: a pause
+/// (by command or by SQL) takes effect within about this long.
+pub const FLAG_REFRESH: Duration = Duration::from_millis(500);
+/// `serve`'s public listener (one-click unsubscribe), and its admin one.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:8081";
+
+/// A worker's settings, checked (see `cli` for where they come from).
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    pub database_url: String,
+    pub servers: Vec<SocketAddr>,
+    pub tube: String,
+    pub smtp: SmtpUrl,
+    /// Concurrent SMTP sessions.
+    pub concurrency: usize,
+    /// Tries per recipient for transient failures.
+    pub max_attempts: i32,
+    /// How long a stopping worker lets jobs in flight finish.
+    pub grace: Duration,
+    /// Bound on connecting and on each message's SMTP exchange.
+    pub smtp_timeout: Duration,
+}
+
+/// `mailsplit serve`'s settings, checked.
+#[derive(Debug, Clone)]
+pub struct ServeSettings {
+    pub database_url: String,
+    pub servers: Vec<SocketAddr>,
+    pub tube: String,
+    /// Public routes (one-click unsubscribe): what a reverse proxy exposes.
+    pub listen: SocketAddr,
+    /// Admin routes (dashboard, API, metrics).
+    pub admin_listen: SocketAddr,
+    /// Bearer token every admin request must carry; `None` only with a
+    /// loopback admin address.
+    pub admin_token: Option<String>,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -35,8 +73,13 @@ pub enum ConfigError {
     NoIpv4(String),
     #[error("bad tube name {0:?}: 1-200 characters of A-Z a-z 0-9 - + / ; . $ _ ( ), not starting with -")]
     BadTube(String),
+    /// `url` is already redacted.
     #[error("bad SMTP URL {url:?}: {why} (expected smtp://HOST:PORT, smtp://USER:PASS@HOST:587?tls=required or smtps://HOST:465)")]
     BadSmtpUrl { url: String, why: String },
+    #[error("bad {what} address {value:?}: expected HOST:PORT, e.g. 127.0.0.1:8080")]
+    BadListen { what: &'static str, value: String },
+    #[error("refusing to serve the admin routes on {0}, which is not a loopback address, without a token: set MAILSPLIT_ADMIN_TOKEN")]
+    AdminWithoutToken(SocketAddr),
     #[error("{what} must be between {min} and {max}, got {value}")]
     OutOfRange {
         what: &'static str,
@@ -120,7 +163,7 @@ pub struct SmtpUrl {
 impl SmtpUrl {
     pub fn parse(raw: &str) -> Result<SmtpUrl, ConfigError> {
         let bad = |why: &str| ConfigError::BadSmtpUrl {
-            url: redact(raw),
+            url: crate::redact::url(raw),
             why: why.to_string(),
         };
         let url = url::Url::parse(raw).map_err(|e| bad(&e.to_string()))?;
@@ -177,15 +220,17 @@ impl SmtpUrl {
     }
 }
 
-/// The URL with any password replaced, for messages and logs.
-pub fn redact(raw: &str) -> String {
-    match url::Url::parse(raw) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
-        }
-        _ => raw.to_string(),
-    }
+/// A listen address, `HOST:PORT`, resolved.
+pub fn parse_listen(what: &'static str, raw: &str) -> Result<SocketAddr, ConfigError> {
+    let bad = || ConfigError::BadListen {
+        what,
+        value: raw.to_string(),
+    };
+    raw.trim()
+        .to_socket_addrs()
+        .map_err(|_| bad())?
+        .next()
+        .ok_or_else(bad)
 }
 
 #[cfg(test)]

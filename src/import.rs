@@ -309,7 +309,7 @@ fn parse_row(
         return Err("name contains control characters (CR, LF, …)".into());
     }
     let status = match status_col {
-        Some(i) => RecipientStatus::from_str(field(i)?).map_err(|e| e.to_string())?,
+        Some(i) => RecipientStatus::from_input(field(i)?).map_err(|e| e.to_string())?,
         None => RecipientStatus::Active,
     };
     let mut attributes = Map::new();
@@ -323,7 +323,7 @@ fn parse_row(
         email,
         name: name.to_string(),
         attributes: Value::Object(attributes).to_string(),
-        status: status.as_str().to_string(),
+        status,
         updated_at: now_ms(),
     })
 }

@@ -2,19 +2,32 @@
 //!
 //! Follow a recipient through the modules in this order:
 //! [`config`] (what the user asked for) → [`import`] (CSV into the
-//! [`store`]) → [`splitter`] (keyset pages of a campaign's list into jobs on
-//! the [`queue`]) → [`worker`] (reserve, pause check, claim in the ledger,
-//! render with [`templates`], send with [`mail`], report outcomes) →
-//! [`status`] (the O(1) counters).
+//! [`store`]) → [`splitter`] (keyset pages of a campaign's list into signed
+//! jobs on the [`queue`]) → [`worker`] (reserve, check, claim in the
+//! ledger, [`compose`] with [`templates`], send with [`mail`] under the
+//! shared [`ratelimit`]s, record outcomes) → [`status`] (the O(1)
+//! counters). [`serve`] is the HTTP side (one-click unsubscribe, admin),
+//! [`control`] pauses, resumes and cancels.
+//!
+//! Imports point one way: [`cli`] → stages ([`import`], [`splitter`],
+//! [`worker`], [`serve`], [`control`], [`status`]) → [`compose`], [`mail`],
+//! [`queue`], [`ratelimit`], [`tokens`], [`shutdown`] → [`store`]; [`config`]
+//! and [`redact`] sit beside them, importing no stage.
 
 pub mod cli;
+pub mod compose;
 pub mod config;
+pub mod control;
 pub mod import;
 pub mod mail;
 pub mod queue;
 pub mod ratelimit;
+pub mod redact;
+pub mod serve;
+pub mod shutdown;
 pub mod splitter;
 pub mod status;
 pub mod store;
 pub mod templates;
+pub mod tokens;
 pub mod worker;

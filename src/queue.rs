@@ -11,6 +11,7 @@ use beanstalkc::{Beanstalkc, BeanstalkcError};
 use serde::{Deserialize, Serialize};
 
 use crate::config::MAX_JOB_RECIPIENTS;
+use crate::tokens::Identity;
 
 /// Time-to-run of every job: a job whose worker neither finishes nor touches
 /// it within this time goes back to the ready queue, and the ledger claims
@@ -19,24 +20,44 @@ pub const JOB_TTR: Duration = Duration::from_secs(30);
 /// Scratch tube used to learn a server's newest job id.
 const PROBE_TUBE: &str = "mailsplit-probe";
 /// Current job body version.
-pub const JOB_VERSION: u32 = 1;
+pub const JOB_VERSION: u32 = 2;
 
-/// The body of one job: `{"v":1,"campaign":<id>,"recipients":[<id>,…]}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// One job: a campaign and up to [`MAX_JOB_RECIPIENTS`] of its recipients.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobBody {
-    pub v: u32,
     pub campaign: i64,
     pub recipients: Vec<i64>,
 }
 
-/// Why a job body was rejected (the job is buried with this in the log).
+/// A job on the wire: `{"v":2,"db":"db-…","campaign":<id>,"recipients":[<id>,…],"mac":"…"}`.
+/// `db` names the database the job belongs to (see `store::installation`);
+/// `mac` signs `db`, `campaign` and `recipients` with that database's
+/// secret, so a job put by hand is never trusted.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Wire {
+    v: u32,
+    #[serde(default)]
+    db: Option<String>,
+    campaign: i64,
+    recipients: Vec<i64>,
+    #[serde(default)]
+    mac: Option<String>,
+}
+
+/// Why a job body was rejected. [`BadJob::Foreign`] jobs are released for
+/// the workers of their own database; every other kind is buried with this
+/// in the log.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum BadJob {
     #[error("body is not a mailsplit job: {0}")]
     Parse(String),
-    #[error("unsupported job version {0} (this worker reads version {JOB_VERSION})")]
+    #[error("unsupported job version {0} (this worker reads version {JOB_VERSION}; `mailsplit requeue` puts a campaign's unfinished recipients again)")]
     Version(u32),
+    #[error("job belongs to database {0}, not this worker's")]
+    Foreign(String),
+    #[error("job signature is missing or wrong: not put by `mailsplit enqueue` for this database")]
+    BadSignature,
     #[error("job has no recipients")]
     Empty,
     #[error("job has {0} recipients, more than the limit of {MAX_JOB_RECIPIENTS}")]
@@ -48,37 +69,64 @@ pub enum BadJob {
 impl JobBody {
     pub fn new(campaign: i64, recipients: Vec<i64>) -> JobBody {
         JobBody {
-            v: JOB_VERSION,
             campaign,
             recipients,
         }
     }
 
-    pub fn encode(&self) -> Vec<u8> {
-        // Serialising integers and a Vec of integers cannot fail.
-        serde_json::to_vec(self).unwrap_or_default()
+    /// The signed body for database `id`.
+    pub fn encode(&self, id: &Identity) -> Vec<u8> {
+        let wire = Wire {
+            v: JOB_VERSION,
+            db: Some(id.database_id.clone()),
+            campaign: self.campaign,
+            recipients: self.recipients.clone(),
+            mac: Some(
+                id.signer
+                    .job_mac(&id.database_id, self.campaign, &self.recipients),
+            ),
+        };
+        // Serialising integers and strings cannot fail.
+        serde_json::to_vec(&wire).unwrap_or_default()
     }
 
-    /// Parse and check a body that came over the wire.
-    pub fn decode(bytes: &[u8]) -> Result<JobBody, BadJob> {
-        let body: JobBody =
-            serde_json::from_slice(bytes).map_err(|e| BadJob::Parse(e.to_string()))?;
-        if body.v != JOB_VERSION {
-            return Err(BadJob::Version(body.v));
+    /// Parse and check a body that came over the wire: this database's,
+    /// signed with its secret, with sane ids.
+    pub fn decode(bytes: &[u8], id: &Identity) -> Result<JobBody, BadJob> {
+        let wire: Wire = serde_json::from_slice(bytes).map_err(|e| BadJob::Parse(e.to_string()))?;
+        if wire.v != JOB_VERSION {
+            return Err(BadJob::Version(wire.v));
         }
-        if body.recipients.is_empty() {
+        // Another database's job is checked by that database's workers,
+        // under its own secret.
+        match &wire.db {
+            Some(db) if *db != id.database_id => return Err(BadJob::Foreign(db.clone())),
+            _ => {}
+        }
+        let signed = wire.db.is_some()
+            && wire.mac.as_deref().is_some_and(|mac| {
+                id.signer
+                    .verify_job(&id.database_id, wire.campaign, &wire.recipients, mac)
+            });
+        if !signed {
+            return Err(BadJob::BadSignature);
+        }
+        if wire.recipients.is_empty() {
             return Err(BadJob::Empty);
         }
-        if body.recipients.len() > MAX_JOB_RECIPIENTS {
-            return Err(BadJob::TooMany(body.recipients.len()));
+        if wire.recipients.len() > MAX_JOB_RECIPIENTS {
+            return Err(BadJob::TooMany(wire.recipients.len()));
         }
-        if let Some(&bad) = std::iter::once(&body.campaign)
-            .chain(&body.recipients)
+        if let Some(&bad) = std::iter::once(&wire.campaign)
+            .chain(&wire.recipients)
             .find(|&&id| id <= 0)
         {
             return Err(BadJob::BadId(bad));
         }
-        Ok(body)
+        Ok(JobBody {
+            campaign: wire.campaign,
+            recipients: wire.recipients,
+        })
     }
 }
 
@@ -272,32 +320,76 @@ pub fn priority(p: i64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tokens::Signer;
+
+    fn identity(db: &str, secret: u8) -> Identity {
+        Identity {
+            database_id: db.into(),
+            signer: Signer::new(&[secret; 32]),
+        }
+    }
 
     #[test]
     fn job_bodies() {
+        let id = identity("db-1", 1);
         let body = JobBody::new(7, vec![1, 2, 3]);
-        assert_eq!(
-            String::from_utf8(body.encode()).unwrap(),
-            r#"{"v":1,"campaign":7,"recipients":[1,2,3]}"#
+        let wire = String::from_utf8(body.encode(&id)).unwrap();
+        assert!(
+            wire.starts_with(r#"{"v":2,"db":"db-1","campaign":7,"recipients":[1,2,3],"mac":""#),
+            "{wire}"
         );
-        assert_eq!(JobBody::decode(&body.encode()), Ok(body));
-        assert!(matches!(JobBody::decode(b"hello"), Err(BadJob::Parse(_))));
+        assert_eq!(JobBody::decode(wire.as_bytes(), &id), Ok(body));
+        assert!(matches!(
+            JobBody::decode(b"hello", &id),
+            Err(BadJob::Parse(_))
+        ));
         assert_eq!(
-            JobBody::decode(br#"{"v":2,"campaign":1,"recipients":[1]}"#),
-            Err(BadJob::Version(2))
-        );
-        assert_eq!(
-            JobBody::decode(br#"{"v":1,"campaign":1,"recipients":[]}"#),
-            Err(BadJob::Empty)
-        );
-        assert_eq!(
-            JobBody::decode(br#"{"v":1,"campaign":1,"recipients":[5,-3]}"#),
-            Err(BadJob::BadId(-3))
+            JobBody::decode(br#"{"v":1,"campaign":1,"recipients":[1]}"#, &id),
+            Err(BadJob::Version(1))
         );
         let many = JobBody::new(1, (1..=10_000).collect());
         assert_eq!(
-            JobBody::decode(&many.encode()),
+            JobBody::decode(&many.encode(&id), &id),
             Err(BadJob::TooMany(10_000))
+        );
+        assert_eq!(
+            JobBody::decode(&JobBody::new(1, vec![]).encode(&id), &id),
+            Err(BadJob::Empty)
+        );
+        assert_eq!(
+            JobBody::decode(&JobBody::new(1, vec![5, -3]).encode(&id), &id),
+            Err(BadJob::BadId(-3))
+        );
+    }
+
+    #[test]
+    fn forged_and_foreign_jobs_are_told_apart() {
+        let ours = identity("db-1", 1);
+        // Put by hand: no signature, or a signature that does not match.
+        for forged in [
+            r#"{"v":2,"db":"db-1","campaign":1,"recipients":[1]}"#.to_string(),
+            r#"{"v":2,"campaign":1,"recipients":[1],"mac":"AAAAAAAAAAAAAAAAAAAAAA"}"#.to_string(),
+            String::from_utf8(JobBody::new(1, vec![1]).encode(&ours))
+                .unwrap()
+                .replace("[1]", "[2]"),
+        ] {
+            assert_eq!(
+                JobBody::decode(forged.as_bytes(), &ours),
+                Err(BadJob::BadSignature),
+                "{forged}"
+            );
+        }
+        // Same database id, another secret: forged too.
+        let impostor = identity("db-1", 2);
+        assert_eq!(
+            JobBody::decode(&JobBody::new(1, vec![1]).encode(&impostor), &ours),
+            Err(BadJob::BadSignature)
+        );
+        // Another database's genuine job: foreign, not forged.
+        let theirs = identity("db-2", 2);
+        assert_eq!(
+            JobBody::decode(&JobBody::new(1, vec![1]).encode(&theirs), &ours),
+            Err(BadJob::Foreign("db-2".into()))
         );
     }
 }

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::Mutex;
 
 use crate::store::rates::{self, Lease, RateGroup};
+use crate::store::Db;
 use crate::store::StoreError;
-use crate::worker::db::Db;
 
 /// How far ahead a lease may reach: tokens conforming within this window are
 /// leased together, so the database sees one write per batch.
@@ -249,6 +249,12 @@ impl Limiter {
             }
         }
     }
+}
+
+/// Rate tokens one message costs: one, plus one per started 256 KiB, so
+/// large messages count for more against a relay's budget.
+pub fn message_weight(bytes: usize) -> u32 {
+    1 + (bytes / (256 * 1024)) as u32
 }
 
 /// Tokens asked for per lease: what the horizon holds at the full rate.

@@ -16,7 +16,11 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::queue::{self, JobBody, QueueError, Server};
 use crate::store::campaigns::{self, Confirm, Intent};
-use crate::store::{deliveries, recipients, Campaign, CampaignState, Conn, StoreError};
+use crate::store::{
+    deliveries, installation, recipients, Campaign, CampaignState, Conn, RecipientStatus,
+    StoreError,
+};
+use crate::tokens::Identity;
 
 /// Recipients read per database round trip.
 pub const PAGE_SIZE: i64 = 10_000;
@@ -68,21 +72,27 @@ pub struct Report {
     pub elapsed: Duration,
 }
 
-/// Connections to every server, each with its newest job id.
+/// Connections to every server, each with its newest job id, and the
+/// database identity every job is signed for.
 struct Fanout {
     servers: Vec<(Server, u64)>,
     next: usize,
+    identity: Identity,
 }
 
 impl Fanout {
-    fn connect(addrs: &[SocketAddr], tube: &str) -> Result<Fanout, QueueError> {
+    fn connect(addrs: &[SocketAddr], tube: &str, identity: Identity) -> Result<Fanout, QueueError> {
         let mut servers = Vec::with_capacity(addrs.len());
         for &addr in addrs {
             let mut server = Server::connect(addr)?;
             let newest = server.newest_job_id(tube)?;
             servers.push((server, newest));
         }
-        Ok(Fanout { servers, next: 0 })
+        Ok(Fanout {
+            servers,
+            next: 0,
+            identity,
+        })
     }
 }
 
@@ -97,7 +107,7 @@ pub fn enqueue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Report, En
         recovered: false,
         elapsed: Duration::ZERO,
     };
-    match campaign.state()? {
+    match campaign.state {
         CampaignState::Cancelled => return Err(EnqueueError::Cancelled(campaign.name)),
         CampaignState::Queued => {
             report.already_done = true;
@@ -106,7 +116,8 @@ pub fn enqueue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Report, En
         CampaignState::Draft => campaigns::start_enqueue(conn, campaign.id)?,
         CampaignState::Enqueuing => {}
     }
-    let mut fanout = Fanout::connect(&opts.servers, &opts.tube)?;
+    let identity = Identity::from(&installation::load(conn)?);
+    let mut fanout = Fanout::connect(&opts.servers, &opts.tube, identity)?;
     // One small transaction per job: on PostgreSQL each would otherwise wait
     // for its own WAL flush (~0.3 ms here, 3 s of a million-recipient
     // enqueue). If the database server (not this process) crashed and lost
@@ -132,7 +143,7 @@ pub fn enqueue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Report, En
         let Some(&(last, _)) = page.last() else { break };
         let read = page.len() as u64;
         for (rid, status) in page {
-            if status == "active" {
+            if status == RecipientStatus::Active {
                 batch.push(rid);
             } else {
                 skipped.push(rid);
@@ -201,7 +212,7 @@ fn put_batch(
     };
     campaigns::enqueue_step(conn, campaign.id, unconfirmed.as_ref(), Some(&intent))?;
     let body = JobBody::new(campaign.id, std::mem::take(batch));
-    let id = server.put(&body.encode(), priority)?;
+    let id = server.put(&body.encode(&fanout.identity), priority)?;
     *newest = id;
     *unconfirmed = Some(Confirm {
         cursor: upto,
@@ -245,7 +256,7 @@ fn resolve_in_doubt(
     let mut found = false;
     for id in (after_job + 1)..newest.min(after_job + MAX_PEEK_SCAN) {
         if let Some(body) = server.peek(id)? {
-            if let Ok(job) = JobBody::decode(&body) {
+            if let Ok(job) = JobBody::decode(&body, &fanout.identity) {
                 if job.campaign == campaign.id && job.recipients.last() == Some(&upto) {
                     found = true;
                     break;
@@ -278,7 +289,7 @@ fn resolve_in_doubt(
                 break 'pages;
             }
             pos = rid;
-            if status == "active" {
+            if status == RecipientStatus::Active {
                 confirm.enqueued += 1;
             } else {
                 confirm.skipped.push(rid);

@@ -5,15 +5,46 @@ use serde::Serialize;
 
 use crate::store::deliveries::RATE_WINDOW_MS;
 use crate::store::rates::RateGroup;
-use crate::store::{now_ms, Campaign, CampaignState, Counters, StoreError};
+use crate::store::{now_ms, Campaign, CampaignState, Counters};
+
+/// What a campaign is doing, as `status` shows it: the stored state with
+/// the pause flag and the counters folded in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Draft,
+    Enqueuing,
+    Sending,
+    Paused,
+    Done,
+    Cancelled,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Draft => "draft",
+            Phase::Enqueuing => "enqueuing",
+            Phase::Sending => "sending",
+            Phase::Paused => "paused",
+            Phase::Done => "done",
+            Phase::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// One campaign as `status --json` prints it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CampaignStatus {
     pub id: i64,
     pub name: String,
-    /// draft, enqueuing, sending, paused, done or cancelled.
-    pub state: &'static str,
+    pub state: Phase,
     pub template: String,
     pub priority: i64,
     pub recipients: i64,
@@ -32,20 +63,20 @@ pub struct CampaignStatus {
 }
 
 impl CampaignStatus {
-    pub fn new(campaign: &Campaign, counters: &Counters) -> Result<CampaignStatus, StoreError> {
+    pub fn new(campaign: &Campaign, counters: &Counters) -> CampaignStatus {
         let pending = counters.pending();
-        let state = match (campaign.state()?, campaign.paused) {
-            (CampaignState::Cancelled, _) => "cancelled",
-            (_, true) => "paused",
-            (CampaignState::Draft, _) => "draft",
-            (CampaignState::Enqueuing, _) => "enqueuing",
-            (CampaignState::Queued, _) if pending <= 0 => "done",
-            (CampaignState::Queued, _) => "sending",
+        let state = match (campaign.state, campaign.paused) {
+            (CampaignState::Cancelled, _) => Phase::Cancelled,
+            (_, true) => Phase::Paused,
+            (CampaignState::Draft, _) => Phase::Draft,
+            (CampaignState::Enqueuing, _) => Phase::Enqueuing,
+            (CampaignState::Queued, _) if pending <= 0 => Phase::Done,
+            (CampaignState::Queued, _) => Phase::Sending,
         };
         let recent = counters
             .last_at
             .is_some_and(|at| now_ms() - at < 2 * RATE_WINDOW_MS);
-        let rate = if recent && state == "sending" {
+        let rate = if recent && state == Phase::Sending {
             counters.rate
         } else {
             0.0
@@ -58,7 +89,7 @@ impl CampaignStatus {
             }
             _ => 0.0,
         };
-        Ok(CampaignStatus {
+        CampaignStatus {
             id: campaign.id,
             name: campaign.name.clone(),
             state,
@@ -74,7 +105,7 @@ impl CampaignStatus {
             rate: (rate * 10.0).round() / 10.0,
             avg_rate: (avg_rate * 10.0).round() / 10.0,
             eta_seconds,
-        })
+        }
     }
 
     /// The human-readable block.
@@ -106,7 +137,7 @@ impl CampaignStatus {
             "{:>4}  {:<24} {:<10} {:<13} prio {:<5} {:>9} recipients {:>9} sent {:>7} failed {:>9} pending",
             self.id,
             self.name,
-            self.state,
+            self.state.as_str(),
             self.template,
             self.priority,
             self.recipients,

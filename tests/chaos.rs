@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection, QueryableByName, RunQueryDsl, SqliteConnection};
-use mailsplit::store::{campaigns, deliveries};
+use mailsplit::store::{campaigns, deliveries, DeliveryState};
 
 /// SMTP sessions per worker.
 const CONCURRENCY: usize = 20;
@@ -289,19 +289,7 @@ impl Chaos {
     }
 
     fn create_campaign(&self) {
-        self.env.ok(&[
-            "campaign",
-            "create",
-            CAMPAIGN,
-            "--list",
-            CAMPAIGN,
-            "--template",
-            "newsletter",
-            "--subject",
-            "Hello",
-            "--from",
-            "news@example.test",
-        ]);
+        self.env.create_campaign(CAMPAIGN, CAMPAIGN, &[]);
     }
 
     /// A worker with its log in the scenario's log directory.
@@ -514,8 +502,12 @@ impl Chaos {
         let counted = deliveries::ledger_counts(&mut conn, CAMPAIGN_ID).unwrap();
         let counters = campaigns::counters(&mut conn, CAMPAIGN_ID).unwrap();
         drop(conn);
-        let get = |s: &str| counted.get(s).copied().unwrap_or(0);
-        let (sent, failed, skipped) = (get("sent"), get("failed"), get("skipped"));
+        let get = |s: DeliveryState| counted.get(&s).copied().unwrap_or(0);
+        let (sent, failed, skipped) = (
+            get(DeliveryState::Sent),
+            get(DeliveryState::Failed),
+            get(DeliveryState::Skipped),
+        );
         if (counters.sent, counters.failed, counters.skipped) != (sent, failed, skipped) {
             self.problem(format!(
                 "counters sent/failed/skipped = {}/{}/{} but the ledger has {sent}/{failed}/{skipped}",

@@ -68,19 +68,7 @@ fn three_workers_hold_a_relay_limit(kind: Kind) {
         "--burst",
         "20",
     ]);
-    env.ok(&[
-        "campaign",
-        "create",
-        "news",
-        "--list",
-        "news",
-        "--template",
-        "newsletter",
-        "--subject",
-        "Hi",
-        "--from",
-        "news@example.test",
-    ]);
+    env.create_campaign("news", "news", &[]);
     env.ok(&["enqueue", "news"]);
     let before = (kind == Kind::Postgres).then(|| xact_commits(&env));
     let started = Instant::now();
@@ -150,19 +138,7 @@ fn two_domains_with_different_limits() {
     env.ok(&["import", csv.to_str().unwrap(), "--list", "mixed"]);
     env.ok(&["rate", "set", "domain:slow.test", "40/s", "--burst", "4"]);
     env.ok(&["rate", "set", "domain:fast.test", "6000/m", "--burst", "10"]);
-    env.ok(&[
-        "campaign",
-        "create",
-        "mixed",
-        "--list",
-        "mixed",
-        "--template",
-        "newsletter",
-        "--subject",
-        "Hi",
-        "--from",
-        "news@example.test",
-    ]);
+    env.create_campaign("mixed", "mixed", &[]);
     env.ok(&["enqueue", "mixed"]);
     let _w: Vec<Proc> = (0..2)
         .map(|_| env.worker(&["--concurrency", "40"]))
@@ -220,8 +196,8 @@ fn rate_commands_validate_their_input() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_down_halves_the_local_rate_and_recovers() {
     use mailsplit::ratelimit::Limiter;
+    use mailsplit::store::Db;
     use mailsplit::store::{rates, Conn};
-    use mailsplit::worker::db::Db;
 
     let db = TestDb::new(Kind::Sqlite);
     let mut conn = Conn::open(&db.url).unwrap();

@@ -16,8 +16,8 @@ use std::time::Duration;
 use common::{Kind, TestDb};
 use mailsplit::store::campaigns::{self, Confirm, Control, Intent, NewCampaign};
 use mailsplit::store::deliveries::{self, Outcome, OutcomeKind, Recorded};
-use mailsplit::store::recipients::{self, NewRecipient, UpsertCounts};
-use mailsplit::store::{now_ms, CampaignState, Claim, Conn, StoreError};
+use mailsplit::store::recipients::{self, NewRecipient, RecipientStatus, UpsertCounts};
+use mailsplit::store::{now_ms, CampaignState, Claim, Conn, DeliveryState, StoreError};
 
 /// Instantiate each scenario once per backend. A scenario's attributes
 /// (`#[ignore = ".."]`) apply to both instances.
@@ -89,7 +89,7 @@ fn person(email: &str, name: &str, status: &str) -> NewRecipient {
         email: email.to_string(),
         name: name.to_string(),
         attributes: r#"{"city":"Paris"}"#.to_string(),
-        status: status.to_string(),
+        status: status.parse().unwrap(),
         updated_at: now_ms(),
     }
 }
@@ -142,6 +142,8 @@ fn new_campaign(conn: &mut Conn, name: &str, list_id: i64) -> campaigns::Campaig
             from_addr: "news@example.test",
             priority: 5,
             recipients: size,
+            public_url: None,
+            return_path: None,
         },
     )
     .unwrap()
@@ -194,8 +196,12 @@ fn counted(conn: &mut Conn, campaign: i64) -> (i64, i64, i64) {
 /// (sent, failed, skipped) from `COUNT(*)` over the ledger.
 fn ledgered(conn: &mut Conn, campaign: i64) -> (i64, i64, i64) {
     let l = deliveries::ledger_counts(conn, campaign).unwrap();
-    let get = |k: &str| l.get(k).copied().unwrap_or(0);
-    (get("sent"), get("failed"), get("skipped"))
+    let get = |k: DeliveryState| l.get(&k).copied().unwrap_or(0);
+    (
+        get(DeliveryState::Sent),
+        get(DeliveryState::Failed),
+        get(DeliveryState::Skipped),
+    )
 }
 
 fn assert_counters_match_ledger(conn: &mut Conn, campaign: i64) {
@@ -239,7 +245,7 @@ fn check_migrated_on_empty_database_names_the_fix(kind: Kind) {
     let db = TestDb::new(kind);
     let mut conn = Conn::open(&db.url).unwrap();
     match conn.check_migrated() {
-        Err(StoreError::NotMigrated(table)) => assert_eq!(table, "campaigns"),
+        Err(StoreError::NotMigrated(why)) => assert_eq!(why, "missing"),
         other => panic!("expected NotMigrated, got {other:?}"),
     }
     let msg = conn.check_migrated().unwrap_err().to_string();
@@ -305,7 +311,7 @@ fn upsert_counts_inserted_then_updated(kind: Kind) {
     assert_eq!(r.attributes, r#"{"city":"Paris"}"#);
 }
 
-fn status_of(conn: &mut Conn, list_id: i64, email: &str) -> String {
+fn status_of(conn: &mut Conn, list_id: i64, email: &str) -> &'static str {
     let ids = member_ids(conn, list_id);
     let loaded = recipients::load(conn, &ids).unwrap();
     loaded
@@ -313,6 +319,7 @@ fn status_of(conn: &mut Conn, list_id: i64, email: &str) -> String {
         .find(|r| r.email == email)
         .unwrap_or_else(|| panic!("{email} not on the list"))
         .status
+        .as_str()
 }
 
 fn reimport_keeps_status_unless_asked(kind: Kind) {
@@ -352,10 +359,7 @@ fn reimport_keeps_status_unless_asked(kind: Kind) {
         .iter()
         .find(|r| r.email == "gone@example.test")
         .unwrap();
-    assert_eq!(
-        gone.status().unwrap(),
-        recipients::RecipientStatus::Unsubscribed
-    );
+    assert_eq!(gone.status, recipients::RecipientStatus::Unsubscribed);
 
     // With a status column the file wins.
     import(&mut conn, "main", &again, true);
@@ -406,7 +410,7 @@ fn membership_is_not_duplicated(kind: Kind) {
 fn member_page_is_keyset_paginated(kind: Kind) {
     let (_db, mut conn) = migrated(kind);
     let mut rows = people("p", 25);
-    rows[7].status = "unsubscribed".into();
+    rows[7].status = RecipientStatus::Unsubscribed;
     let (list_id, _) = import(&mut conn, "main", &rows, true);
     // Somebody on another list only must not show up.
     import(&mut conn, "elsewhere", &people("x", 3), false);
@@ -457,7 +461,7 @@ fn campaign_create_and_find(kind: Kind) {
     let made = new_campaign(&mut conn, "spring", list_id);
     assert_eq!(made.name, "spring");
     assert_eq!(made.list_id, list_id);
-    assert_eq!(made.state().unwrap(), CampaignState::Draft);
+    assert_eq!(made.state, CampaignState::Draft);
     assert!(!made.paused);
     assert_eq!(made.enqueue_cursor, 0);
     assert_eq!(made.pending_upto, None);
@@ -501,6 +505,8 @@ fn duplicate_campaign_is_a_usage_error(kind: Kind) {
             from_addr: "x@example.test",
             priority: 1,
             recipients: 2,
+            public_url: None,
+            return_path: None,
         },
     )
     .unwrap_err();
@@ -566,7 +572,7 @@ fn control_refuses_illegal_transitions(kind: Kind) {
 
     campaigns::control(&mut conn, "ctl", Control::Pause).unwrap();
     let cancelled = campaigns::control(&mut conn, "ctl", Control::Cancel).unwrap();
-    assert_eq!(cancelled.state().unwrap(), CampaignState::Cancelled);
+    assert_eq!(cancelled.state, CampaignState::Cancelled);
     assert_illegal(
         campaigns::control(&mut conn, "ctl", Control::Cancel),
         "cancel",
@@ -580,7 +586,7 @@ fn control_refuses_illegal_transitions(kind: Kind) {
         "resume",
     );
     let end = campaigns::find(&mut conn, "ctl").unwrap();
-    assert_eq!(end.state().unwrap(), CampaignState::Cancelled);
+    assert_eq!(end.state, CampaignState::Cancelled);
 }
 
 fn flags_see_a_raw_sql_pause(kind: Kind) {
@@ -615,7 +621,7 @@ fn enqueue_step_moves_cursor_and_counters(kind: Kind) {
     let (c, ids) = (f.campaign, f.ids.clone());
     campaigns::start_enqueue(&mut f.conn, c).unwrap();
     let camp = campaigns::get(&mut f.conn, c).unwrap().unwrap();
-    assert_eq!(camp.state().unwrap(), CampaignState::Enqueuing);
+    assert_eq!(camp.state, CampaignState::Enqueuing);
 
     // Intent for the first job (ids[0..4]) is recorded before the put.
     let intent = Intent {
@@ -734,12 +740,12 @@ fn finish_enqueue_makes_recipient_count_exact(kind: Kind) {
     assert_eq!(counters.recipients, 8);
     assert_eq!(counters.pending(), 7, "the skipped one is already done");
     let camp = campaigns::get(&mut f.conn, c).unwrap().unwrap();
-    assert_eq!(camp.state().unwrap(), CampaignState::Queued);
+    assert_eq!(camp.state, CampaignState::Queued);
 
     // start_enqueue only moves a draft: a queued campaign stays queued.
     campaigns::start_enqueue(&mut f.conn, c).unwrap();
     let camp = campaigns::get(&mut f.conn, c).unwrap().unwrap();
-    assert_eq!(camp.state().unwrap(), CampaignState::Queued);
+    assert_eq!(camp.state, CampaignState::Queued);
 }
 
 // ---------------------------------------------------------------- claims
@@ -758,7 +764,7 @@ fn fresh_claim_owns_everything(kind: Kind) {
     assert_eq!(claim.finished, 0);
     assert_eq!(claim.busy_until, None);
     let ledger = deliveries::ledger_counts(&mut f.conn, c).unwrap();
-    assert_eq!(ledger.get("claimed"), Some(&8));
+    assert_eq!(ledger.get(&DeliveryState::Claimed), Some(&8));
 
     // Claiming again with the same token is idempotent: still ours, and the
     // attempt number does not move while the lease is live.
@@ -849,7 +855,7 @@ fn retry_reclaims_with_more_attempts_then_fails(kind: Kind) {
             assert_eq!(
                 deliveries::ledger_counts(&mut f.conn, c)
                     .unwrap()
-                    .get("retry"),
+                    .get(&DeliveryState::Retry),
                 Some(&1)
             );
             assert_eq!(counted(&mut f.conn, c), (0, 0, 0), "a retry is not done");
@@ -994,7 +1000,7 @@ fn stale_token_records_nothing(kind: Kind) {
     assert_eq!(
         deliveries::ledger_counts(&mut f.conn, c)
             .unwrap()
-            .get("claimed"),
+            .get(&DeliveryState::Claimed),
         Some(&4)
     );
     // A skipped outcome with a stale token is lost too.
@@ -1087,8 +1093,8 @@ fn counters_equal_ledger_after_mixed_outcomes(kind: Kind) {
     assert_eq!(counted(&mut f.conn, c), (4, 4, 2));
     assert_counters_match_ledger(&mut f.conn, c);
     let ledger = deliveries::ledger_counts(&mut f.conn, c).unwrap();
-    assert_eq!(ledger.get("retry"), Some(&1));
-    assert_eq!(ledger.get("claimed"), Some(&1));
+    assert_eq!(ledger.get(&DeliveryState::Retry), Some(&1));
+    assert_eq!(ledger.get(&DeliveryState::Claimed), Some(&1));
 
     // Second round with max_attempts = 3: the handed-back one retries, the
     // in-flight one is sent.
@@ -1287,7 +1293,7 @@ fn store_functions_compose_inside_one_transaction(kind: Kind) {
     }
     let camp = campaigns::get(&mut f.conn, c).unwrap().unwrap();
     assert_eq!(
-        camp.state().unwrap(),
+        camp.state,
         CampaignState::Draft,
         "start_enqueue survived a rollback"
     );

@@ -167,9 +167,8 @@ fn a_redelivered_job_sends_nothing_new() {
     let mut c = bs.client();
     c.use_tube(&env.tube).unwrap();
     for chunk in (1..=250).collect::<Vec<i64>>().chunks(100) {
-        let body = serde_json::json!({"v": 1, "campaign": 1, "recipients": chunk});
         c.put(
-            body.to_string().as_bytes(),
+            &env.signed_job(1, chunk),
             10,
             Duration::ZERO,
             Duration::from_secs(30),
@@ -258,31 +257,27 @@ fn unsubscribed_recipients_are_skipped() {
 fn malformed_jobs_are_buried_and_the_worker_keeps_going() {
     let (_tmp, bs, peer, env) = setup(Kind::Sqlite, Script::default());
     env.import_n("people", 10);
-    env.ok(&[
-        "campaign",
-        "create",
-        "news",
-        "--list",
-        "people",
-        "--template",
-        "newsletter",
-        "--subject",
-        "Hi",
-        "--from",
-        "news@example.test",
-    ]);
+    env.create_campaign("news", "people", &[]);
     let mut c = bs.client();
     c.use_tube(&env.tube).unwrap();
     let many: Vec<i64> = (1..=10_000).collect();
-    let bad = [
-        "not json".to_string(),
-        r#"{"v":2,"campaign":1,"recipients":[1]}"#.to_string(),
-        r#"{"v":1,"campaign":999,"recipients":[1]}"#.to_string(),
-        r#"{"v":1,"campaign":1,"recipients":[-4]}"#.to_string(),
-        serde_json::json!({"v": 1, "campaign": 1, "recipients": many}).to_string(),
+    let db = env.identity().database_id;
+    let bad: Vec<Vec<u8>> = vec![
+        b"not json".to_vec(),
+        // The old, unsigned format.
+        br#"{"v":1,"campaign":1,"recipients":[1]}"#.to_vec(),
+        // Put by hand for this database: no signature, or a made-up one.
+        format!(r#"{{"v":2,"db":"{db}","campaign":1,"recipients":[1]}}"#).into_bytes(),
+        format!(
+            r#"{{"v":2,"db":"{db}","campaign":1,"recipients":[1],"mac":"AAAAAAAAAAAAAAAAAAAAAA"}}"#
+        )
+        .into_bytes(),
+        env.signed_job(999, &[1]),
+        env.signed_job(1, &[-4]),
+        env.signed_job(1, &many),
     ];
     for body in &bad {
-        c.put(body.as_bytes(), 1, Duration::ZERO, Duration::from_secs(30))
+        c.put(body, 1, Duration::ZERO, Duration::from_secs(30))
             .unwrap();
     }
     let mut w = env.worker(&[]);
@@ -299,6 +294,43 @@ fn malformed_jobs_are_buried_and_the_worker_keeps_going() {
     std::io::Read::read_to_string(w.0.stderr.as_mut().unwrap(), &mut log).unwrap();
     assert!(log.contains("burying job"), "{log}");
     assert!(log.contains("999"), "{log}");
+    assert!(log.contains("signature is missing or wrong"), "{log}");
+}
+
+#[test]
+fn a_job_of_another_database_is_left_for_its_workers() {
+    let (_tmp, bs, peer, env) = setup(Kind::Sqlite, Script::default());
+    env.campaign("news", 20);
+    // A second installation sharing the tube: same campaign id, same
+    // recipient ids, its own database.
+    let other = Env::new(Kind::Sqlite, &bs.addr());
+    other.campaign_without_enqueue("theirs", 20);
+    let mut c = bs.client();
+    c.use_tube(&env.tube).unwrap();
+    let foreign = c
+        .put(
+            &other.signed_job(1, &[1, 2, 3]),
+            1,
+            Duration::ZERO,
+            Duration::from_secs(30),
+        )
+        .unwrap();
+    let mut w = env.worker(&[]);
+    wait_done(&env, "news", 60);
+    // Ours are sent; theirs is back in the queue, delayed, untouched.
+    wait_for(10, "the foreign job to be released", || {
+        c.stats_job(foreign)
+            .map(|s| s.get("state").map(String::as_str) == Some("delayed"))
+            .unwrap_or(false)
+    });
+    assert_eq!(peer.total(), 20);
+    assert_counts(&env, "news", 20, 0, 0);
+    signal(&w.0, "TERM");
+    assert!(wait_exit(&mut w.0, 20).success());
+    let mut log = String::new();
+    std::io::Read::read_to_string(w.0.stderr.as_mut().unwrap(), &mut log).unwrap();
+    let db = other.identity().database_id;
+    assert_eq!(log.matches(&db).count(), 1, "logged once: {log}");
 }
 
 #[test]

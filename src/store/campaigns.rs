@@ -1,57 +1,23 @@
 //! Campaigns, their state machine, the pause flag and the O(1) counters.
 
-use std::fmt;
-use std::str::FromStr;
-
 use diesel::prelude::*;
 
 use super::schema::{campaign_counters as cc, campaigns, deliveries};
-use super::{now_ms, on, Conn, Result, StoreError};
+use super::{now_ms, on, Conn, DeliveryState, Result, StoreError};
 
-/// The stored lifecycle of a campaign. Pausing is a separate boolean column
-/// (`campaigns.paused`) so it can be flipped by hand with one UPDATE.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CampaignState {
-    /// Created, nothing enqueued yet.
-    Draft,
-    /// `enqueue` started and has not finished (or crashed; run it again).
-    Enqueuing,
-    /// Every recipient is in a job; workers are sending.
-    Queued,
-    /// Cancelled: workers delete its remaining jobs.
-    Cancelled,
-}
-
-impl CampaignState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CampaignState::Draft => "draft",
-            CampaignState::Enqueuing => "enqueuing",
-            CampaignState::Queued => "queued",
-            CampaignState::Cancelled => "cancelled",
-        }
-    }
-}
-
-impl FromStr for CampaignState {
-    type Err = StoreError;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "draft" => Ok(CampaignState::Draft),
-            "enqueuing" => Ok(CampaignState::Enqueuing),
-            "queued" => Ok(CampaignState::Queued),
-            "cancelled" => Ok(CampaignState::Cancelled),
-            _ => Err(StoreError::BadValue {
-                what: "campaign state",
-                value: s.to_string(),
-            }),
-        }
-    }
-}
-
-impl fmt::Display for CampaignState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+text_enum! {
+    /// The stored lifecycle of a campaign. Pausing is a separate boolean
+    /// column (`campaigns.paused`) so it can be flipped by hand with one
+    /// UPDATE.
+    pub enum CampaignState ("campaign state") {
+        /// Created, nothing enqueued yet.
+        Draft = "draft",
+        /// `enqueue` started and has not finished (or crashed; run it again).
+        Enqueuing = "enqueuing",
+        /// Every recipient is in a job; workers are sending.
+        Queued = "queued",
+        /// Cancelled: workers delete its remaining jobs.
+        Cancelled = "cancelled",
     }
 }
 
@@ -65,7 +31,7 @@ pub struct Campaign {
     pub subject: String,
     pub from_addr: String,
     pub priority: i64,
-    pub state: String,
+    pub state: CampaignState,
     pub paused: bool,
     pub enqueue_cursor: i64,
     pub pending_upto: Option<i64>,
@@ -73,12 +39,11 @@ pub struct Campaign {
     pub pending_after_job: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
-}
-
-impl Campaign {
-    pub fn state(&self) -> Result<CampaignState> {
-        self.state.parse()
-    }
+    /// Base of the one-click unsubscribe links (`<public_url>/u/TOKEN`).
+    pub public_url: Option<String>,
+    /// VERP return path (`local@domain`; each message's envelope sender
+    /// becomes `local+TOKEN@domain`).
+    pub return_path: Option<String>,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable)]
@@ -117,6 +82,8 @@ pub struct NewCampaign<'a> {
     pub priority: i64,
     /// Members of the list now; replaced by the exact figure when enqueue ends.
     pub recipients: i64,
+    pub public_url: Option<&'a str>,
+    pub return_path: Option<&'a str>,
 }
 
 /// Create a campaign and its counter row in one transaction.
@@ -131,7 +98,9 @@ pub fn create(conn: &mut Conn, new: &NewCampaign) -> Result<Campaign> {
                 campaigns::subject.eq(new.subject),
                 campaigns::from_addr.eq(new.from_addr),
                 campaigns::priority.eq(new.priority),
-                campaigns::state.eq(CampaignState::Draft.as_str()),
+                campaigns::public_url.eq(new.public_url),
+                campaigns::return_path.eq(new.return_path),
+                campaigns::state.eq(CampaignState::Draft),
                 campaigns::created_at.eq(now),
                 campaigns::updated_at.eq(now),
             ))
@@ -203,21 +172,14 @@ pub struct Flags {
 
 /// The state and pause flag of the given campaigns (unknown ids are absent).
 pub fn flags(conn: &mut Conn, ids: &[i64]) -> Result<Vec<(i64, Flags)>> {
-    let rows: Vec<(i64, String, bool)> = on!(conn, |c| campaigns::table
+    let rows: Vec<(i64, CampaignState, bool)> = on!(conn, |c| campaigns::table
         .filter(campaigns::id.eq_any(ids))
         .select((campaigns::id, campaigns::state, campaigns::paused))
         .load(c))?;
-    rows.into_iter()
-        .map(|(id, state, paused)| {
-            Ok((
-                id,
-                Flags {
-                    state: state.parse()?,
-                    paused,
-                },
-            ))
-        })
-        .collect()
+    Ok(rows
+        .into_iter()
+        .map(|(id, state, paused)| (id, Flags { state, paused }))
+        .collect())
 }
 
 /// The three commands that flip a campaign.
@@ -232,7 +194,7 @@ pub enum Control {
 pub fn control(conn: &mut Conn, name_or_id: &str, action: Control) -> Result<Campaign> {
     conn.transaction(|conn| {
         let campaign = find(conn, name_or_id)?;
-        let state = campaign.state()?;
+        let state = campaign.state;
         let illegal = |what: &'static str, shown: String| StoreError::IllegalTransition {
             campaign: campaign.name.clone(),
             action: what,
@@ -270,7 +232,7 @@ pub fn control(conn: &mut Conn, name_or_id: &str, action: Control) -> Result<Cam
                 }
                 on!(conn, |c| diesel::update(campaigns::table.find(campaign.id))
                     .set((
-                        campaigns::state.eq(CampaignState::Cancelled.as_str()),
+                        campaigns::state.eq(CampaignState::Cancelled),
                         campaigns::updated_at.eq(now),
                     ))
                     .execute(c))?;
@@ -283,14 +245,9 @@ pub fn control(conn: &mut Conn, name_or_id: &str, action: Control) -> Result<Cam
 /// Move a campaign from one state to another if it is still in the first.
 fn transition(conn: &mut Conn, id: i64, from: CampaignState, to: CampaignState) -> Result<()> {
     on!(conn, |c| diesel::update(
-        campaigns::table
-            .find(id)
-            .filter(campaigns::state.eq(from.as_str()))
+        campaigns::table.find(id).filter(campaigns::state.eq(from))
     )
-    .set((
-        campaigns::state.eq(to.as_str()),
-        campaigns::updated_at.eq(now_ms()),
-    ))
+    .set((campaigns::state.eq(to), campaigns::updated_at.eq(now_ms()),))
     .execute(c))?;
     Ok(())
 }
@@ -349,7 +306,7 @@ pub fn enqueue_step(
                     (
                         deliveries::campaign_id.eq(campaign_id),
                         deliveries::recipient_id.eq(rid),
-                        deliveries::state.eq("skipped"),
+                        deliveries::state.eq(DeliveryState::Skipped),
                         deliveries::last_error.eq(Some("not active at enqueue")),
                         deliveries::updated_at.eq(now),
                     )

@@ -4,7 +4,6 @@
 //! job and however often it comes back.
 
 use std::collections::BTreeMap;
-use std::str::FromStr;
 
 use diesel::prelude::*;
 
@@ -18,53 +17,20 @@ macro_rules! owned_rows {
             .filter(d::campaign_id.eq($campaign_id))
             .filter(d::recipient_id.eq_any($ids))
             .filter(d::claim_token.eq(Some($token)))
-            .filter(d::state.eq(DeliveryState::Claimed.as_str()))
+            .filter(d::state.eq(DeliveryState::Claimed))
     };
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeliveryState {
-    /// A worker holds it until `claimed_until`.
-    Claimed,
-    /// Waiting for another try (transient failure, or handed back unsent).
-    Retry,
-    Sent,
-    Failed,
-    Skipped,
-}
-
-impl DeliveryState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeliveryState::Claimed => "claimed",
-            DeliveryState::Retry => "retry",
-            DeliveryState::Sent => "sent",
-            DeliveryState::Failed => "failed",
-            DeliveryState::Skipped => "skipped",
-        }
-    }
-    pub fn is_final(self) -> bool {
-        matches!(
-            self,
-            DeliveryState::Sent | DeliveryState::Failed | DeliveryState::Skipped
-        )
-    }
-}
-
-impl FromStr for DeliveryState {
-    type Err = StoreError;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "claimed" => Ok(DeliveryState::Claimed),
-            "retry" => Ok(DeliveryState::Retry),
-            "sent" => Ok(DeliveryState::Sent),
-            "failed" => Ok(DeliveryState::Failed),
-            "skipped" => Ok(DeliveryState::Skipped),
-            _ => Err(StoreError::BadValue {
-                what: "delivery state",
-                value: s.to_string(),
-            }),
-        }
+text_enum! {
+    /// Where one (campaign, recipient) row of the ledger stands.
+    pub enum DeliveryState ("delivery state") {
+        /// A worker holds it until `claimed_until`.
+        Claimed = "claimed",
+        /// Waiting for another try (transient failure, or handed back unsent).
+        Retry = "retry",
+        Sent = "sent",
+        Failed = "failed",
+        Skipped = "skipped",
     }
 }
 
@@ -73,7 +39,7 @@ impl FromStr for DeliveryState {
 const SQLITE_CHUNK: usize = 1_000;
 
 /// recipient, state, claim token, claimed until, attempts.
-type ClaimRow = (i64, String, Option<i64>, Option<i64>, i32);
+type ClaimRow = (i64, DeliveryState, Option<i64>, Option<i64>, i32);
 
 /// The result of claiming a job's recipients.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -106,7 +72,7 @@ pub fn claim(
                 (
                     d::campaign_id.eq(campaign_id),
                     d::recipient_id.eq(rid),
-                    d::state.eq(DeliveryState::Claimed.as_str()),
+                    d::state.eq(DeliveryState::Claimed),
                     d::attempts.eq(1),
                     d::claim_token.eq(Some(token)),
                     d::claimed_until.eq(Some(until)),
@@ -115,13 +81,13 @@ pub fn claim(
             })
             .collect();
         let claimable = || {
-            d::state.eq(DeliveryState::Retry.as_str()).or(d::state
-                .eq(DeliveryState::Claimed.as_str())
+            d::state.eq(DeliveryState::Retry).or(d::state
+                .eq(DeliveryState::Claimed)
                 .and(d::claimed_until.lt(now)))
         };
         let take_over = || {
             (
-                d::state.eq(DeliveryState::Claimed.as_str()),
+                d::state.eq(DeliveryState::Claimed),
                 d::attempts.eq(d::attempts + 1),
                 d::claim_token.eq(Some(token)),
                 d::claimed_until.eq(Some(until)),
@@ -195,7 +161,7 @@ pub fn claim(
             ))
             .load(c))?;
         for (rid, state, owner, claimed_until, attempts) in rows {
-            match state.parse::<DeliveryState>()? {
+            match state {
                 // Already ours from an earlier call with this token.
                 DeliveryState::Claimed if owner == Some(token) => {
                     if !claim.owned.iter().any(|&(r, _)| r == rid) {
@@ -225,7 +191,7 @@ pub fn extend_claims(
         d::table
             .filter(d::campaign_id.eq(campaign_id))
             .filter(d::claim_token.eq(Some(token)))
-            .filter(d::state.eq(DeliveryState::Claimed.as_str()))
+            .filter(d::state.eq(DeliveryState::Claimed))
     )
     .set(d::claimed_until.eq(Some(until)))
     .execute(c))?)
@@ -300,7 +266,7 @@ pub fn record(conn: &mut Conn, outcomes: &[Outcome], max_attempts: i32) -> Resul
                 &ids
             ))
             .set((
-                d::state.eq(DeliveryState::Sent.as_str()),
+                d::state.eq(DeliveryState::Sent),
                 d::claim_token.eq(None::<i64>),
                 d::last_error.eq(None::<String>),
                 d::updated_at.eq(now),
@@ -325,7 +291,7 @@ pub fn record(conn: &mut Conn, outcomes: &[Outcome], max_attempts: i32) -> Resul
             // was still ours.
             let close = |conn: &mut Conn, state: DeliveryState, err: &str, last_try: bool| {
                 let set = (
-                    d::state.eq(state.as_str()),
+                    d::state.eq(state),
                     d::claim_token.eq(None::<i64>),
                     d::last_error.eq(Some(err)),
                     d::updated_at.eq(now),
@@ -367,7 +333,7 @@ pub fn record(conn: &mut Conn, outcomes: &[Outcome], max_attempts: i32) -> Resul
                 OutcomeKind::Unclaim => {
                     let n = on!(conn, |c| diesel::update(mine())
                         .set((
-                            d::state.eq(DeliveryState::Retry.as_str()),
+                            d::state.eq(DeliveryState::Retry),
                             d::attempts.eq(d::attempts - 1),
                             d::claim_token.eq(None::<i64>),
                             d::updated_at.eq(now),
@@ -428,8 +394,8 @@ pub fn any_in_range(conn: &mut Conn, campaign_id: i64, after: i64, upto: i64) ->
 }
 
 /// `COUNT(*)` of the ledger by state: what the counters must always equal.
-pub fn ledger_counts(conn: &mut Conn, campaign_id: i64) -> Result<BTreeMap<String, i64>> {
-    let rows: Vec<(String, i64)> = on!(conn, |c| d::table
+pub fn ledger_counts(conn: &mut Conn, campaign_id: i64) -> Result<BTreeMap<DeliveryState, i64>> {
+    let rows: Vec<(DeliveryState, i64)> = on!(conn, |c| d::table
         .filter(d::campaign_id.eq(campaign_id))
         .group_by(d::state)
         .select((d::state, diesel::dsl::count_star()))
@@ -441,7 +407,7 @@ pub fn ledger_counts(conn: &mut Conn, campaign_id: i64) -> Result<BTreeMap<Strin
 pub fn failures(conn: &mut Conn, campaign_id: i64, limit: i64) -> Result<Vec<(i64, String)>> {
     let rows: Vec<(i64, Option<String>)> = on!(conn, |c| d::table
         .filter(d::campaign_id.eq(campaign_id))
-        .filter(d::state.eq(DeliveryState::Failed.as_str()))
+        .filter(d::state.eq(DeliveryState::Failed))
         .order(d::updated_at)
         .select((d::recipient_id, d::last_error))
         .limit(limit)

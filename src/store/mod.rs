@@ -9,8 +9,12 @@
 //! by exactly those counts in the same transaction, so they always equal a
 //! `COUNT(*)` over the ledger.
 
+#[macro_use]
+mod text_enum;
 pub mod campaigns;
+pub mod db;
 pub mod deliveries;
+pub mod installation;
 pub mod rates;
 pub mod recipients;
 pub mod schema;
@@ -20,11 +24,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use diesel::connection::SimpleConnection;
 use diesel::pg::PgConnection;
 use diesel::sqlite::SqliteConnection;
-use diesel::Connection;
+use diesel::{Connection, QueryableByName};
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
 
 pub use campaigns::{Campaign, CampaignState, Counters};
+pub use db::Db;
 pub use deliveries::{Claim, DeliveryState, Outcome, OutcomeKind};
+pub use installation::Installation;
 pub use recipients::{Recipient, RecipientStatus};
 
 const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
@@ -38,8 +44,10 @@ pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Errors a caller of the store can tell apart.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// Holds the URL already redacted.
     #[error("unsupported database URL {0:?}: use sqlite://PATH or postgres://USER@HOST/DB")]
     BadUrl(String),
+    /// `url` is already redacted.
     #[error("cannot open database {url}")]
     Connect {
         url: String,
@@ -48,8 +56,8 @@ pub enum StoreError {
     },
     #[error("migration failed: {0}")]
     Migrate(String),
-    #[error("database schema is missing (table {0} not found): run `mailsplit migrate` first")]
-    NotMigrated(String),
+    #[error("database schema is {0}: run `mailsplit migrate` first")]
+    NotMigrated(&'static str),
     #[error("unknown campaign {0:?}; `mailsplit campaign list` shows the campaigns")]
     UnknownCampaign(String),
     #[error("unknown list {name:?}; lists: {choices}")]
@@ -148,7 +156,7 @@ pub fn backend_of(url: &str) -> Result<Backend> {
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Ok(Backend::Postgres)
     } else {
-        Err(StoreError::BadUrl(url.to_string()))
+        Err(StoreError::BadUrl(crate::redact::url(url)))
     }
 }
 
@@ -165,7 +173,7 @@ impl Conn {
     /// of the process) so several worker processes can share the file.
     pub fn open(url: &str) -> Result<Conn> {
         let connect_err = |source| StoreError::Connect {
-            url: url.to_string(),
+            url: crate::redact::url(url),
             source,
         };
         let inner = match backend_of(url)? {
@@ -255,17 +263,16 @@ impl Conn {
         }
     }
 
-    /// Apply pending migrations; returns the names of those applied.
+    /// Apply pending migrations and give the database its identity (see
+    /// [`installation`]) if it has none; returns the names of the
+    /// migrations applied.
     pub fn migrate(&mut self) -> Result<Vec<String>> {
         let applied = on!(self, |c| {
-            let migrations = match c.backend_name() {
-                Backend::Sqlite => SQLITE_MIGRATIONS,
-                Backend::Postgres => PG_MIGRATIONS,
-            };
-            c.run_pending_migrations(migrations)
+            c.run_pending_migrations(migrations_of(c.backend_name()))
                 .map(|v| v.iter().map(|m| m.to_string()).collect::<Vec<_>>())
                 .map_err(|e| StoreError::Migrate(e.to_string()))
         })?;
+        installation::ensure(self)?;
         Ok(applied)
     }
 
@@ -314,25 +321,59 @@ impl Conn {
         Ok(())
     }
 
-    /// Fail with a message that names the fix when the schema is missing.
+    /// Fail with a message that names the fix when the schema is missing or
+    /// older than this binary. Reads diesel's record of applied migrations
+    /// and writes nothing (diesel's own check would create its table).
     pub fn check_migrated(&mut self) -> Result<()> {
-        use diesel::prelude::*;
-        let probe = on!(self, |c| schema::campaigns::table
-            .select(schema::campaigns::id)
-            .limit(1)
-            .load::<i64>(c));
-        match probe {
-            Ok(_) => Ok(()),
+        use diesel::sql_types::Text;
+        use diesel::RunQueryDsl;
+        #[derive(QueryableByName)]
+        struct Applied {
+            #[diesel(sql_type = Text)]
+            version: String,
+        }
+        let query = "SELECT version FROM __diesel_schema_migrations";
+        let applied = on!(self, |c| diesel::sql_query(query).load::<Applied>(c));
+        let applied: Vec<String> = match applied {
+            Ok(rows) => rows.into_iter().map(|r| r.version).collect(),
             Err(diesel::result::Error::DatabaseError(_, info))
-                if info.message().contains("campaigns")
-                    && (info.message().contains("no such table")
-                        || info.message().contains("does not exist")) =>
+                if info.message().contains("no such table")
+                    || info.message().contains("does not exist") =>
             {
-                Err(StoreError::NotMigrated("campaigns".into()))
+                return Err(StoreError::NotMigrated("missing"));
             }
-            Err(e) => Err(e.into()),
+            Err(e) => return Err(e.into()),
+        };
+        let known = diesel::migration::MigrationSource::<diesel::sqlite::Sqlite>::migrations(
+            &migrations_of(Backend::Sqlite),
+        )
+        .map_err(|e| StoreError::Migrate(e.to_string()))?;
+        let all_applied = known
+            .iter()
+            .all(|m| applied.iter().any(|v| *v == m.name().version().to_string()));
+        if all_applied {
+            Ok(())
+        } else {
+            Err(StoreError::NotMigrated("older than this mailsplit"))
         }
     }
+}
+
+/// The embedded migrations of a backend. Both directories hold the same
+/// versions, one flavour each.
+fn migrations_of(backend: Backend) -> EmbeddedMigrations {
+    match backend {
+        Backend::Sqlite => SQLITE_MIGRATIONS,
+        Backend::Postgres => PG_MIGRATIONS,
+    }
+}
+
+/// Open a connection and check that the schema is current (the fix named
+/// when it is not): what every command but `migrate` starts with.
+pub fn open_migrated(url: &str) -> Result<Conn> {
+    let mut conn = Conn::open(url)?;
+    conn.check_migrated()?;
+    Ok(conn)
 }
 
 /// Which backend a concrete diesel connection is; lets `on!` bodies pick

@@ -1,43 +1,28 @@
 //! Lists, recipients and list membership: what `import` writes and what
 //! `enqueue` and the worker read.
 
-use std::str::FromStr;
-
 use diesel::prelude::*;
 use diesel::upsert::excluded;
 
 use super::schema::{list_members, lists, recipients};
 use super::{now_ms, on, Conn, InnerMut, Result, StoreError};
 
-/// Whether a recipient may be mailed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecipientStatus {
-    Active,
-    Unsubscribed,
-    Bounced,
-}
-
-impl RecipientStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RecipientStatus::Active => "active",
-            RecipientStatus::Unsubscribed => "unsubscribed",
-            RecipientStatus::Bounced => "bounced",
-        }
+text_enum! {
+    /// Whether a recipient may be mailed.
+    pub enum RecipientStatus ("recipient status (active, unsubscribed, bounced)") {
+        Active = "active",
+        Unsubscribed = "unsubscribed",
+        Bounced = "bounced",
     }
 }
 
-impl FromStr for RecipientStatus {
-    type Err = StoreError;
-    fn from_str(s: &str) -> Result<Self> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "active" | "" => Ok(RecipientStatus::Active),
-            "unsubscribed" => Ok(RecipientStatus::Unsubscribed),
-            "bounced" => Ok(RecipientStatus::Bounced),
-            _ => Err(StoreError::BadValue {
-                what: "recipient status (active, unsubscribed, bounced)",
-                value: s.to_string(),
-            }),
+impl RecipientStatus {
+    /// A status as a user writes it in a CSV column: any case, surrounding
+    /// blanks, and an empty cell meaning active.
+    pub fn from_input(raw: &str) -> Result<RecipientStatus> {
+        match raw.trim().to_ascii_lowercase().as_str() {
+            "" => Ok(RecipientStatus::Active),
+            other => other.parse(),
         }
     }
 }
@@ -50,7 +35,7 @@ pub struct NewRecipient {
     pub name: String,
     /// JSON object of the extra CSV columns.
     pub attributes: String,
-    pub status: String,
+    pub status: RecipientStatus,
     pub updated_at: i64,
 }
 
@@ -61,13 +46,7 @@ pub struct Recipient {
     pub email: String,
     pub name: String,
     pub attributes: String,
-    pub status: String,
-}
-
-impl Recipient {
-    pub fn status(&self) -> Result<RecipientStatus> {
-        self.status.parse()
-    }
+    pub status: RecipientStatus,
 }
 
 /// Find a list by name, creating it if needed.
@@ -201,7 +180,7 @@ pub fn member_page(
     list_id: i64,
     after: i64,
     limit: i64,
-) -> Result<Vec<(i64, String)>> {
+) -> Result<Vec<(i64, RecipientStatus)>> {
     Ok(on!(conn, |c| list_members::table
         .inner_join(recipients::table)
         .filter(list_members::list_id.eq(list_id))

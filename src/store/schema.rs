@@ -17,6 +17,8 @@ diesel::table! {
         attributes -> Text,
         status -> Text,
         updated_at -> BigInt,
+        status_reason -> Nullable<Text>,
+        status_at -> Nullable<BigInt>,
     }
 }
 
@@ -44,6 +46,8 @@ diesel::table! {
         pending_after_job -> Nullable<BigInt>,
         created_at -> BigInt,
         updated_at -> BigInt,
+        public_url -> Nullable<Text>,
+        return_path -> Nullable<Text>,
     }
 }
 
@@ -103,5 +107,14 @@ diesel::table! {
         window_leased -> BigInt,
         observed -> Double,
         updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    installation (singleton) {
+        singleton -> Integer,
+        database_id -> Text,
+        secret -> Text,
+        created_at -> BigInt,
     }
 }

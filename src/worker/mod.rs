@@ -3,47 +3,41 @@
 //!
 //! 1. [`reserve`]: one thread per beanstalkd server reserves jobs while a job
 //!    slot is free and applies delete/release/bury/touch commands;
-//! 2. [`job`]: per job, pause/cancel check, ledger claim, render, compose;
+//! 2. [`job`]: per job, signature and campaign checks ([`flags`] caches the
+//!    campaigns and their pause/cancel flags), ledger claim, compose;
 //! 3. [`send`]: `--concurrency` SMTP sessions, each on its own connection;
-//! 4. [`report`]: outcomes written to the ledger in batches; a job is
-//!    deleted or released only once all its outcomes are durable.
+//! 4. [`report`]: outcomes written to the ledger in batches; once all of a
+//!    job's outcomes are durable, [`fate`] deletes or releases it ([`touch`]
+//!    keeps it reserved meanwhile).
 //!
-//! [`shutdown`] turns SIGTERM, SIGINT and "my binary was replaced" into one
+//! [`pipeline`] holds the types that travel between the stages.
+//! [`crate::shutdown`] turns SIGTERM, SIGINT and "my binary was replaced" into one
 //! stop signal: no more reserving, jobs in flight finish within the grace
 //! period (or their unsent messages are handed back), then exit 0.
 
-pub mod db;
+pub mod fate;
+pub mod flags;
 pub mod job;
+pub mod pipeline;
 pub mod report;
 pub mod reserve;
 pub mod send;
-pub mod shutdown;
+pub mod touch;
 
-use std::net::SocketAddr;
-use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{open_migrated, Global, WorkerArgs};
-use crate::config::{self, SmtpUrl};
+use crate::config::{WorkerSettings, FLAG_REFRESH};
 use crate::mail::Relay;
-use job::{Campaigns, Shared, FLAG_REFRESH};
-
-/// Checked worker settings.
-pub struct Settings {
-    pub database_url: String,
-    pub servers: Vec<SocketAddr>,
-    pub tube: String,
-    pub relay: Relay,
-    pub concurrency: usize,
-    pub max_attempts: i32,
-    pub grace: Duration,
-    pub smtp_timeout: Duration,
-}
+use crate::shutdown;
+use crate::store::{self, installation, Db};
+use crate::tokens::Identity;
+use flags::Campaigns;
+use pipeline::Shared;
 
 /// Jobs a worker holds at once: enough to keep every SMTP session busy
 /// while the next job is being claimed and rendered.
@@ -51,46 +45,27 @@ fn job_slots(concurrency: usize) -> usize {
     concurrency.div_ceil(crate::config::DEFAULT_BATCH_SIZE) * 2 + 1
 }
 
-pub fn run_cli(g: &Global, args: &WorkerArgs) -> Result<ExitCode> {
-    let url = SmtpUrl::parse(&args.smtp)?;
-    let settings = Settings {
-        database_url: g.database_url.clone(),
-        servers: config::parse_beanstalkd(&g.beanstalkd)?,
-        tube: {
-            config::check_tube(&g.tube)?;
-            g.tube.clone()
-        },
-        relay: Relay::new(
-            url,
-            Duration::from_secs(config::check_range(
-                "--smtp-timeout",
-                args.smtp_timeout as usize,
-                1,
-                3_600,
-            )? as u64),
-        )?,
-        smtp_timeout: Duration::from_secs(args.smtp_timeout),
-        concurrency: config::check_range("--concurrency", args.concurrency, 1, 5_000)?,
-        max_attempts: config::check_range(
-            "--max-attempts",
-            args.max_attempts.max(0) as usize,
-            1,
-            100,
-        )? as i32,
-        grace: Duration::from_secs(args.grace),
-    };
+/// Check the settings against the world (database schema and identity,
+/// relay TLS files), then run the worker until it is told to stop.
+pub fn run(settings: WorkerSettings) -> Result<()> {
     // Fail now, with the fix named, if the database is wrong or unmigrated.
-    let conn = open_migrated(g)?;
+    let mut conn = store::open_migrated(&settings.database_url)?;
+    let identity = Identity::from(&installation::load(&mut conn)?);
+    let relay = Relay::new(settings.smtp.clone(), settings.smtp_timeout)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(run(settings, conn))?;
-    Ok(ExitCode::SUCCESS)
+    runtime.block_on(pipeline_run(settings, relay, identity, conn))
 }
 
 /// Run the worker until it is told to stop.
-pub async fn run(settings: Settings, conn: crate::store::Conn) -> Result<()> {
+async fn pipeline_run(
+    settings: WorkerSettings,
+    relay: Relay,
+    identity: Identity,
+    conn: store::Conn,
+) -> Result<()> {
     let stop = CancellationToken::new();
     let abort = CancellationToken::new();
     let drained = CancellationToken::new();
@@ -129,11 +104,13 @@ pub async fn run(settings: Settings, conn: crate::store::Conn) -> Result<()> {
     }
     drop(jobs_tx);
 
-    let db = db::Db::new(&settings.database_url, Some(conn));
-    let limiter = crate::ratelimit::Limiter::new(Arc::clone(&db), settings.relay.target());
+    let db = Db::new(&settings.database_url, Some(conn));
+    let limiter = crate::ratelimit::Limiter::new(Arc::clone(&db), relay.target());
     limiter.refresh().await.context("cannot read rate groups")?;
     let shared = Arc::new(Shared {
         db,
+        identity,
+        foreign: Mutex::new(Default::default()),
         limiter,
         unrecorded: Arc::new(Semaphore::new(settings.concurrency)),
         campaigns: Campaigns::default(),
@@ -149,7 +126,7 @@ pub async fn run(settings: Settings, conn: crate::store::Conn) -> Result<()> {
             Arc::clone(&shared),
             send_rx.clone(),
             report_tx.clone(),
-            settings.relay.clone(),
+            relay.clone(),
             abort.clone(),
         )));
     }
@@ -192,7 +169,7 @@ pub async fn run(settings: Settings, conn: crate::store::Conn) -> Result<()> {
     };
 
     tracing::info!(
-        relay = settings.relay.target(),
+        relay = relay.target(),
         concurrency = settings.concurrency,
         beanstalkd = ?settings.servers,
         tube = %settings.tube,

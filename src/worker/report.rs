@@ -9,7 +9,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::job::{finish, Report, Shared};
+use super::fate::finish;
+use super::pipeline::{Report, Shared};
 use crate::store::deliveries::{self, Outcome};
 
 /// Most outcomes written in one transaction.
@@ -21,7 +22,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Runs until `drained` (every job finished) and nothing is left to write.
 /// `gather` is the batch size worth waiting [`GATHER_WINDOW`] for; a sender
 /// waits for its outcome's commit before its next message (see
-/// [`super::job::Report::unrecorded`]), so it is a fraction of the senders.
+/// [`super::pipeline::Report::unrecorded`]), so it is a fraction of the senders.
 pub async fn reporter(
     shared: Arc<Shared>,
     mut inbox: mpsc::Receiver<Report>,

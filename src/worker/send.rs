@@ -10,8 +10,8 @@ use lettre::transport::smtp::client::AsyncSmtpConnection;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::job::{Msg, Report, Shared};
-use crate::mail::{self, Relay, Verdict};
+use super::pipeline::{Msg, Report, Shared};
+use crate::mail::{Relay, Verdict};
 use crate::store::OutcomeKind;
 
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -72,13 +72,13 @@ pub async fn sender(
                     shared.limiter.success(&msg.rate_groups).await;
                     OutcomeKind::Sent
                 }
-                Verdict::Permanent(reply) => OutcomeKind::Failed(reply),
+                Verdict::Permanent(reply) => OutcomeKind::Failed(reply.text),
                 Verdict::Transient(reply) => {
-                    if mail::is_slow_down(&reply) {
+                    if reply.asks_to_slow_down() {
                         tracing::warn!(%reply, "relay asks to slow down");
                         shared.limiter.slow_down(&msg.rate_groups).await;
                     }
-                    OutcomeKind::Retry(reply)
+                    OutcomeKind::Retry(reply.text)
                 }
             };
         };

@@ -653,21 +653,14 @@ impl Env {
     }
     /// Migrate, import `n` recipients, create and enqueue campaign `name`.
     pub fn campaign(&self, name: &str, n: usize) {
-        self.import_n(name, n);
-        self.ok(&[
-            "campaign",
-            "create",
-            name,
-            "--list",
-            name,
-            "--template",
-            "newsletter",
-            "--subject",
-            "Hello",
-            "--from",
-            "news@example.test",
-        ]);
+        self.campaign_without_enqueue(name, n);
         self.ok(&["enqueue", name]);
+    }
+    /// Migrate, import `n` recipients into list `name`, create campaign
+    /// `name` for it.
+    pub fn campaign_without_enqueue(&self, name: &str, n: usize) {
+        self.import_n(name, n);
+        self.create_campaign(name, name, &[]);
     }
     /// `status --json` of one campaign.
     pub fn status(&self, name: &str) -> serde_json::Value {
@@ -693,6 +686,46 @@ impl Env {
     }
     pub fn conn(&self) -> mailsplit::store::Conn {
         mailsplit::store::Conn::open(&self.db.url).unwrap()
+    }
+    /// This database's identity (after `migrate`).
+    pub fn identity(&self) -> mailsplit::tokens::Identity {
+        let installed = mailsplit::store::installation::load(&mut self.conn()).unwrap();
+        mailsplit::tokens::Identity::from(&installed)
+    }
+    /// A job body exactly as `enqueue` would put it: signed for this
+    /// database.
+    pub fn signed_job(&self, campaign: i64, recipients: &[i64]) -> Vec<u8> {
+        mailsplit::queue::JobBody::new(campaign, recipients.to_vec()).encode(&self.identity())
+    }
+    /// `campaign create NAME --list LIST --template newsletter --subject
+    /// Hello --from news@example.test`, plus `extra` options.
+    pub fn try_create_campaign(&self, name: &str, list: &str, extra: &[&str]) -> Output {
+        let mut args = vec![
+            "campaign",
+            "create",
+            name,
+            "--list",
+            list,
+            "--template",
+            "newsletter",
+            "--subject",
+            "Hello",
+            "--from",
+            "news@example.test",
+        ];
+        args.extend_from_slice(extra);
+        self.run(&args)
+    }
+    /// Like [`Env::try_create_campaign`], insisting on success; returns stdout.
+    pub fn create_campaign(&self, name: &str, list: &str, extra: &[&str]) -> String {
+        let out = self.try_create_campaign(name, list, extra);
+        assert!(
+            out.status.success(),
+            "campaign create {name} failed: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        stdout(&out)
     }
 }
 

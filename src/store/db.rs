@@ -1,10 +1,11 @@
-//! The worker's database handle: one connection used from blocking tasks,
-//! re-opened after it fails with a connection-type error, so a database
-//! restart costs a few retries instead of the process.
+//! A database handle for async code (the worker, `serve`): one connection
+//! used from blocking tasks, re-opened after it fails with a
+//! connection-type error, so a database restart costs a few retries instead
+//! of the process.
 
 use std::sync::{Arc, Mutex};
 
-use crate::store::{self, Conn, StoreError};
+use super::{Conn, Result, StoreError};
 
 pub struct Db {
     url: String,
@@ -20,10 +21,10 @@ impl Db {
     }
 
     /// Run `f` on the connection in a blocking task.
-    pub async fn run<T, F>(self: &Arc<Self>, f: F) -> store::Result<T>
+    pub async fn run<T, F>(self: &Arc<Self>, f: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Conn) -> store::Result<T> + Send + 'static,
+        F: FnOnce(&mut Conn) -> Result<T> + Send + 'static,
     {
         let db = Arc::clone(self);
         tokio::task::spawn_blocking(move || db.run_blocking(f))
@@ -31,7 +32,7 @@ impl Db {
             .unwrap_or_else(|e| Err(StoreError::Task(e.to_string())))
     }
 
-    fn run_blocking<T>(&self, f: impl FnOnce(&mut Conn) -> store::Result<T>) -> store::Result<T> {
+    fn run_blocking<T>(&self, f: impl FnOnce(&mut Conn) -> Result<T>) -> Result<T> {
         let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         let conn = match guard.as_mut() {
             Some(c) => c,

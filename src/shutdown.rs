@@ -1,5 +1,6 @@
-//! One stop signal for every task: SIGTERM, SIGINT, or the worker's own
-//! executable being replaced (a deploy) all cancel the same token.
+//! One stop signal for every task of a long-running command (`worker`,
+//! `serve`): SIGTERM, SIGINT, or the process's own executable being
+//! replaced (a deploy) all cancel the same token.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -18,8 +19,10 @@ pub fn on_signals(stop: CancellationToken) -> std::io::Result<()> {
             _ = int.recv() => "SIGINT",
             _ = stop.cancelled() => return,
         };
-        tracing::info!("{which} received: finishing jobs in flight, then exiting");
+        // Stop first: a log line must never stand between a signal and the
+        // stop (stderr may be a closed pipe).
         stop.cancel();
+        tracing::info!("{which} received: finishing work in flight, then exiting");
     });
     Ok(())
 }

@@ -1,0 +1,47 @@
+//! Pause, resume or cancel a campaign: what `mailsplit pause|resume|cancel`
+//! and the dashboard's buttons both do. The flip is one write in the
+//! database (workers notice within a second); a resume also makes the
+//! campaign's delayed jobs ready again, so sending restarts at once instead
+//! of after the delays its jobs were released with while paused.
+
+use std::net::SocketAddr;
+
+use crate::config::FLAG_REFRESH;
+use crate::queue::{QueueError, Server};
+use crate::store::campaigns::{self, Control};
+use crate::store::{Campaign, Conn, StoreError};
+
+/// Most delayed jobs one resume kicks per server.
+const KICK_LIMIT: u64 = 1_000_000;
+
+/// What a control command did.
+#[derive(Debug)]
+pub struct Controlled {
+    pub campaign: Campaign,
+    /// After a resume: per beanstalkd server, how many delayed jobs were
+    /// made ready, or why that failed (best effort: without it the jobs
+    /// still come back within their delay, at most 2 min).
+    pub kicked: Vec<(SocketAddr, Result<u64, QueueError>)>,
+}
+
+/// Flip the campaign, refusing transitions that make no sense.
+pub fn control(
+    conn: &mut Conn,
+    servers: &[SocketAddr],
+    tube: &str,
+    name: &str,
+    action: Control,
+) -> Result<Controlled, StoreError> {
+    let campaign = campaigns::control(conn, name, action)?;
+    let mut kicked = Vec::new();
+    if action == Control::Resume {
+        // Let every worker's flag cache see the resume first, or a worker
+        // could meet a kicked job and delay it again.
+        std::thread::sleep(2 * FLAG_REFRESH);
+        for &addr in servers {
+            let n = Server::connect(addr).and_then(|mut s| s.kick_delayed(tube, KICK_LIMIT));
+            kicked.push((addr, n));
+        }
+    }
+    Ok(Controlled { campaign, kicked })
+}

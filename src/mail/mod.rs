@@ -1,0 +1,41 @@
+//! SMTP delivery: sessions with the relay, and what its replies mean.
+//! Read in this order: [`session`] (connect with TCP_NODELAY, STARTTLS or
+//! implicit TLS, AUTH; send one message), `stream` (the write-behind TCP
+//! stream under a session), [`reply`] (reply and enhanced status codes into
+//! a verdict). Messages are built by `compose`; this module only carries
+//! them.
+
+pub mod reply;
+pub mod session;
+mod stream;
+
+use lettre::address::Envelope;
+
+pub use reply::{Enhanced, Reply, Verdict};
+pub use session::Relay;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MailError {
+    #[error("cannot connect to SMTP relay {target}")]
+    Connect {
+        target: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("SMTP relay {0} does not offer STARTTLS, and the URL says tls=required")]
+    NoStartTls(String),
+    #[error("cannot set up TLS with CA file {path:?}")]
+    TlsSetup {
+        path: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// One message ready for the wire: who it is from and for (SMTP envelope)
+/// and its bytes (headers and body).
+#[derive(Debug, Clone)]
+pub struct Composed {
+    pub envelope: Envelope,
+    pub bytes: Vec<u8>,
+}

@@ -1,0 +1,155 @@
+//! What a relay's answer means for the recipient: its reply code and
+//! enhanced status code (RFC 3463), read once, then judged by number —
+//! never by searching the text.
+
+use std::fmt;
+
+/// An enhanced status code, `class.subject.detail` (e.g. 5.1.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Enhanced {
+    pub class: u8,
+    pub subject: u16,
+    pub detail: u16,
+}
+
+impl Enhanced {
+    /// The code at the start of a reply text, if it carries one.
+    pub fn parse(text: &str) -> Option<Enhanced> {
+        let word = text.split_whitespace().next()?;
+        let mut parts = word.split('.');
+        let class: u8 = parts.next()?.parse().ok()?;
+        let subject: u16 = parts.next()?.parse().ok()?;
+        let detail: u16 = parts.next()?.parse().ok()?;
+        if parts.next().is_some() || !matches!(class, 2 | 4 | 5) || subject > 999 || detail > 999 {
+            return None;
+        }
+        Some(Enhanced {
+            class,
+            subject,
+            detail,
+        })
+    }
+}
+
+impl fmt::Display for Enhanced {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.class, self.subject, self.detail)
+    }
+}
+
+/// A negative answer, or the local failure that stands in for one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// The SMTP reply code (e.g. 550); `None` for a timeout, a lost
+    /// connection or a message the client refused to send.
+    pub code: Option<u16>,
+    pub enhanced: Option<Enhanced>,
+    /// What goes into the ledger's `last_error`: code and text.
+    pub text: String,
+}
+
+impl Reply {
+    /// A reply from the relay: `code` and its text lines joined.
+    pub fn from_relay(code: u16, message: &str) -> Reply {
+        let message = message.trim();
+        Reply {
+            code: Some(code),
+            enhanced: Enhanced::parse(message),
+            text: format!("{code} {message}"),
+        }
+    }
+
+    /// A failure without a reply (timeout, connection lost, client error).
+    pub fn local(text: impl Into<String>) -> Reply {
+        Reply {
+            code: None,
+            enhanced: None,
+            text: text.into(),
+        }
+    }
+
+    /// Whether the relay asks us to send less: 421 (service closing, too
+    /// many connections), or a temporary policy refusal (4.7.x: rate
+    /// limited, e.g. Gmail's 4.7.28, Outlook's 4.7.500).
+    pub fn asks_to_slow_down(&self) -> bool {
+        self.code == Some(421)
+            || matches!(
+                (self.code, self.enhanced),
+                (
+                    Some(400..=499),
+                    Some(Enhanced {
+                        class: 4,
+                        subject: 7,
+                        ..
+                    })
+                )
+            )
+    }
+}
+
+impl fmt::Display for Reply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// What a send attempt means for the recipient.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// 2xx: accepted.
+    Sent,
+    /// 5xx or a message the relay can never take: record as failed.
+    Permanent(Reply),
+    /// 4xx, timeout, lost connection: try again later.
+    Transient(Reply),
+}
+
+/// Sort a lettre error by what should happen to the recipient.
+pub fn classify(err: &lettre::transport::smtp::Error) -> Verdict {
+    let reply = match err.status() {
+        Some(code) => {
+            let message = std::error::Error::source(err)
+                .map(|s| s.to_string())
+                .unwrap_or_default();
+            Reply::from_relay(u16::from(code), &message)
+        }
+        None => Reply::local(err.to_string()),
+    };
+    if err.is_permanent() || err.is_client() {
+        Verdict::Permanent(reply)
+    } else {
+        Verdict::Transient(reply)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enhanced_codes() {
+        assert_eq!(
+            Enhanced::parse("5.1.1 no such user"),
+            Some(Enhanced {
+                class: 5,
+                subject: 1,
+                detail: 1
+            })
+        );
+        assert_eq!(Enhanced::parse("no such user 5.1.1"), None);
+        assert_eq!(Enhanced::parse("3.1.1 odd"), None);
+        assert_eq!(Enhanced::parse("5.1"), None);
+        assert_eq!(Enhanced::parse(""), None);
+    }
+
+    #[test]
+    fn slow_down_is_read_from_the_codes_not_the_text() {
+        assert!(Reply::from_relay(421, "4.7.0 too many connections").asks_to_slow_down());
+        assert!(Reply::from_relay(421, "closing").asks_to_slow_down());
+        assert!(Reply::from_relay(450, "4.7.28 rate limited").asks_to_slow_down());
+        // A mailbox that happens to contain "421" or "slow down" is no signal.
+        assert!(!Reply::from_relay(451, "4.3.0 user421@x: slow down later").asks_to_slow_down());
+        assert!(!Reply::from_relay(550, "5.7.1 rate limit policy").asks_to_slow_down());
+        assert!(!Reply::local("no reply within 30s").asks_to_slow_down());
+    }
+}

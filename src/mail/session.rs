@@ -1,0 +1,177 @@
+//! One SMTP session with the relay: connect, EHLO, STARTTLS or implicit
+//! TLS, AUTH, then one message after another on the same connection.
+//!
+//! Each sender task owns one `AsyncSmtpConnection` built over a tokio
+//! `TcpStream` with TCP_NODELAY set: lettre 0.11.23 writes the body and the
+//! final "." separately, and with Nagle on every message would wait for the
+//! peer's delayed ACK (~40 ms). STARTTLS upgrades that same stream; implicit
+//! TLS (`smtps://`) uses lettre's own connector.
+
+use std::time::Duration;
+
+use lettre::transport::smtp::authentication::{Credentials, Mechanism};
+use lettre::transport::smtp::client::{AsyncSmtpConnection, Certificate, TlsParameters};
+use lettre::transport::smtp::extension::ClientId;
+use tokio::net::TcpStream;
+
+use super::reply::{classify, Reply, Verdict};
+use super::stream::WriteBehind;
+use super::{Composed, MailError};
+use crate::config::{SmtpUrl, Tls};
+
+/// Connection settings for one relay, shared by every sender task.
+#[derive(Clone)]
+pub struct Relay {
+    url: SmtpUrl,
+    hello: ClientId,
+    shown: String,
+    /// Built once: certificate roots are parsed at start-up, not per session.
+    tls: Option<TlsParameters>,
+    /// Bound on connecting and on each SMTP exchange.
+    timeout: Duration,
+}
+
+impl Relay {
+    pub fn new(url: SmtpUrl, timeout: Duration) -> Result<Relay, MailError> {
+        let shown = format!("{}:{}", url.host, url.port);
+        let tls = match (url.tls, &url.ca) {
+            (Tls::None, _) => None,
+            (_, None) => {
+                Some(
+                    TlsParameters::new(url.host.clone()).map_err(|e| MailError::TlsSetup {
+                        path: String::new(),
+                        source: Box::new(e),
+                    })?,
+                )
+            }
+            (_, Some(path)) => {
+                let err = |source: Box<dyn std::error::Error + Send + Sync>| MailError::TlsSetup {
+                    path: path.clone(),
+                    source,
+                };
+                let pem = std::fs::read(path).map_err(|e| err(Box::new(e)))?;
+                let cert = Certificate::from_pem(&pem).map_err(|e| err(Box::new(e)))?;
+                Some(
+                    TlsParameters::builder(url.host.clone())
+                        .add_root_certificate(cert)
+                        .build()
+                        .map_err(|e| err(Box::new(e)))?,
+                )
+            }
+        };
+        Ok(Relay {
+            url,
+            hello: ClientId::default(),
+            shown,
+            tls,
+            timeout,
+        })
+    }
+
+    pub fn target(&self) -> &str {
+        &self.shown
+    }
+
+    fn connect_err<E>(&self) -> impl FnOnce(E) -> MailError + '_
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        move |e| MailError::Connect {
+            target: self.shown.clone(),
+            source: Box::new(e),
+        }
+    }
+
+    /// Open one session: connect, EHLO, STARTTLS and AUTH as the URL asks.
+    pub async fn connect(&self) -> Result<AsyncSmtpConnection, MailError> {
+        let tls = || {
+            self.tls
+                .clone()
+                .ok_or_else(|| MailError::NoStartTls(self.shown.clone()))
+        };
+        let mut conn = match self.url.tls {
+            Tls::Implicit => AsyncSmtpConnection::connect_tokio1(
+                (self.url.host.as_str(), self.url.port),
+                Some(self.timeout),
+                &self.hello,
+                Some(tls()?),
+                None,
+            )
+            .await
+            .map_err(self.connect_err())?,
+            Tls::None | Tls::StartTls { .. } => {
+                let stream = tokio::time::timeout(
+                    self.timeout,
+                    TcpStream::connect((self.url.host.as_str(), self.url.port)),
+                )
+                .await
+                .map_err(self.connect_err())?
+                .map_err(self.connect_err())?;
+                stream.set_nodelay(true).map_err(self.connect_err())?;
+                timed(
+                    self.timeout,
+                    AsyncSmtpConnection::connect_with_transport(
+                        Box::new(WriteBehind::new(stream)),
+                        &self.hello,
+                    ),
+                )
+                .await
+                .map_err(self.connect_err())?
+            }
+        };
+        if let Tls::StartTls { required } = self.url.tls {
+            if conn.can_starttls() {
+                timed(self.timeout, conn.starttls(tls()?, &self.hello))
+                    .await
+                    .map_err(self.connect_err())?;
+            } else if required {
+                conn.abort().await;
+                return Err(MailError::NoStartTls(self.shown.clone()));
+            }
+        }
+        if let Some((user, pass)) = &self.url.credentials {
+            let creds = Credentials::new(user.clone(), pass.clone());
+            timed(
+                self.timeout,
+                conn.auth(&[Mechanism::Plain, Mechanism::Login], &creds),
+            )
+            .await
+            .map_err(self.connect_err())?;
+        }
+        Ok(conn)
+    }
+}
+
+impl Relay {
+    /// Send one message on an open session. A timeout counts as transient.
+    pub async fn send(&self, conn: &mut AsyncSmtpConnection, msg: &Composed) -> Verdict {
+        match tokio::time::timeout(self.timeout, conn.send(&msg.envelope, &msg.bytes)).await {
+            Ok(Ok(_)) => Verdict::Sent,
+            Ok(Err(e)) => classify(&e),
+            Err(_) => {
+                // The session is in an unknown state: drop it without QUIT.
+                let _ = tokio::time::timeout(Duration::from_millis(100), conn.abort()).await;
+                Verdict::Transient(Reply::local(format!("no reply within {:?}", self.timeout)))
+            }
+        }
+    }
+}
+
+/// An SMTP step bounded by `limit`.
+async fn timed<T>(
+    limit: Duration,
+    fut: impl std::future::Future<Output = Result<T, lettre::transport::smtp::Error>>,
+) -> Result<T, TimedError> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(r) => r.map_err(TimedError::Smtp),
+        Err(_) => Err(TimedError::Timeout(limit)),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum TimedError {
+    #[error(transparent)]
+    Smtp(lettre::transport::smtp::Error),
+    #[error("no reply within {0:?}")]
+    Timeout(Duration),
+}

@@ -1,0 +1,136 @@
+//! The TCP stream under every plain or STARTTLS session.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use lettre::transport::smtp::client::AsyncTokioStream;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+/// A TCP stream that holds what is written until the peer's answer is
+/// awaited. SMTP is request/response, so nothing is delayed: the bytes go
+/// out, in one write, as soon as lettre reads. lettre writes a message's
+/// body and its final "." separately (and flushes each); coalesced they are
+/// one segment instead of two on the wire, one system call instead of two,
+/// and one wake-up for the relay. Under STARTTLS the TLS layer sits above
+/// this one, so whole records are coalesced the same way.
+#[derive(Debug)]
+pub(crate) struct WriteBehind {
+    inner: TcpStream,
+    pending: Vec<u8>,
+    /// How much of `pending` is already written.
+    sent: usize,
+}
+
+/// Held bytes beyond this are written at once, so the buffer stays small
+/// whatever the message size.
+const WRITE_BEHIND_MAX: usize = 64 * 1024;
+
+impl WriteBehind {
+    pub(crate) fn new(inner: TcpStream) -> WriteBehind {
+        WriteBehind {
+            inner,
+            pending: Vec::with_capacity(4 * 1024),
+            sent: 0,
+        }
+    }
+
+    /// Write out everything held.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.sent < self.pending.len() {
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.pending[self.sent..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.sent += n;
+        }
+        self.pending.clear();
+        self.sent = 0;
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for WriteBehind {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if self.pending.len() + buf.len() > WRITE_BEHIND_MAX {
+            ready!(self.poll_drain(cx))?;
+            if buf.len() > WRITE_BEHIND_MAX {
+                return Pin::new(&mut self.inner).poll_write(cx, buf);
+            }
+        }
+        self.pending.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    /// Deferred to the next read (see the type's documentation).
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_drain(cx))?;
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl AsyncRead for WriteBehind {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        ready!(self.poll_drain(cx))?;
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncTokioStream for WriteBehind {
+    fn peer_addr(&self) -> io::Result<std::net::SocketAddr> {
+        self.inner.peer_addr()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn write_behind_sends_what_it_holds_when_the_reply_is_awaited() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut relay, _) = listener.accept().await.unwrap();
+        let mut session = WriteBehind::new(client);
+        // What lettre does at the end of a message: two flushed writes.
+        session.write_all(b"Hello").await.unwrap();
+        session.flush().await.unwrap();
+        session.write_all(b"\r\n.\r\n").await.unwrap();
+        session.flush().await.unwrap();
+        let mut buf = [0u8; 64];
+        let early = tokio::time::timeout(Duration::from_millis(200), relay.read(&mut buf)).await;
+        assert!(early.is_err(), "bytes left before the reply was awaited");
+
+        let reply = tokio::spawn(async move {
+            let mut r = [0u8; 16];
+            let n = session.read(&mut r).await.unwrap();
+            r[..n].to_vec()
+        });
+        let mut got = Vec::new();
+        while got.len() < 10 {
+            let n = relay.read(&mut buf).await.unwrap();
+            assert!(n > 0, "connection closed early");
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(got, b"Hello\r\n.\r\n");
+        relay.write_all(b"250 ok\r\n").await.unwrap();
+        assert_eq!(reply.await.unwrap(), b"250 ok\r\n");
+    }
+}

@@ -1,0 +1,89 @@
+//! `mailsplit serve`: the HTTP side of mailsplit, on two listeners split by
+//! trust so that exposing one never exposes the other:
+//!
+//! - [`public`] on `--listen`: what a reverse proxy puts at the campaigns'
+//!   public URL (one-click unsubscribe, provider webhooks);
+//! - [`admin`] on `--admin-listen`: the operator's routes (dashboard, JSON
+//!   API, metrics), every request checked against `MAILSPLIT_ADMIN_TOKEN`.
+//!
+//! Each side is one axum `Router` built from [`AppState`]; a new route is a
+//! line in its module. Both read the same database through one reconnecting
+//! [`Db`] handle. SIGTERM or SIGINT stop accepting and let requests in
+//! flight finish.
+
+pub mod admin;
+pub mod public;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+use axum::Router;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::ServeSettings;
+use crate::shutdown;
+use crate::store::{self, installation, Db};
+use crate::tokens::Identity;
+
+/// What every handler can reach.
+pub struct AppState {
+    pub db: Arc<Db>,
+    /// This database's identity: the signer that checks unsubscribe tokens.
+    pub identity: Identity,
+    pub settings: ServeSettings,
+}
+
+pub type State = Arc<AppState>;
+
+/// Check the database, bind both listeners (failing with the address that
+/// could not be bound), and serve until SIGTERM or SIGINT.
+pub fn run(settings: ServeSettings) -> Result<()> {
+    let mut conn = store::open_migrated(&settings.database_url)?;
+    let identity = Identity::from(&installation::load(&mut conn)?);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let state = Arc::new(AppState {
+            db: Db::new(&settings.database_url, Some(conn)),
+            identity,
+            settings: settings.clone(),
+        });
+        let stop = CancellationToken::new();
+        shutdown::on_signals(stop.clone()).context("cannot install signal handlers")?;
+        let public = bind(settings.listen, "--listen").await?;
+        let admin = bind(settings.admin_listen, "--admin-listen").await?;
+        tracing::info!(
+            public = %settings.listen,
+            admin = %settings.admin_listen,
+            admin_token = settings.admin_token.is_some(),
+            "serving"
+        );
+        let (a, b) = tokio::join!(
+            serve(public, public::router(Arc::clone(&state)), stop.clone()),
+            serve(admin, admin::router(Arc::clone(&state)), stop.clone()),
+        );
+        a.and(b)?;
+        tracing::info!("serve stopped");
+        Ok(())
+    })
+}
+
+async fn bind(addr: SocketAddr, option: &str) -> Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} ({option})"))
+}
+
+async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    stop: CancellationToken,
+) -> Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await
+        .context("HTTP server failed")
+}

@@ -1,0 +1,298 @@
+//! Tokens signed with the database's secret (see `store::installation`):
+//! the signature on every job body, one-click unsubscribe tokens and VERP
+//! return-path tokens. Each purpose has its own label inside the MAC, so a
+//! token made for one purpose is never valid for another, and every check
+//! compares in constant time. Nothing here touches the database.
+
+use std::sync::LazyLock;
+
+use data_encoding::{Encoding, Specification, BASE64URL_NOPAD};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use crate::store::Installation;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// Bytes of MAC kept in a job signature (128 bits).
+const JOB_MAC_BYTES: usize = 16;
+/// Bytes of MAC in an unsubscribe token (96 bits: unguessable, and the
+/// token stays about 22 characters).
+const UNSUBSCRIBE_MAC_BYTES: usize = 12;
+/// Bytes of MAC in a VERP token (80 bits): base32 makes 16 characters of
+/// it, so `bounces+TOKEN` stays far under the 64-octet local-part limit.
+const VERP_MAC_BYTES: usize = 10;
+
+/// Lower-case base32 without padding: what survives Postfix lower-casing
+/// `${extension}` in a VERP address.
+static BASE32_LOWER: LazyLock<Encoding> = LazyLock::new(|| {
+    let mut spec = Specification::new();
+    spec.symbols.push_str("abcdefghijklmnopqrstuvwxyz234567");
+    spec.encoding()
+        .unwrap_or_else(|_| data_encoding::BASE32_NOPAD.clone())
+});
+
+/// Makes and checks every token of one database.
+#[derive(Clone)]
+pub struct Signer {
+    key: HmacSha256,
+}
+
+impl std::fmt::Debug for Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Signer(<redacted>)")
+    }
+}
+
+/// What a job or a token is for; part of every MAC.
+#[derive(Clone, Copy)]
+enum Purpose {
+    Job,
+    Unsubscribe,
+    Verp,
+}
+
+impl Purpose {
+    fn label(self) -> &'static [u8] {
+        match self {
+            Purpose::Job => b"mailsplit job v2\0",
+            Purpose::Unsubscribe => b"mailsplit unsubscribe\0",
+            Purpose::Verp => b"mailsplit verp\0",
+        }
+    }
+}
+
+impl Signer {
+    pub fn new(secret: &[u8]) -> Signer {
+        Signer {
+            // HMAC takes a key of any length.
+            key: HmacSha256::new_from_slice(secret)
+                .unwrap_or_else(|_| HmacSha256::new_from_slice(&[0]).expect("HMAC key")),
+        }
+    }
+
+    fn mac(&self, purpose: Purpose, data: &[u8]) -> HmacSha256 {
+        let mut mac = self.key.clone();
+        mac.update(purpose.label());
+        mac.update(data);
+        mac
+    }
+
+    fn tag(&self, purpose: Purpose, data: &[u8], len: usize) -> Vec<u8> {
+        self.mac(purpose, data).finalize().into_bytes()[..len].to_vec()
+    }
+
+    fn verify(&self, purpose: Purpose, data: &[u8], tag: &[u8]) -> bool {
+        // `verify_truncated_left` compares in constant time; an empty tag
+        // would verify trivially, so refuse it first.
+        !tag.is_empty() && self.mac(purpose, data).verify_truncated_left(tag).is_ok()
+    }
+
+    /// The signature of a job body: over the database id, the campaign and
+    /// every recipient id, in order.
+    pub fn job_mac(&self, database_id: &str, campaign: i64, recipients: &[i64]) -> String {
+        let data = job_bytes(database_id, campaign, recipients);
+        BASE64URL_NOPAD.encode(&self.tag(Purpose::Job, &data, JOB_MAC_BYTES))
+    }
+
+    pub fn verify_job(
+        &self,
+        database_id: &str,
+        campaign: i64,
+        recipients: &[i64],
+        mac: &str,
+    ) -> bool {
+        let Ok(tag) = BASE64URL_NOPAD.decode(mac.as_bytes()) else {
+            return false;
+        };
+        tag.len() == JOB_MAC_BYTES
+            && self.verify(
+                Purpose::Job,
+                &job_bytes(database_id, campaign, recipients),
+                &tag,
+            )
+    }
+
+    /// The token of a one-click unsubscribe link (`/u/TOKEN`): URL-safe,
+    /// about 22 characters.
+    pub fn unsubscribe_token(&self, campaign: i64, recipient: i64) -> String {
+        BASE64URL_NOPAD.encode(&self.pair_token(
+            Purpose::Unsubscribe,
+            campaign,
+            recipient,
+            UNSUBSCRIBE_MAC_BYTES,
+        ))
+    }
+
+    /// The (campaign, recipient) of a genuine unsubscribe token.
+    pub fn read_unsubscribe(&self, token: &str) -> Option<(i64, i64)> {
+        let raw = BASE64URL_NOPAD.decode(token.as_bytes()).ok()?;
+        self.read_pair(Purpose::Unsubscribe, &raw, UNSUBSCRIBE_MAC_BYTES)
+    }
+
+    /// The token of a VERP return path (`bounces+TOKEN@domain`): lower-case
+    /// letters and digits, about 23 characters.
+    pub fn verp_token(&self, campaign: i64, recipient: i64) -> String {
+        BASE32_LOWER.encode(&self.pair_token(Purpose::Verp, campaign, recipient, VERP_MAC_BYTES))
+    }
+
+    /// The (campaign, recipient) of a genuine VERP token, in any case.
+    pub fn read_verp(&self, token: &str) -> Option<(i64, i64)> {
+        let raw = BASE32_LOWER
+            .decode(token.to_ascii_lowercase().as_bytes())
+            .ok()?;
+        self.read_pair(Purpose::Verp, &raw, VERP_MAC_BYTES)
+    }
+
+    /// varint(campaign) ‖ varint(recipient) ‖ MAC.
+    fn pair_token(
+        &self,
+        purpose: Purpose,
+        campaign: i64,
+        recipient: i64,
+        mac_len: usize,
+    ) -> Vec<u8> {
+        let mut out = Vec::with_capacity(20);
+        put_varint(&mut out, campaign as u64);
+        put_varint(&mut out, recipient as u64);
+        let tag = self.tag(purpose, &out, mac_len);
+        out.extend_from_slice(&tag);
+        out
+    }
+
+    fn read_pair(&self, purpose: Purpose, raw: &[u8], mac_len: usize) -> Option<(i64, i64)> {
+        let (ids, tag) = raw.split_at(raw.len().checked_sub(mac_len)?);
+        let mut rest = ids;
+        let campaign = take_varint(&mut rest)?;
+        let recipient = take_varint(&mut rest)?;
+        if !rest.is_empty() || !self.verify(purpose, ids, tag) {
+            return None;
+        }
+        let campaign = i64::try_from(campaign).ok().filter(|&c| c > 0)?;
+        let recipient = i64::try_from(recipient).ok().filter(|&r| r > 0)?;
+        Some((campaign, recipient))
+    }
+}
+
+/// A database's identity as the stages use it: the id jobs carry and the
+/// signer of its secret.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub database_id: String,
+    pub signer: Signer,
+}
+
+impl From<&Installation> for Identity {
+    fn from(i: &Installation) -> Identity {
+        Identity {
+            database_id: i.database_id.clone(),
+            signer: Signer::new(&i.secret),
+        }
+    }
+}
+
+fn job_bytes(database_id: &str, campaign: i64, recipients: &[i64]) -> Vec<u8> {
+    let mut data = Vec::with_capacity(database_id.len() + 9 + 8 * recipients.len());
+    data.extend_from_slice(database_id.as_bytes());
+    data.push(0);
+    data.extend_from_slice(&campaign.to_be_bytes());
+    for r in recipients {
+        data.extend_from_slice(&r.to_be_bytes());
+    }
+    data
+}
+
+/// LEB128.
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    loop {
+        let byte = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+fn take_varint(input: &mut &[u8]) -> Option<u64> {
+    let mut v = 0u64;
+    for (k, &byte) in input.iter().enumerate().take(10) {
+        v |= u64::from(byte & 0x7f).checked_shl(7 * k as u32)?;
+        if byte & 0x80 == 0 {
+            // A shortest encoding only: one value, one spelling.
+            if k > 0 && byte == 0 {
+                return None;
+            }
+            *input = &input[k + 1..];
+            return Some(v);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn signer() -> Signer {
+        Signer::new(&[7u8; 32])
+    }
+
+    #[test]
+    fn unsubscribe_tokens_round_trip_and_refuse_forgeries() {
+        let s = signer();
+        for (c, r) in [(1, 1), (3, 1_000_000), (i64::from(u32::MAX), 1 << 40)] {
+            let t = s.unsubscribe_token(c, r);
+            assert!(t.len() <= 32, "{t}");
+            assert!(t
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+            assert_eq!(s.read_unsubscribe(&t), Some((c, r)));
+            // Truncated, altered, or under another secret: nothing.
+            assert_eq!(s.read_unsubscribe(&t[..t.len() - 1]), None);
+            let mut bytes = t.clone().into_bytes();
+            bytes[0] = if bytes[0] == b'A' { b'B' } else { b'A' };
+            assert_eq!(s.read_unsubscribe(&String::from_utf8(bytes).unwrap()), None);
+            assert_eq!(Signer::new(&[8u8; 32]).read_unsubscribe(&t), None);
+            // A token of one purpose is no token of another.
+            assert_eq!(s.read_verp(&s.verp_token(c, r)), Some((c, r)));
+            assert_eq!(s.read_unsubscribe(&s.verp_token(c, r)), None);
+        }
+        // A campaign of a million recipients: 22 characters.
+        assert_eq!(s.unsubscribe_token(3, 1_000_000).len(), 22);
+        assert_eq!(s.read_unsubscribe(""), None);
+        assert_eq!(s.read_unsubscribe("not a token!"), None);
+    }
+
+    #[test]
+    fn verp_tokens_are_lower_case_and_case_blind() {
+        let s = signer();
+        let t = s.verp_token(12, 345_678);
+        assert_eq!(t, t.to_ascii_lowercase());
+        assert!(format!("bounces+{t}").len() <= 64);
+        assert_eq!(s.read_verp(&t.to_ascii_uppercase()), Some((12, 345_678)));
+    }
+
+    #[test]
+    fn job_macs_cover_database_campaign_and_every_recipient() {
+        let s = signer();
+        let mac = s.job_mac("db-1", 5, &[1, 2, 3]);
+        assert!(s.verify_job("db-1", 5, &[1, 2, 3], &mac));
+        assert!(!s.verify_job("db-2", 5, &[1, 2, 3], &mac));
+        assert!(!s.verify_job("db-1", 6, &[1, 2, 3], &mac));
+        assert!(!s.verify_job("db-1", 5, &[1, 2, 4], &mac));
+        assert!(!s.verify_job("db-1", 5, &[1, 2, 3], ""));
+        assert!(!s.verify_job("db-1", 5, &[1, 2, 3], &mac[..10]));
+    }
+
+    #[test]
+    fn varints_have_one_spelling() {
+        let mut out = Vec::new();
+        put_varint(&mut out, 300);
+        let mut input = &out[..];
+        assert_eq!(take_varint(&mut input), Some(300));
+        let mut padded: &[u8] = &[0x80, 0x00];
+        assert_eq!(take_varint(&mut padded), None);
+    }
+}

@@ -1,0 +1,132 @@
+//! A job's fate: a [`Tracker`] follows one reserved job until every claimed
+//! recipient's outcome is durably recorded, then [`finish`] decides — delete
+//! it, or release it with a delay (retries due, paused campaign, rate
+//! tokens due, another worker still holding some of its recipients).
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+
+use super::pipeline::Shared;
+use super::reserve::Cmd;
+use crate::store::deliveries::{OutcomeKind, Recorded};
+use crate::store::{now_ms, CampaignState};
+
+/// Bounds of the delay a paused campaign's job is released with. It grows
+/// with the time the pause has lasted so an hours-long pause does not churn
+/// the queue (and beanstalkd's binlog) every few seconds.
+const PAUSE_DELAY_MIN: Duration = Duration::from_secs(1);
+const PAUSE_DELAY_MAX: Duration = Duration::from_secs(120);
+/// First delay before a transient failure is retried; doubles per attempt.
+const RETRY_DELAY_BASE: Duration = Duration::from_secs(5);
+const RETRY_DELAY_MAX: Duration = Duration::from_secs(600);
+
+/// The delay for a paused campaign's job: as long as the pause has lasted,
+/// within bounds.
+pub fn pause_delay(since: Option<Instant>) -> Duration {
+    since
+        .map_or(PAUSE_DELAY_MIN, |s| s.elapsed())
+        .clamp(PAUSE_DELAY_MIN, PAUSE_DELAY_MAX)
+}
+
+/// The delay before retrying after the given attempt failed transiently.
+pub fn retry_delay(attempt: i32) -> Duration {
+    let doublings = attempt.clamp(1, 16) as u32 - 1;
+    RETRY_DELAY_BASE
+        .saturating_mul(1 << doublings)
+        .min(RETRY_DELAY_MAX)
+}
+
+/// How far a job has come: outcomes still to record, and what the recorded
+/// ones ask for.
+#[derive(Default)]
+pub struct Progress {
+    outstanding: usize,
+    /// Highest attempt among recipients left to retry.
+    retry_attempt: Option<i32>,
+    /// Some recipients were handed back unsent.
+    unclaimed: bool,
+    /// Some were handed back for lack of rate tokens; try again after this.
+    throttled: Option<Duration>,
+}
+
+impl Progress {
+    /// A job with `outstanding` claimed recipients.
+    pub fn new(outstanding: usize) -> Progress {
+        Progress {
+            outstanding,
+            ..Progress::default()
+        }
+    }
+}
+
+/// Follows one reserved job until all its outcomes are recorded.
+pub struct Tracker {
+    pub server: usize,
+    pub job_id: u64,
+    pub campaign_id: i64,
+    pub token: i64,
+    pub priority: u32,
+    /// Another worker holds some recipients until then (ms).
+    pub busy_until: Option<i64>,
+    pub progress: Mutex<Progress>,
+    pub permit: Mutex<Option<OwnedSemaphorePermit>>,
+    /// Cancelled when the job is finished (stops its touch loop).
+    pub done: CancellationToken,
+}
+
+impl Tracker {
+    /// A message of this job waits for rate tokens for `retry_in`.
+    pub fn throttle(&self, retry_in: Duration) {
+        let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        p.throttled = Some(p.throttled.map_or(retry_in, |d| d.max(retry_in)));
+    }
+
+    /// Note a recorded outcome; returns true when it was the job's last.
+    pub fn complete(&self, kind: &OutcomeKind, recorded: Recorded, attempt: i32) -> bool {
+        let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        if recorded == Recorded::Open {
+            match kind {
+                OutcomeKind::Unclaim => p.unclaimed = true,
+                _ => p.retry_attempt = Some(p.retry_attempt.map_or(attempt, |b| b.max(attempt))),
+            }
+        }
+        p.outstanding = p.outstanding.saturating_sub(1);
+        p.outstanding == 0
+    }
+}
+
+/// Decide the fate of a job whose outcomes are all recorded, tell its server
+/// thread, and free its slot.
+pub async fn finish(shared: &Shared, t: &Tracker) {
+    let (retry_attempt, unclaimed, throttled) = {
+        let p = t.progress.lock().unwrap_or_else(|e| e.into_inner());
+        (p.retry_attempt, p.unclaimed, p.throttled)
+    };
+    let flags = shared.campaigns.flag_state(t.campaign_id).await;
+    let release = |delay: Duration| Cmd::Release {
+        id: t.job_id,
+        priority: t.priority,
+        delay,
+    };
+    let cmd = match flags {
+        Some(f) if f.flags.state == CampaignState::Cancelled => Cmd::Delete(t.job_id),
+        Some(f) if f.flags.paused && (unclaimed || retry_attempt.is_some()) => {
+            release(pause_delay(f.paused_since))
+        }
+        _ => match (retry_attempt, unclaimed, t.busy_until) {
+            (Some(a), _, _) => release(retry_delay(a).max(throttled.unwrap_or_default())),
+            (None, true, _) => release(throttled.unwrap_or_default()),
+            (None, false, Some(until)) => release(Duration::from_millis(
+                (until - now_ms()).max(0) as u64 + 1_000,
+            )),
+            (None, false, None) => Cmd::Delete(t.job_id),
+        },
+    };
+    tracing::debug!(job = t.job_id, ?cmd, "job finished");
+    shared.cmd(t.server, cmd);
+    t.done.cancel();
+    drop(t.permit.lock().unwrap_or_else(|e| e.into_inner()).take());
+}

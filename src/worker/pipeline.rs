@@ -1,0 +1,69 @@
+//! What travels between the worker's stages, and what they share.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
+
+use super::fate::Tracker;
+use super::flags::Campaigns;
+use super::reserve::Cmd;
+use crate::mail::Composed;
+use crate::ratelimit::Limiter;
+use crate::store::{Db, OutcomeKind};
+use crate::tokens::Identity;
+
+/// One message on its way to a sender.
+pub struct Msg {
+    pub tracker: Arc<Tracker>,
+    pub recipient_id: i64,
+    /// Which try this is (1 for the first).
+    pub attempt: i32,
+    pub composed: Composed,
+    /// Rate groups the message counts against, and its weight in tokens.
+    pub rate_groups: Vec<String>,
+    pub weight: u32,
+}
+
+/// One outcome on its way to the reporter.
+pub struct Report {
+    pub tracker: Arc<Tracker>,
+    pub recipient_id: i64,
+    pub attempt: i32,
+    pub kind: OutcomeKind,
+    /// For a message that went to the relay: one of the worker's
+    /// `concurrency` "unrecorded" permits, held until the outcome is
+    /// committed. So at any moment at most `concurrency` messages are on the
+    /// wire or sent-but-unrecorded: all a `kill -9` can make us send twice.
+    pub unrecorded: Option<OwnedSemaphorePermit>,
+}
+
+/// What the stages share.
+pub struct Shared {
+    pub db: Arc<Db>,
+    /// This worker's database: jobs of another are left alone, and every
+    /// job's signature is checked with its secret.
+    pub identity: Identity,
+    pub campaigns: Campaigns,
+    pub cmds: Vec<std::sync::mpsc::Sender<Cmd>>,
+    pub to_send: async_channel::Sender<Msg>,
+    pub to_report: mpsc::Sender<Report>,
+    pub max_attempts: i32,
+    pub limiter: Limiter,
+    /// `concurrency` permits: a message holds one from before it is sent
+    /// until its outcome is committed (see [`Report::unrecorded`]).
+    pub unrecorded: Arc<tokio::sync::Semaphore>,
+    /// Other databases whose jobs this worker has met (each logged once).
+    pub foreign: Mutex<HashSet<String>>,
+}
+
+impl Shared {
+    /// Tell the thread of server `server` what to do with one of its jobs.
+    pub fn cmd(&self, server: usize, cmd: Cmd) {
+        if let Some(tx) = self.cmds.get(server) {
+            // A closed channel means the server thread is gone; the job
+            // returns to the queue by itself when its connection closes.
+            let _ = tx.send(cmd);
+        }
+    }
+}
