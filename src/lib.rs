@@ -18,6 +18,7 @@ pub mod cli;
 pub mod compose;
 pub mod config;
 pub mod control;
+pub mod dkim;
 pub mod import;
 pub mod mail;
 pub mod queue;

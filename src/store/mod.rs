@@ -14,7 +14,9 @@ mod text_enum;
 pub mod campaigns;
 pub mod db;
 pub mod deliveries;
+pub mod dkim_keys;
 pub mod installation;
+pub mod optouts;
 pub mod rates;
 pub mod recipients;
 pub mod schema;
@@ -70,6 +72,12 @@ pub enum StoreError {
         action: &'static str,
         state: String,
     },
+    #[error("{domain} already has a DKIM key ({algorithm}, selector {selector}); `mailsplit dkim delete {domain} --selector {selector}` removes it")]
+    DkimKeyExists {
+        domain: String,
+        selector: String,
+        algorithm: String,
+    },
     #[error("stored value {value:?} is not a valid {what}")]
     BadValue { what: &'static str, value: String },
     #[error("database task failed: {0}")]
@@ -89,6 +97,7 @@ impl StoreError {
                 | StoreError::UnknownList { .. }
                 | StoreError::CampaignExists(_)
                 | StoreError::IllegalTransition { .. }
+                | StoreError::DkimKeyExists { .. }
         )
     }
 

@@ -118,3 +118,14 @@ diesel::table! {
         created_at -> BigInt,
     }
 }
+
+diesel::table! {
+    dkim_keys (domain, selector) {
+        domain -> Text,
+        selector -> Text,
+        algorithm -> Text,
+        private_key -> Text,
+        public_key -> Text,
+        created_at -> BigInt,
+    }
+}

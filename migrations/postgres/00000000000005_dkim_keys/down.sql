@@ -1,0 +1,2 @@
+DROP INDEX recipients_status_at;
+DROP TABLE dkim_keys;
