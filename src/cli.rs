@@ -18,7 +18,7 @@ use crate::import;
 use crate::splitter;
 use crate::status::CampaignStatus;
 use crate::store::campaigns::{self, Control, NewCampaign};
-use crate::store::{self, rates, recipients, Conn};
+use crate::store::{self, dkim_keys, rates, recipients, Conn};
 use crate::templates;
 
 /// Exit code for usage errors (unknown campaign, bad argument, bad URL).
@@ -100,6 +100,9 @@ pub enum Command {
     /// Shared rate limits per relay, campaign or recipient domain
     #[command(subcommand)]
     Rate(RateCommand),
+    /// DKIM keys: workers sign every message whose From domain has one
+    #[command(subcommand)]
+    Dkim(DkimCommand),
     /// Stop sending a campaign (workers notice within a second)
     Pause {
         /// Campaign name or id
@@ -164,6 +167,37 @@ pub enum RateCommand {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum DkimCommand {
+    /// Generate a key for a domain, store it, and print the DNS TXT record
+    ///
+    /// Publish the record before sending: receivers look the key up at
+    /// SELECTOR._domainkey.DOMAIN. One key per algorithm and domain; a
+    /// domain with an RSA and an ed25519 key gets both signatures.
+    Keygen {
+        /// The From domain to sign for, e.g. example.com
+        domain: String,
+        /// Selector: the DNS label the key is published under
+        #[arg(long, default_value = DEFAULT_DKIM_SELECTOR)]
+        selector: String,
+        /// rsa (2048 bits, verified everywhere) or ed25519 (RFC 8463)
+        #[arg(long, default_value = "rsa", value_parser = ["rsa", "ed25519"])]
+        algorithm: String,
+    },
+    /// Domains, selectors, algorithms and the TXT record of each key
+    List,
+    /// Delete a domain's keys; its mail goes out unsigned
+    Delete {
+        domain: String,
+        /// Delete only the key with this selector
+        #[arg(long)]
+        selector: Option<String>,
+    },
+}
+
+/// `dkim keygen`'s selector when none is given.
+pub const DEFAULT_DKIM_SELECTOR: &str = "mailsplit";
+
+#[derive(Subcommand, Debug)]
 pub enum CampaignCommand {
     /// Create a campaign for a list
     Create {
@@ -185,6 +219,12 @@ pub enum CampaignCommand {
         /// a lower number, so a small campaign overtakes a big one.
         #[arg(long)]
         priority: Option<u32>,
+        /// Where `mailsplit serve` is reachable from the internet, e.g.
+        /// https://mail.example.com: every message gets a one-click
+        /// unsubscribe link <public-url>/u/TOKEN (List-Unsubscribe, and the
+        /// templates' unsubscribe link). https only; http for loopback hosts
+        #[arg(long, env = "MAILSPLIT_PUBLIC_URL")]
+        public_url: Option<String>,
     },
     /// One line per campaign
     List,
@@ -249,12 +289,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             subject,
             from,
             priority,
+            public_url,
         }) => {
             templates::check(&template)?;
             let from = compose::parse_from(&from)?;
             if subject.trim().is_empty() || subject.chars().any(char::is_control) {
                 anyhow::bail!(UsageError("--subject must be one non-empty line".into()));
             }
+            let public_url = public_url
+                .filter(|u| !u.trim().is_empty())
+                .map(|u| config::parse_public_url(&u))
+                .transpose()?;
             let mut conn = open_migrated(g)?;
             let list_id = recipients::find_list(&mut conn, &list)?;
             let size = recipients::list_size(&mut conn, list_id)?;
@@ -269,7 +314,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     from_addr: &from.to_string(),
                     priority,
                     recipients: size,
-                    public_url: None,
+                    public_url: public_url.as_deref(),
                     return_path: None,
                 },
             )?;
@@ -277,6 +322,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 "created campaign {:?} (id {}) for list {:?}: {} recipients, template {}, priority {}",
                 campaign.name, campaign.id, list, size, template, priority
             );
+            deliverability_warnings(&mut conn, &from, public_url.as_deref())?;
         }
         Command::Campaign(CampaignCommand::List) => {
             let mut conn = open_migrated(g)?;
@@ -338,6 +384,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             std::io::Write::write_all(&mut std::io::stdout(), &message)?;
         }
         Command::Rate(cmd) => rate(g, cmd)?,
+        Command::Dkim(cmd) => dkim(g, cmd)?,
         Command::Pause { campaign } => control(g, &campaign, Control::Pause)?,
         Command::Resume { campaign } => control(g, &campaign, Control::Resume)?,
         Command::Cancel { campaign } => control(g, &campaign, Control::Cancel)?,
@@ -449,6 +496,121 @@ fn rate(g: &Global, cmd: RateCommand) -> Result<()> {
     Ok(())
 }
 
+/// What `campaign create` says on stderr when the campaign's mail will
+/// miss what large providers require of bulk mail.
+fn deliverability_warnings(
+    conn: &mut Conn,
+    from: &lettre::message::Mailbox,
+    public_url: Option<&str>,
+) -> Result<()> {
+    match public_url {
+        Some(url) => println!("one-click unsubscribe links: {url}/u/TOKEN (serve them with `mailsplit serve`)"),
+        None => eprintln!(
+            "mailsplit: warning: no --public-url (or MAILSPLIT_PUBLIC_URL): the messages will carry no \
+             one-click unsubscribe (RFC 8058), which Gmail, Yahoo and Outlook require of bulk mail"
+        ),
+    }
+    let domain = compose::from_domain(from);
+    if dkim_keys::for_domain(conn, &domain)?.is_empty() {
+        eprintln!(
+            "mailsplit: warning: {domain} has no DKIM key: the messages go out unsigned, and large \
+             providers reject or junk unsigned bulk mail; `mailsplit dkim keygen {domain}` makes one"
+        );
+    }
+    Ok(())
+}
+
+/// `dkim keygen | list | delete`.
+fn dkim(g: &Global, cmd: DkimCommand) -> Result<()> {
+    use crate::dkim::{self as d, DkimAlgorithm, DkimError, StoredKey};
+    let mut conn = open_migrated(g)?;
+    let domain_of =
+        |raw: &str| compose::ascii_domain(raw).ok_or_else(|| DkimError::BadDomain(raw.to_string()));
+    match cmd {
+        DkimCommand::Keygen {
+            domain,
+            selector,
+            algorithm,
+        } => {
+            let domain = domain_of(&domain)?;
+            let selector = d::check_selector(&selector)?;
+            let algorithm: DkimAlgorithm = algorithm.parse()?;
+            let key = d::generate(algorithm)?;
+            let stored = StoredKey::new(
+                domain.clone(),
+                selector,
+                algorithm,
+                data_encoding::BASE64.encode(&key.private_pkcs8),
+                data_encoding::BASE64.encode(&key.public),
+            );
+            dkim_keys::insert(&mut conn, &stored)?;
+            let size = match algorithm {
+                DkimAlgorithm::Rsa => format!("rsa {} bits", d::RSA_BITS),
+                DkimAlgorithm::Ed25519 => "ed25519".to_string(),
+            };
+            println!(
+                "stored a new DKIM key for {domain} ({size}, selector {}).",
+                stored.selector
+            );
+            println!("Publish this DNS TXT record; receivers verify the signatures with it:\n");
+            print_txt(&stored);
+            println!(
+                "\nWorkers sign mail from {domain} for campaigns they load from now on \
+                 (restart running workers to sign campaigns already in progress)."
+            );
+            if algorithm == DkimAlgorithm::Ed25519 {
+                eprintln!(
+                    "mailsplit: note: not every receiver checks ed25519 signatures yet; keep an rsa \
+                     key for {domain} too (`mailsplit dkim keygen {domain} --selector OTHER`)"
+                );
+            }
+        }
+        DkimCommand::List => {
+            let keys = dkim_keys::list(&mut conn)?;
+            if keys.is_empty() {
+                println!("no DKIM keys; make one with `mailsplit dkim keygen DOMAIN`");
+            }
+            for key in keys {
+                println!(
+                    "{}  selector {}  {}",
+                    key.domain, key.selector, key.algorithm
+                );
+                print_txt(&key);
+            }
+        }
+        DkimCommand::Delete { domain, selector } => {
+            let domain = domain_of(&domain)?;
+            let deleted = dkim_keys::delete(&mut conn, &domain, selector.as_deref())?;
+            if deleted == 0 {
+                return Err(UsageError(format!(
+                    "no DKIM key for {domain}{}; `mailsplit dkim list` shows them",
+                    selector
+                        .map(|s| format!(" with selector {s}"))
+                        .unwrap_or_default()
+                ))
+                .into());
+            }
+            println!(
+                "deleted {deleted} DKIM key(s) of {domain}; workers sign nothing more with them once they restart; \
+                 remove the TXT record only after the last signed messages are delivered"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A key's TXT record, as it is entered in a DNS provider's form and as a
+/// zone-file line.
+fn print_txt(key: &crate::dkim::StoredKey) {
+    use crate::dkim as d;
+    let name = d::txt_name(&key.selector, &key.domain);
+    let value = d::txt_value(key.algorithm, &key.public_key);
+    println!("  name:  {name}");
+    println!("  type:  TXT");
+    println!("  value: {value}");
+    println!("  zone:  {name}. IN TXT {}", d::zone_strings(&value));
+}
+
 fn control(g: &Global, name: &str, action: Control) -> Result<()> {
     let servers = config::parse_beanstalkd(&g.beanstalkd)?;
     let mut conn = open_migrated(g)?;
@@ -552,6 +714,15 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
             || cause
                 .downcast_ref::<store::StoreError>()
                 .is_some_and(|e| e.is_usage())
+            || cause
+                .downcast_ref::<crate::dkim::DkimError>()
+                .is_some_and(|e| {
+                    matches!(
+                        e,
+                        crate::dkim::DkimError::BadDomain(_)
+                            | crate::dkim::DkimError::BadSelector(_)
+                    )
+                })
             || cause
                 .downcast_ref::<splitter::EnqueueError>()
                 .is_some_and(|e| e.is_usage());

@@ -2,19 +2,31 @@
 //! wire. The campaign's template is rendered (see [`templates`]), the MIME
 //! message built with lettre (text and HTML alternatives; every header value
 //! goes through lettre's encoder, so nothing a recipient's data holds can
-//! add a header or a recipient), and the SMTP envelope set. The worker and
-//! `mailsplit preview` both call [`compose`], so a preview is the real
-//! message.
+//! add a header or a recipient), the headers bulk mail needs added (see
+//! [`headers`]), the message signed with the From domain's DKIM keys (see
+//! [`dkim`]), and the SMTP envelope set. The worker and `mailsplit preview`
+//! both call [`compose`], so a preview is the real message.
+
+pub mod headers;
 
 use std::str::FromStr;
+use std::sync::Arc;
 
 use lettre::address::Envelope;
-use lettre::message::{header::ContentType, Mailbox, MultiPart, SinglePart};
+use lettre::message::header::{ContentType, HeaderValue};
+use lettre::message::{Mailbox, MultiPart, SinglePart};
 use lettre::{Address, Message};
 
+use crate::dkim::{self, DkimError, SigningKey};
 use crate::mail::Composed;
-use crate::store::{campaigns, recipients, Campaign, Conn, Recipient, RecipientStatus, StoreError};
-use crate::templates::{self, Context};
+use crate::store::{
+    campaigns, dkim_keys, installation, recipients, Campaign, Conn, Recipient, RecipientStatus,
+    StoreError,
+};
+use crate::templates::{self, Context, Rendered};
+use crate::tokens::Identity;
+
+pub use headers::{ascii_domain, safe_link};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ComposeError {
@@ -27,6 +39,8 @@ pub enum ComposeError {
     #[error("{email} would get no message: {why}")]
     Unsendable { email: String, why: String },
     #[error(transparent)]
+    Dkim(#[from] DkimError),
+    #[error(transparent)]
     Store(#[from] StoreError),
 }
 
@@ -35,7 +49,7 @@ impl ComposeError {
     pub fn is_usage(&self) -> bool {
         match self {
             ComposeError::Store(e) => e.is_usage(),
-            ComposeError::Unsendable { .. } => false,
+            ComposeError::Unsendable { .. } | ComposeError::Dkim(_) => false,
             _ => true,
         }
     }
@@ -49,6 +63,13 @@ pub fn parse_from(raw: &str) -> Result<Mailbox, ComposeError> {
     Mailbox::from_str(raw.trim()).map_err(|_| ComposeError::BadFrom(raw.to_string()))
 }
 
+/// The From domain of a sender as DKIM keys are filed under and headers
+/// name it: lower case, A-labels.
+pub fn from_domain(from: &Mailbox) -> String {
+    let domain = from.email.domain();
+    ascii_domain(domain).unwrap_or_else(|| domain.to_ascii_lowercase())
+}
+
 /// What every message of one campaign shares.
 #[derive(Debug, Clone)]
 pub struct CampaignMail {
@@ -57,16 +78,46 @@ pub struct CampaignMail {
     pub template: String,
     pub subject: String,
     pub from: Mailbox,
+    /// The From domain, see [`from_domain`].
+    pub domain: String,
+    pub list_id: i64,
+    pub list_name: String,
+    /// Base of the one-click unsubscribe links (`campaign create
+    /// --public-url`); without it there is no one-click unsubscribe.
+    pub public_url: Option<String>,
+    /// This database: signs the links' tokens, and names the sender in
+    /// Message-ID and Feedback-ID.
+    pub identity: Identity,
+    /// The From domain's DKIM keys; none: the mail goes unsigned.
+    pub dkim: Arc<[SigningKey]>,
 }
 
 impl CampaignMail {
-    pub fn new(c: &Campaign) -> Result<CampaignMail, ComposeError> {
+    /// Read what the campaign's messages share: its list's name and its
+    /// From domain's DKIM keys.
+    pub fn load(
+        conn: &mut Conn,
+        c: &Campaign,
+        identity: &Identity,
+    ) -> Result<CampaignMail, ComposeError> {
+        let from = parse_from(&c.from_addr)?;
+        let domain = from_domain(&from);
+        let keys = dkim_keys::for_domain(conn, &domain)?
+            .iter()
+            .map(SigningKey::load)
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(CampaignMail {
             id: c.id,
             name: c.name.clone(),
             template: c.template.clone(),
             subject: c.subject.clone(),
-            from: parse_from(&c.from_addr)?,
+            from,
+            domain,
+            list_id: c.list_id,
+            list_name: recipients::list_name(conn, c.list_id)?,
+            public_url: c.public_url.clone(),
+            identity: identity.clone(),
+            dkim: keys.into(),
         })
     }
 }
@@ -104,52 +155,82 @@ fn build(campaign: &CampaignMail, r: &Recipient) -> Result<Composed, Unsendable>
     }
     let attributes: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(&r.attributes).unwrap_or_default();
-    let fallback_unsubscribe;
-    let unsubscribe_url = match attributes.get("unsubscribe_url").and_then(|v| v.as_str()) {
-        Some(u) => u,
-        None => {
-            fallback_unsubscribe = format!("mailto:{}?subject=unsubscribe", campaign.from.email);
-            &fallback_unsubscribe
-        }
-    };
+    let (unsubscribe_url, one_click) = unsubscribe(campaign, r.id, &attributes);
     let ctx = Context {
         subject: &campaign.subject,
         name: &r.name,
         email: &r.email,
         attributes: &attributes,
-        unsubscribe_url,
+        unsubscribe_url: &unsubscribe_url,
     };
     let rendered = templates::render(&campaign.template, &ctx)
         .map_err(|e| Unsendable::Invalid(format!("{e:#}")))?;
-    let message_id = format!(
-        "<{}.{}.mailsplit@{}>",
-        campaign.id,
-        r.id,
-        campaign.from.email.domain()
-    );
-    mime(
+    let database = &campaign.identity.database_id;
+    let message_id = headers::message_id(campaign.id, r.id, database, &campaign.domain);
+    let mut extra = vec![
+        headers::list_id(&campaign.list_name, campaign.list_id, &campaign.domain),
+        headers::feedback_id(
+            &campaign.name,
+            &campaign.list_name,
+            &campaign.template,
+            database,
+        ),
+    ];
+    extra.extend(headers::list_unsubscribe(&unsubscribe_url, one_click));
+    let mut message = mime(
         &campaign.from,
         &campaign.subject,
         message_id,
         &r.name,
         &r.email,
-        rendered.html,
-        rendered.text,
-    )
+        rendered,
+        extra,
+    )?;
+    message.bytes = dkim::sign(&campaign.dkim, message.bytes)
+        .map_err(|e| Unsendable::Invalid(e.to_string()))?;
+    Ok(message)
 }
 
-/// Build the MIME message (text + HTML alternative parts). Header values go
-/// through lettre's encoder, so a name holding CR/LF or "Bcc:" stays inside
-/// its encoded-word and can never add a header or a recipient; the envelope
-/// names exactly one recipient.
+/// The link a recipient leaves by, and whether it is a one-click link: the
+/// campaign's own (`<public-url>/u/TOKEN`) when it has a public URL; else
+/// the recipient's `unsubscribe_url` attribute if it is an http(s) or
+/// mailto link (a `javascript:` one never reaches a message); else a mail
+/// to the sender.
+fn unsubscribe(
+    campaign: &CampaignMail,
+    recipient: i64,
+    attributes: &serde_json::Map<String, serde_json::Value>,
+) -> (String, bool) {
+    if let Some(base) = &campaign.public_url {
+        let token = campaign
+            .identity
+            .signer
+            .unsubscribe_token(campaign.id, recipient);
+        return (headers::unsubscribe_link(base, &token), true);
+    }
+    let own = attributes
+        .get("unsubscribe_url")
+        .and_then(|v| v.as_str())
+        .and_then(safe_link);
+    let link = own.unwrap_or_else(|| {
+        let mail = format!("mailto:{}?subject=unsubscribe", campaign.from.email);
+        safe_link(&mail).unwrap_or(mail)
+    });
+    (link, false)
+}
+
+/// Build the MIME message (text + HTML alternative parts) with the `extra`
+/// headers. Header values go through lettre's encoder, so a name holding
+/// CR/LF or "Bcc:" stays inside its encoded-word and can never add a header
+/// or a recipient; the envelope names exactly one recipient.
 fn mime(
     from: &Mailbox,
     subject: &str,
     message_id: String,
     to_name: &str,
     to_email: &str,
-    html: String,
-    text: String,
+    rendered: Rendered,
+    extra: Vec<HeaderValue>,
 ) -> Result<Composed, Unsendable> {
     let address = Address::from_str(to_email)
         .map_err(|_| Unsendable::Invalid(format!("invalid recipient address {to_email:?}")))?;
@@ -163,23 +244,27 @@ fn mime(
     let envelope =
         Envelope::new(Some(from.email.clone()), vec![address.clone()]).map_err(build_err)?;
     let to = Mailbox::new((!name.is_empty()).then_some(name), address);
-    let message = Message::builder()
+    let mut builder = Message::builder()
         .envelope(envelope)
         .from(from.clone())
         .to(to)
         .subject(one_line(subject))
-        .message_id(Some(message_id))
+        .message_id(Some(message_id));
+    for header in extra {
+        builder = builder.raw_header(header);
+    }
+    let message = builder
         .multipart(
             MultiPart::alternative()
                 .singlepart(
                     SinglePart::builder()
                         .header(ContentType::TEXT_PLAIN)
-                        .body(text),
+                        .body(rendered.text),
                 )
                 .singlepart(
                     SinglePart::builder()
                         .header(ContentType::TEXT_HTML)
-                        .body(html),
+                        .body(rendered.html),
                 ),
         )
         .map_err(build_err)?;
@@ -219,7 +304,8 @@ pub fn preview(
     let r = recipients::load(conn, &[id])?
         .pop()
         .ok_or_else(|| ComposeError::UnknownRecipient(format!("id {id}")))?;
-    compose(&CampaignMail::new(&c)?, &r)
+    let identity = Identity::from(&installation::load(conn)?);
+    compose(&CampaignMail::load(conn, &c, &identity)?, &r)
         .map(|m| m.bytes)
         .map_err(|why| ComposeError::Unsendable {
             email: r.email.clone(),
@@ -237,14 +323,18 @@ mod tests {
     #[test]
     fn header_injection_stays_in_its_header() {
         let from = parse_from("Shop <news@example.test>").unwrap();
+        let parts = || Rendered {
+            html: "<p>hi</p>".into(),
+            text: "hi".into(),
+        };
         let msg = mime(
             &from,
             "Hi",
             "<1.2@mailsplit>".into(),
             "x\r\nBcc: victim@evil.test",
             "ada@example.test",
-            "<p>hi</p>".into(),
-            "hi".into(),
+            parts(),
+            Vec::new(),
         )
         .unwrap();
         let text = String::from_utf8(msg.bytes).unwrap();
@@ -256,8 +346,8 @@ mod tests {
             "<x@y>".into(),
             "",
             "not an address",
-            String::new(),
-            String::new()
+            parts(),
+            Vec::new()
         )
         .is_err());
         assert!(parse_from("bad\r\nBcc: x@y").is_err());

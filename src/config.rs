@@ -80,6 +80,9 @@ pub enum ConfigError {
     BadListen { what: &'static str, value: String },
     #[error("refusing to serve the admin routes on {0}, which is not a loopback address, without a token: set MAILSPLIT_ADMIN_TOKEN")]
     AdminWithoutToken(SocketAddr),
+    /// `url` is already redacted.
+    #[error("bad --public-url {url:?}: {why} (expected https://HOST[/PATH], e.g. https://mail.example.com; http:// only for a loopback host)")]
+    BadPublicUrl { url: String, why: &'static str },
     #[error("{what} must be between {min} and {max}, got {value}")]
     OutOfRange {
         what: &'static str,
@@ -220,6 +223,50 @@ impl SmtpUrl {
     }
 }
 
+/// Longest `--public-url`: a token and `/u/` still fit in a header line
+/// and in any link.
+pub const MAX_PUBLIC_URL: usize = 200;
+
+/// `campaign create --public-url`: the base of the one-click unsubscribe
+/// links, `https://` (receivers POST to it from the internet; RFC 8058
+/// requires https), or `http://` only for a loopback host (tests, a local
+/// try-out). No user-info (a password in every message), query or
+/// fragment. Returned without a trailing `/`, its host in A-labels.
+pub fn parse_public_url(raw: &str) -> Result<String, ConfigError> {
+    let bad = |why| ConfigError::BadPublicUrl {
+        url: crate::redact::url(raw),
+        why,
+    };
+    let url = url::Url::parse(raw.trim()).map_err(|_| bad("not a URL"))?;
+    let loopback = match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(d)) => d == "localhost" || d.ends_with(".localhost"),
+        None => return Err(bad("no host")),
+    };
+    match url.scheme() {
+        "https" => {}
+        "http" if loopback => {}
+        "http" => return Err(bad("http:// is only for a loopback host; use https://")),
+        _ => return Err(bad("not an https:// URL")),
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(bad(
+            "it holds a user name or password, which every message would show",
+        ));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(bad(
+            "it has a query or fragment; /u/TOKEN is appended to its path",
+        ));
+    }
+    let out = url.as_str().trim_end_matches('/').to_string();
+    if out.len() > MAX_PUBLIC_URL {
+        return Err(bad("longer than 200 characters"));
+    }
+    Ok(out)
+}
+
 /// A listen address, `HOST:PORT`, resolved.
 pub fn parse_listen(what: &'static str, raw: &str) -> Result<SocketAddr, ConfigError> {
     let bad = || ConfigError::BadListen {
@@ -267,6 +314,33 @@ mod tests {
         assert_eq!(two[1].port(), 2);
         assert!(parse_beanstalkd("nohost").is_err());
         assert!(parse_beanstalkd("").is_err());
+    }
+
+    #[test]
+    fn public_urls() {
+        let ok = |u: &str| parse_public_url(u).unwrap();
+        assert_eq!(ok("https://mail.example.com/"), "https://mail.example.com");
+        assert_eq!(ok("https://Example.COM/mail/"), "https://example.com/mail");
+        assert_eq!(ok("https://bücher.de"), "https://xn--bcher-kva.de");
+        assert_eq!(ok("http://127.0.0.1:8080"), "http://127.0.0.1:8080");
+        assert_eq!(ok("http://[::1]:8080/x"), "http://[::1]:8080/x");
+        assert_eq!(ok("http://localhost:1"), "http://localhost:1");
+        for bad in [
+            "http://mail.example.com",
+            "http://10.0.0.1",
+            "ftp://example.com",
+            "javascript:alert(1)",
+            "example.com",
+            "https://example.com/?a=1",
+            "https://example.com/#x",
+            "",
+        ] {
+            assert!(parse_public_url(bad).is_err(), "{bad}");
+        }
+        let err = parse_public_url("https://u:s3cret@example.com")
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("s3cret"), "{err}");
     }
 
     #[test]

@@ -62,7 +62,9 @@ pub enum DkimError {
     #[error("cannot generate a {0} key: {1}")]
     Keygen(DkimAlgorithm, String),
     /// The stored key does not load; never says more about the key.
-    #[error("the stored {algorithm} DKIM key of {domain} (selector {selector}) is unreadable: {why}")]
+    #[error(
+        "the stored {algorithm} DKIM key of {domain} (selector {selector}) is unreadable: {why}"
+    )]
     BadStoredKey {
         domain: String,
         selector: String,
@@ -162,7 +164,9 @@ pub fn is_ldh_name(name: &str) -> bool {
                 && label.len() <= 63
                 && !label.starts_with('-')
                 && !label.ends_with('-')
-                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
         })
 }
 
@@ -202,9 +206,9 @@ impl SigningKey {
             .decode(stored.private_key().as_bytes())
             .map_err(|_| bad("not base64"))?;
         let pair = match stored.algorithm {
-            DkimAlgorithm::Rsa => Pair::Rsa(
-                RsaKeyPair::from_pkcs8(&der).map_err(|_| bad("not an RSA PKCS#8 key"))?,
-            ),
+            DkimAlgorithm::Rsa => {
+                Pair::Rsa(RsaKeyPair::from_pkcs8(&der).map_err(|_| bad("not an RSA PKCS#8 key"))?)
+            }
             DkimAlgorithm::Ed25519 => Pair::Ed25519(
                 Ed25519KeyPair::from_pkcs8_maybe_unchecked(&der)
                     .map_err(|_| bad("not an ed25519 PKCS#8 key"))?,
@@ -484,7 +488,10 @@ mod tests {
         assert_eq!(fields.len(), 2);
         assert_eq!(relaxed_field(fields[0]), b"a:X\r\n");
         assert_eq!(relaxed_field(fields[1]), b"b:Y Z\r\n");
-        assert_eq!(relaxed_field(b"Subject:  a:  b \r\n\tc "), b"subject:a: b c\r\n");
+        assert_eq!(
+            relaxed_field(b"Subject:  a:  b \r\n\tc "),
+            b"subject:a: b c\r\n"
+        );
         assert_eq!(relaxed_body(body), b" C\r\nD E\r\n");
         assert_eq!(relaxed_body(b""), b"");
         assert_eq!(relaxed_body(b"\r\n\r\n"), b"");

@@ -12,6 +12,7 @@ use std::str::FromStr;
 
 use serde_json::{Map, Value};
 
+use crate::compose;
 use crate::store::recipients::{self, NewRecipient, RecipientStatus, UpsertCounts};
 use crate::store::{now_ms, Conn, StoreError};
 
@@ -277,6 +278,9 @@ fn flush(
     })
 }
 
+/// The attribute templates render as a link (`href`).
+const LINK_ATTRIBUTE: &str = "unsubscribe_url";
+
 /// Validate one record into a recipient, or say what is wrong with it.
 fn parse_row(
     record: &csv::ByteRecord,
@@ -317,7 +321,15 @@ fn parse_row(
         if i == email_col || Some(i) == name_col || Some(i) == status_col || column.is_empty() {
             continue;
         }
-        attributes.insert(column.clone(), Value::String(field(i)?.to_string()));
+        let value = field(i)?;
+        // A link a template renders must be http(s) or mailto (compose
+        // checks again; this tells the user which row is wrong).
+        if column == LINK_ATTRIBUTE && !value.is_empty() && compose::safe_link(value).is_none() {
+            return Err(format!(
+                "{LINK_ATTRIBUTE} must be an http(s) or mailto URL, got {value:?}"
+            ));
+        }
+        attributes.insert(column.clone(), Value::String(value.to_string()));
     }
     Ok(NewRecipient {
         email,

@@ -124,10 +124,14 @@ pub fn for_domain(conn: &mut Conn, domain: &str) -> Result<Vec<StoredKey>> {
 pub fn delete(conn: &mut Conn, domain: &str, selector: Option<&str>) -> Result<usize> {
     Ok(match selector {
         Some(s) => on!(conn, |c| diesel::delete(
-            k::table.filter(k::domain.eq(domain)).filter(k::selector.eq(s))
+            k::table
+                .filter(k::domain.eq(domain))
+                .filter(k::selector.eq(s))
         )
         .execute(c))?,
-        None => on!(conn, |c| diesel::delete(k::table.filter(k::domain.eq(domain)))
-            .execute(c))?,
+        None => on!(conn, |c| diesel::delete(
+            k::table.filter(k::domain.eq(domain))
+        )
+        .execute(c))?,
     })
 }

@@ -86,6 +86,14 @@ pub fn find_list(conn: &mut Conn, name: &str) -> Result<i64> {
     }
 }
 
+/// A list's name by id.
+pub fn list_name(conn: &mut Conn, list_id: i64) -> Result<String> {
+    Ok(on!(conn, |c| lists::table
+        .find(list_id)
+        .select(lists::name)
+        .first(c))?)
+}
+
 /// Number of recipients on a list.
 pub fn list_size(conn: &mut Conn, list_id: i64) -> Result<i64> {
     Ok(on!(conn, |c| list_members::table

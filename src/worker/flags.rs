@@ -9,10 +9,11 @@ use std::time::Instant;
 
 use tokio::sync::RwLock;
 
-use crate::compose::CampaignMail;
+use crate::compose::{CampaignMail, ComposeError};
 use crate::queue;
 use crate::store::campaigns::{self, Flags};
 use crate::store::{CampaignState, Db, StoreError};
+use crate::tokens::Identity;
 
 /// A campaign's fixed settings, loaded once per worker.
 pub struct CampaignInfo {
@@ -40,18 +41,37 @@ impl Campaigns {
     pub async fn info(
         &self,
         db: &Arc<Db>,
+        identity: &Identity,
         id: i64,
     ) -> Result<Option<Arc<CampaignInfo>>, StoreError> {
         if let Some(found) = self.info.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
             return Ok(Some(Arc::clone(found)));
         }
-        let Some(c) = db.run(move |conn| campaigns::get(conn, id)).await? else {
+        let identity = identity.clone();
+        let loaded = db
+            .run(move |conn| {
+                let Some(c) = campaigns::get(conn, id)? else {
+                    return Ok(None);
+                };
+                // A stored key that does not load, like a bad sender, is an
+                // error the job comes back from later, not unsigned mail.
+                let mail = CampaignMail::load(conn, &c, &identity).map_err(|e| match e {
+                    ComposeError::Store(e) => e,
+                    ComposeError::Dkim(e) => StoreError::BadValue {
+                        what: "DKIM key",
+                        value: e.to_string(),
+                    },
+                    _ => StoreError::BadValue {
+                        what: "sender address",
+                        value: c.from_addr.clone(),
+                    },
+                })?;
+                Ok(Some((c, mail)))
+            })
+            .await?;
+        let Some((c, mail)) = loaded else {
             return Ok(None);
         };
-        let mail = CampaignMail::new(&c).map_err(|_| StoreError::BadValue {
-            what: "sender address",
-            value: c.from_addr.clone(),
-        })?;
         let info = Arc::new(CampaignInfo {
             mail,
             priority: queue::priority(c.priority),

@@ -80,7 +80,11 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
             delay: DB_RETRY_DELAY,
         }
     };
-    let info = match shared.campaigns.info(&shared.db, body.campaign).await {
+    let info = match shared
+        .campaigns
+        .info(&shared.db, &shared.identity, body.campaign)
+        .await
+    {
         Ok(Some(info)) => info,
         Ok(None) => {
             tracing::warn!(
