@@ -203,11 +203,15 @@ impl Limiter {
                     first_at_us,
                     interval_us,
                 } => {
-                    let offset = first_at_us - now_us();
+                    // Measured from after the lease's round trip: from
+                    // `now` (before it), a first token due at once looked
+                    // older than TOKEN_EXPIRY on a database slower than
+                    // 5 ms and was dropped unspent.
+                    let (at, offset) = (Instant::now(), first_at_us - now_us());
                     local.next_at = if offset > 0 {
-                        now + Duration::from_micros(offset as u64)
+                        at + Duration::from_micros(offset as u64)
                     } else {
-                        now
+                        at
                     };
                     local.interval = Duration::from_micros(interval_us as u64);
                     local.left = count;

@@ -5,7 +5,8 @@
 //!    slot is free and applies delete/release/bury/touch commands;
 //! 2. [`job`]: per job, signature and campaign checks ([`flags`] caches the
 //!    campaigns and their pause/cancel flags), ledger claim, compose;
-//! 3. [`send`]: `--concurrency` SMTP sessions, each on its own connection;
+//! 3. [`send`]: `--concurrency` SMTP sessions, each on its own connection
+//!    ([`optout`] skips recipients who left since their claim);
 //! 4. [`report`]: outcomes written to the ledger in batches; once all of a
 //!    job's outcomes are durable, [`fate`] deletes or releases it ([`touch`]
 //!    keeps it reserved meanwhile).
@@ -18,6 +19,7 @@
 pub mod fate;
 pub mod flags;
 pub mod job;
+pub mod optout;
 pub mod pipeline;
 pub mod report;
 pub mod reserve;
@@ -114,6 +116,7 @@ async fn pipeline_run(
         limiter,
         unrecorded: Arc::new(Semaphore::new(settings.concurrency)),
         campaigns: Campaigns::default(),
+        optouts: Default::default(),
         cmds: cmd_txs,
         to_send: send_tx,
         to_report: report_tx.clone(),
@@ -149,6 +152,9 @@ async fn pipeline_run(
                 }
                 if let Err(e) = shared.campaigns.refresh(&shared.db).await {
                     tracing::warn!(error = %e, "cannot refresh campaign flags");
+                }
+                if let Err(e) = shared.optouts.refresh(&shared.db).await {
+                    tracing::warn!(error = %e, "cannot read recent unsubscribes");
                 }
                 // Rate groups change rarely: every fourth round (2 s).
                 if round % 4 == 0 {

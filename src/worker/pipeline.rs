@@ -7,6 +7,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
 use super::fate::Tracker;
 use super::flags::Campaigns;
+use super::optout::Optouts;
 use super::reserve::Cmd;
 use crate::mail::Composed;
 use crate::ratelimit::Limiter;
@@ -45,6 +46,8 @@ pub struct Shared {
     /// job's signature is checked with its secret.
     pub identity: Identity,
     pub campaigns: Campaigns,
+    /// Recipients who unsubscribed or bounced since their claim.
+    pub optouts: Optouts,
     pub cmds: Vec<std::sync::mpsc::Sender<Cmd>>,
     pub to_send: async_channel::Sender<Msg>,
     pub to_report: mpsc::Sender<Report>,

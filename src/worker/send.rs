@@ -1,7 +1,8 @@
 //! The send stage: `concurrency` tasks, each owning one long-lived SMTP
 //! session, taking composed messages from a bounded channel. Before each
-//! message a sender checks the campaign's cached pause/cancel flag and the
-//! abort signal; then it sends and turns the reply into an outcome.
+//! message a sender checks the campaign's cached pause/cancel flag, the
+//! abort signal and whether the recipient just left; then it sends and
+//! turns the reply into an outcome.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +46,10 @@ pub async fn sender(
             {
                 msg.tracker.throttle(t.retry_in);
                 break OutcomeKind::Unclaim;
+            }
+            // After the wait for tokens, which can last seconds.
+            if let Some(status) = shared.optouts.left(msg.recipient_id) {
+                break OutcomeKind::Skipped(status.as_str().to_string());
             }
             let conn = match session.as_mut() {
                 Some(c) if !c.has_broken() => c,
