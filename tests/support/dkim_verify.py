@@ -5,8 +5,8 @@ command line instead of asking DNS.
 
 usage: dkim_verify.py MESSAGE_FILE NAME=TXT_VALUE [NAME=TXT_VALUE ...]
 
-Prints one JSON object: {"results": [{"ok": bool, "d": ..., "s": ...,
-"a": ..., "h": [...]}, ...], "lookups": [...]}. Exit 0 when it could check
+Prints one JSON object: {"results": [{"ok": bool, "error": str|null,
+"d": ..., "s": ..., "a": ..., "h": [...]}, ...], "lookups": [...]}. Exit 0 when it could check
 (whatever the verdict), 3 when dkimpy (or PyNaCl, for ed25519) is missing.
 """
 import json
@@ -37,10 +37,16 @@ def main():
     d = dkim.DKIM(message)
     results = []
     for k in range(len([h for h in d.headers if h[0].lower() == b"dkim-signature"])):
-        ok = d.verify(idx=k, dnsfunc=dnsfunc)
+        error = None
+        try:
+            ok = d.verify(idx=k, dnsfunc=dnsfunc)
+        except dkim.DKIMException as e:
+            # some failures (a body hash mismatch) are raised, not returned
+            ok, error = False, str(e)
         sig = d.signature_fields or {}
         results.append({
             "ok": bool(ok),
+            "error": error,
             "d": sig.get(b"d", b"").decode(),
             "s": sig.get(b"s", b"").decode(),
             "a": sig.get(b"a", b"").decode(),
