@@ -11,7 +11,12 @@ Called by scripts/bench.sh (which installs and builds first). Steps:
   5. the same N through ../shared/bench/peer_seed003.py; ratio
   6. latency-bound relay (smtp-sink -w 1), --concurrency 200, one worker
   7. steps 1-4 again on PostgreSQL
-Prints a table and appends a dated row to BENCHMARKS.md. Every service it
+Prints a table and appends a dated row to BENCHMARKS.md.
+
+--dkim-compare runs only step 4 (SQLite, smtp-sink) three times on fresh
+databases: unsigned, with an RSA 2048 key and with an ed25519 key for the
+From domain (`mailsplit dkim keygen`), and prints msg/s for each: the cost
+of signing. Nothing is appended to BENCHMARKS.md. Every service it
 starts (beanstalkd, smtp-sink) listens on a free loopback port and is stopped
 at the end.
 """
@@ -127,12 +132,17 @@ def write_csv(path, n):
             f.write(f"user{i}@example.test,User {i},City {i % 97},C{i % 1000}\n")
 
 
-def campaign(env, tmp, n, name, workers, concurrency, smtp_url, timeout):
-    """Import, enqueue and send one campaign; return the figures."""
+def campaign(env, tmp, n, name, workers, concurrency, smtp_url, timeout, dkim=None):
+    """Import, enqueue and send one campaign; return the figures. With
+    dkim="rsa" or "ed25519", the From domain gets a key of that algorithm
+    first, so every message is signed."""
     csv = os.path.join(tmp, f"{name}.csv")
     if not os.path.exists(csv):
         write_csv(csv, n)
     subprocess.run([BIN, "migrate"], env=env, check=True, capture_output=True)
+    if dkim:
+        subprocess.run([BIN, "dkim", "keygen", "example.test", "--algorithm", dkim, "--selector", f"bench-{dkim}"],
+                       env=env, check=True, capture_output=True)
     imp_s, imp_rss, _ = run_measured([BIN, "import", csv, "--list", name], env)
     subprocess.run([BIN, "campaign", "create", name, "--list", name, "--template", "newsletter",
                     "--subject", "Benchmark news", "--from", "news@example.test"],
@@ -207,7 +217,13 @@ def main():
                     help="PostgreSQL base URL (a database is created and dropped)")
     ap.add_argument("--skip", default="", help="comma-separated steps to skip: peer,latency,pg")
     ap.add_argument("--latency-n", type=int, default=4000, help="recipients for the latency-bound run")
+    ap.add_argument("--dkim-compare", action="store_true",
+                    help="only the SQLite campaign, unsigned vs RSA 2048 vs ed25519 DKIM (see above)")
+    ap.add_argument("--bin", default=BIN, help=f"mailsplit binary (default {BIN})")
     args = ap.parse_args()
+    set_bin(args.bin)
+    if args.dkim_compare:
+        return dkim_compare(args)
     skip = set(filter(None, args.skip.split(",")))
     tmp = tempfile.mkdtemp(prefix="mailsplit-bench-")
     svc = Services(tmp)
@@ -251,6 +267,42 @@ def main():
         svc.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     report(args, results)
+
+
+def set_bin(path):
+    global BIN
+    BIN = os.path.abspath(path)
+    if not os.access(BIN, os.X_OK):
+        sys.exit(f"bench: {BIN} is not an executable; build it with cargo build --release")
+
+
+def dkim_compare(args):
+    """The same SQLite campaign unsigned, RSA-signed and ed25519-signed."""
+    tmp = tempfile.mkdtemp(prefix="mailsplit-bench-dkim-")
+    svc = Services(tmp)
+    rates = {}
+    try:
+        bs = svc.beanstalkd()
+        sink_port, _ = svc.smtp_sink()
+        csv = os.path.join(tmp, "bench.csv")
+        write_csv(csv, args.n)
+        for mode in ("none", "rsa", "ed25519"):
+            print(f"==> {args.n:,} recipients, {args.workers} workers, DKIM: {mode}", flush=True)
+            env = dict(os.environ, BEANSTALKD=f"127.0.0.1:{bs}", MAILSPLIT_LOG="warn",
+                       DATABASE_URL=f"sqlite://{tmp}/bench-{mode}.db", MAILSPLIT_TUBE=f"bench-{mode}")
+            r = campaign(env, tmp, args.n, "bench", args.workers, args.concurrency,
+                         f"smtp://127.0.0.1:{sink_port}", 1800, dkim=None if mode == "none" else mode)
+            rates[mode] = r
+            print(f"    {r['msg_per_s']:,.0f} msg/s ({r['wall_s']:.1f} s wall, sent {r['sent']:,}, "
+                  f"pending {r['pending']:,}, {message_size(env, 'bench')} B messages)", flush=True)
+    finally:
+        svc.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    base = rates["none"]["msg_per_s"]
+    print(f"\nDKIM signing cost, {args.n:,} recipients, {args.workers} workers x {args.concurrency} sessions, "
+          f"{os.cpu_count()} cores:")
+    for mode, r in rates.items():
+        print(f"  {mode:<8} {r['msg_per_s']:>10,.0f} msg/s  {r['msg_per_s'] / base * 100:5.1f} % of unsigned")
 
 
 def campaign_with_reference(env, tmp, args, sink_port, results):

@@ -8,6 +8,7 @@ set -euo pipefail
 usage() {
     cat <<'USAGE'
 Usage: scripts/bench.sh [--n N] [--workers W] [--concurrency C] [--skip peer,latency,pg]
+       scripts/bench.sh --dkim-compare [--n N]   # msg/s unsigned vs RSA 2048 vs ed25519 DKIM
 
 Installs what it needs (scripts/install-deps.sh; a Python venv .peerenv with
 greenstalk, aiosmtplib and jinja2 for ../shared/bench/peer_seed003.py), builds

@@ -14,6 +14,10 @@ Installs, if any is missing, the Debian packages mailsplit needs:
   pkg-config libsqlite3-dev libpq-dev   to build the SQLite and PostgreSQL drivers
   gcc libc6-dev   only if no C compiler/linker (cc) is present
 
+and, for the DKIM tests' independent verifier, the Python packages dkimpy and
+PyNaCl (ed25519) for python3: with pip when python3 has it, else Debian's
+python3-dkim and python3-nacl.
+
 No beanstalkd, postfix or supervisor system service is left running by the
 install: scripts/services.sh and scripts/workers.sh start their own on free
 ports. Idempotent and silent when nothing is missing. Needs root (or sudo)
@@ -109,6 +113,19 @@ if ((${#missing[@]} > 0)); then
     cleanup
     own_policy=0
     say "done"
+fi
+
+# why: tests/dkim.rs checks signatures with dkimpy, an implementation independent of ours
+if ! python3 -c 'import dkim, nacl.signing' >/dev/null 2>&1; then
+    say "installing dkimpy and PyNaCl for python3 (the DKIM tests' verifier)"
+    if ! python3 -m pip install --quiet dkimpy pynacl 2>/dev/null &&
+        ! python3 -m pip install --quiet --break-system-packages dkimpy pynacl 2>/dev/null; then
+        SUDO=()
+        ((EUID == 0)) || SUDO=(sudo)
+        "${SUDO[@]}" apt-get update
+        "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-dkim python3-nacl
+    fi
+    python3 -c 'import dkim, nacl.signing' || { say "dkimpy is still missing for $(command -v python3)" >&2; exit 1; }
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

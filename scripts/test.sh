@@ -6,7 +6,7 @@ usage() {
     cat <<'EOF'
 Usage: scripts/test.sh [--help]
 
-  1. scripts/install-deps.sh (beanstalkd, smtp-sink, supervisor, -dev libraries)
+  1. scripts/install-deps.sh (beanstalkd, smtp-sink, supervisor, -dev libraries, dkimpy)
   2. PostgreSQL on 127.0.0.1:5432 must answer; if not, tries
      pg_ctlcluster --skip-systemctl-redirect <version> main start
      MAILSPLIT_TEST_PG (base URL, the tests create databases under it; default

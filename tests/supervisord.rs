@@ -105,3 +105,75 @@ fn deploy_under_supervisord_completes_the_campaign() {
         .collect();
     assert_eq!(logs.matches("executable replaced").count(), 2, "{logs}");
 }
+
+/// `mailsplit serve` as the repository's supervisord.conf runs it: started
+/// on demand, answers a one-click unsubscribe, stops gracefully on TERM.
+#[test]
+fn serve_runs_under_supervisord() {
+    let tmp = tempfile::tempdir().unwrap();
+    let env = Env::new(Kind::Sqlite, "127.0.0.1:1");
+    env.import_n("news", 2);
+    let (public, admin) = (free_port(), free_port());
+    env.create_campaign(
+        "news",
+        "news",
+        &["--public-url", &format!("http://127.0.0.1:{public}")],
+    );
+    let message = env.ok(&["preview", "news", "--recipient", "user1@example.test"]);
+    let link = message
+        .lines()
+        .find_map(|l| l.strip_prefix("List-Unsubscribe: <"))
+        .unwrap()
+        .trim_end()
+        .trim_end_matches('>')
+        .to_string();
+
+    let run = tmp.path().join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    let conf = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/supervisord.conf");
+    let vars = [
+        ("MAILSPLIT_BIN", BIN.to_string()),
+        ("MAILSPLIT_WORKERS", "1".into()),
+        ("MAILSPLIT_DIR", run.display().to_string()),
+        ("DATABASE_URL", env.db.url.clone()),
+        ("BEANSTALKD", env.beanstalkd.clone()),
+        ("MAILSPLIT_TUBE", env.tube.clone()),
+        ("MAILSPLIT_LISTEN", format!("127.0.0.1:{public}")),
+        ("MAILSPLIT_ADMIN_LISTEN", format!("127.0.0.1:{admin}")),
+    ];
+    let _sup = Supervisor(
+        Command::new("supervisord")
+            .args(["-n", "-c", conf])
+            .envs(vars.iter().cloned())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("supervisord is not installed: run scripts/install-deps.sh"),
+    );
+    let ctl = |action: &str| {
+        let mut out = None;
+        // supervisord may not have opened its socket yet.
+        wait_for(20, "supervisorctl to answer", || {
+            let o = Command::new("supervisorctl")
+                .args(["-c", conf, action, "mailsplit-serve"])
+                .envs(vars.iter().cloned())
+                .output()
+                .unwrap();
+            let done = String::from_utf8_lossy(&o.stdout).contains("mailsplit-serve");
+            out = Some(o);
+            done
+        });
+        out.unwrap()
+    };
+    ctl("start");
+    wait_port(public);
+    let r = ureq::post(&link)
+        .send_form(&[("List-Unsubscribe", "One-Click")])
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let out = env.run(&["preview", "news", "--recipient", "user1@example.test"]);
+    assert!(stderr(&out).contains("unsubscribed"), "{}", stderr(&out));
+    ctl("stop");
+    let log = std::fs::read_to_string(run.join("mailsplit-serve.log")).unwrap();
+    assert!(log.contains("serve stopped"), "{log}");
+}
