@@ -9,7 +9,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{stderr, stdout, wait_for, Beanstalkd, Env, Kind, Script, ScriptedSmtp};
+use common::{header, stderr, stdout, wait_for, Beanstalkd, Env, Kind, Script, ScriptedSmtp};
 
 /// The `name:` and `value:` of the TXT record a `dkim keygen` or `dkim
 /// list` printed (the first one).
@@ -56,21 +56,6 @@ fn unstuffed(text: &str) -> String {
                 .filter(|r| r.starts_with('.'))
                 .unwrap_or(l)
         })
-        .collect()
-}
-
-/// The values of a header, unfolded.
-fn header(message: &str, name: &str) -> Vec<String> {
-    let head = &message[..message.find("\r\n\r\n").unwrap()];
-    head.replace("\r\n ", " ")
-        .replace("\r\n\t", " ")
-        .split("\r\n")
-        .filter(|l| {
-            l.len() > name.len()
-                && l[..name.len()].eq_ignore_ascii_case(name)
-                && l.as_bytes()[name.len()] == b':'
-        })
-        .map(|l| l[name.len() + 1..].trim().to_string())
         .collect()
 }
 

@@ -6,22 +6,7 @@
 
 mod common;
 
-use common::{stderr, stdout, Env, Kind};
-
-/// The values of a header, unfolded.
-fn header(message: &str, name: &str) -> Vec<String> {
-    let head = &message[..message.find("\r\n\r\n").unwrap()];
-    head.replace("\r\n ", " ")
-        .replace("\r\n\t", " ")
-        .split("\r\n")
-        .filter(|l| {
-            l.len() > name.len()
-                && l[..name.len()].eq_ignore_ascii_case(name)
-                && l.as_bytes()[name.len()] == b':'
-        })
-        .map(|l| l[name.len() + 1..].trim().to_string())
-        .collect()
-}
+use common::{header, stderr, stdout, Env, Kind};
 
 fn import(env: &Env, list: &str, csv: &str) -> std::process::Output {
     let path = env.dir.path().join(format!("{list}.csv"));
@@ -30,33 +15,11 @@ fn import(env: &Env, list: &str, csv: &str) -> std::process::Output {
     env.run(&["import", path.to_str().unwrap(), "--list", list])
 }
 
-fn create(env: &Env, name: &str, list: &str, from: &str, extra: &[&str]) -> std::process::Output {
-    let mut args = vec![
-        "campaign",
-        "create",
-        name,
-        "--list",
-        list,
-        "--template",
-        "newsletter",
-        "--subject",
-        "Hello",
-        "--from",
-        from,
-    ];
-    args.extend_from_slice(extra);
-    env.cmd(&args)
-        .env_remove("MAILSPLIT_PUBLIC_URL")
-        .output()
-        .unwrap()
-}
-
 #[test]
 fn required_headers_on_the_from_domain_in_a_labels() {
     let env = Env::new(Kind::Sqlite, "127.0.0.1:1");
     import(&env, "news", "email,name\nada@example.test,Ada\n");
-    let out = create(
-        &env,
+    let out = env.try_create_campaign_from(
         "spring sale",
         "news",
         "Shop <news@Exämple.TEST>",
@@ -119,13 +82,8 @@ fn public_url_is_checked_and_its_absence_warned_about() {
         ("https://mail.example.test/?x=1", "query"),
         ("https://user:s3cr3t@mail.example.test", "password"),
     ] {
-        let out = create(
-            &env,
-            "c",
-            "news",
-            "news@example.test",
-            &["--public-url", bad],
-        );
+        let out =
+            env.try_create_campaign_from("c", "news", "news@example.test", &["--public-url", bad]);
         assert_eq!(out.status.code(), Some(2), "{bad}: {}", stderr(&out));
         assert!(stderr(&out).contains(why), "{bad}: {}", stderr(&out));
         assert!(!stderr(&out).contains("s3cr3t"), "{}", stderr(&out));
@@ -133,7 +91,7 @@ fn public_url_is_checked_and_its_absence_warned_about() {
     assert!(env.ok(&["campaign", "list"]).contains("no campaigns"));
 
     // No public URL: warned, and the message has no one-click header.
-    let out = create(&env, "plain", "news", "news@example.test", &[]);
+    let out = env.try_create_campaign_from("plain", "news", "news@example.test", &[]);
     assert!(out.status.success());
     let err = stderr(&out);
     assert!(
@@ -203,7 +161,8 @@ fn links_are_only_ever_http_or_mailto() {
 
     // Without --public-url, a recipient's own safe link is used (no
     // one-click: it is not ours to promise).
-    assert!(create(&env, "c", "news", "news@example.test", &[])
+    assert!(env
+        .try_create_campaign_from("c", "news", "news@example.test", &[])
         .status
         .success());
     let b = env.ok(&["preview", "c", "--recipient", "b@example.test"]);
@@ -231,15 +190,15 @@ fn links_are_only_ever_http_or_mailto() {
 
     // With --public-url the campaign's one-click link replaces the
     // attribute everywhere.
-    assert!(create(
-        &env,
-        "oneclick",
-        "news",
-        "news@example.test",
-        &["--public-url", "https://mail.example.test"]
-    )
-    .status
-    .success());
+    assert!(env
+        .try_create_campaign_from(
+            "oneclick",
+            "news",
+            "news@example.test",
+            &["--public-url", "https://mail.example.test"]
+        )
+        .status
+        .success());
     let b = env.ok(&["preview", "oneclick", "--recipient", "b@example.test"]);
     assert!(!b.contains("prefs.example.test"), "{b}");
     assert!(header(&b, "List-Unsubscribe")[0].starts_with("<https://mail.example.test/u/"));
@@ -251,7 +210,8 @@ fn a_hostile_list_name_adds_no_header() {
     let list = "vip\r\nBcc: victim@evil.test\r\nX-Evil: 1";
     let out = import(&env, list, "email,name\nada@example.test,Ada\n");
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(create(&env, "c", list, "news@example.test", &[])
+    assert!(env
+        .try_create_campaign_from("c", list, "news@example.test", &[])
         .status
         .success());
     let m = env.ok(&["preview", "c"]);

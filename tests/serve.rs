@@ -101,18 +101,14 @@ fn without_a_token_the_admin_listener_stays_on_loopback() {
 /// composes for them (the message a worker would send).
 fn unsubscribe_link(env: &Env, campaign: &str, email: &str) -> String {
     let message = env.ok(&["preview", campaign, "--recipient", email]);
-    let line = message
-        .lines()
-        .find(|l| l.starts_with("List-Unsubscribe: <"))
-        .unwrap_or_else(|| panic!("no List-Unsubscribe in\n{message}"));
-    assert!(
-        message.contains("\r\nList-Unsubscribe-Post: List-Unsubscribe=One-Click\r\n"),
+    assert_eq!(
+        common::header(&message, "List-Unsubscribe-Post"),
+        ["List-Unsubscribe=One-Click"],
         "{message}"
     );
-    line.trim_end()
-        .trim_start_matches("List-Unsubscribe: <")
-        .trim_end_matches('>')
-        .to_string()
+    let link = common::header(&message, "List-Unsubscribe");
+    assert_eq!(link.len(), 1, "{message}");
+    link[0].trim_matches(['<', '>']).to_string()
 }
 
 /// A recipient's status, status reason and status time, straight from the

@@ -120,12 +120,8 @@ fn serve_runs_under_supervisord() {
         &["--public-url", &format!("http://127.0.0.1:{public}")],
     );
     let message = env.ok(&["preview", "news", "--recipient", "user1@example.test"]);
-    let link = message
-        .lines()
-        .find_map(|l| l.strip_prefix("List-Unsubscribe: <"))
-        .unwrap()
-        .trim_end()
-        .trim_end_matches('>')
+    let link = header(&message, "List-Unsubscribe")[0]
+        .trim_matches(['<', '>'])
         .to_string();
 
     let run = tmp.path().join("run");

@@ -626,7 +626,10 @@ impl Env {
             .env("BEANSTALKD", &self.beanstalkd)
             .env("MAILSPLIT_TUBE", &self.tube)
             .env("SMTP_URL", &self.smtp)
-            .env("MAILSPLIT_LOG", "info");
+            .env("MAILSPLIT_LOG", "info")
+            // A default from the caller's environment would change what
+            // `campaign create` does; tests set it where they mean it.
+            .env_remove("MAILSPLIT_PUBLIC_URL");
         c
     }
     /// Run to completion.
@@ -700,6 +703,16 @@ impl Env {
     /// `campaign create NAME --list LIST --template newsletter --subject
     /// Hello --from news@example.test`, plus `extra` options.
     pub fn try_create_campaign(&self, name: &str, list: &str, extra: &[&str]) -> Output {
+        self.try_create_campaign_from(name, list, "news@example.test", extra)
+    }
+    /// Like [`Env::try_create_campaign`], with another `--from`.
+    pub fn try_create_campaign_from(
+        &self,
+        name: &str,
+        list: &str,
+        from: &str,
+        extra: &[&str],
+    ) -> Output {
         let mut args = vec![
             "campaign",
             "create",
@@ -711,7 +724,7 @@ impl Env {
             "--subject",
             "Hello",
             "--from",
-            "news@example.test",
+            from,
         ];
         args.extend_from_slice(extra);
         self.run(&args)
@@ -735,6 +748,22 @@ pub fn write_csv(path: &Path, n: usize) {
     for i in 1..=n {
         writeln!(f, "user{i}@example.test,User {i},City {}", i % 7).unwrap();
     }
+}
+
+/// The values of a header of a message (its top-level header section),
+/// unfolded.
+pub fn header(message: &str, name: &str) -> Vec<String> {
+    let head = &message[..message.find("\r\n\r\n").unwrap_or(message.len())];
+    head.replace("\r\n ", " ")
+        .replace("\r\n\t", " ")
+        .split("\r\n")
+        .filter(|l| {
+            l.len() > name.len()
+                && l[..name.len()].eq_ignore_ascii_case(name)
+                && l.as_bytes()[name.len()] == b':'
+        })
+        .map(|l| l[name.len() + 1..].trim().to_string())
+        .collect()
 }
 
 pub fn stdout(o: &Output) -> String {
