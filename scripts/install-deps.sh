@@ -8,8 +8,10 @@ Usage: scripts/install-deps.sh [--help]
 
 Installs, if any is missing, the Debian packages mailsplit needs:
   beanstalkd      the job queue
-  postfix         only for /usr/sbin/smtp-sink (the test SMTP server); postfix is
-                  preseeded "No configuration", so no mail server is set up
+  postfix         /usr/sbin/smtp-sink (the test SMTP server), and the binaries
+                  for the private Postfix instances the bounce tests start
+                  (tests/common/postfix.rs, `postfix -c DIR`); postfix is
+                  preseeded "No configuration", so no system mail server is set up
   supervisor      runs the workers (scripts/supervisord.conf)
   pkg-config libsqlite3-dev libpq-dev   to build the SQLite and PostgreSQL drivers
   gcc libc6-dev   only if no C compiler/linker (cc) is present

@@ -133,6 +133,38 @@ pub enum Command {
     /// MAILSPLIT_ADMIN_TOKEN; without one it binds to loopback only. Runs
     /// until SIGTERM/SIGINT.
     Serve(ServeArgs),
+    /// Record a bounce or complaint report (Postfix pipe transport, Maildir)
+    ///
+    /// Reads one message on stdin, as Postfix's pipe(8) delivers it, and
+    /// takes the envelope recipient (the VERP address) as an optional
+    /// argument. master.cf:
+    ///
+    ///   mailsplit unix - n n - 10 pipe
+    ///     flags=Rq user=mailsplit argv=/usr/local/bin/mailsplit bounce ${recipient}
+    ///
+    /// and in main.cf: `mailsplit_destination_recipient_limit = 1` and a
+    /// transport_maps entry sending the bounce domain to `mailsplit:`.
+    /// Exit 0 when the message was recorded or ignored (not a report, or
+    /// nobody of ours), 75 (EX_TEMPFAIL: Postfix keeps the message and
+    /// tries again) when the database cannot be reached.
+    Bounce(BounceArgs),
+    /// Put jobs again for every recipient of a campaign without a final outcome
+    ///
+    /// For a campaign whose jobs beanstalkd lost (restarted without a
+    /// binlog, tube emptied): it stays "sending" with recipients pending
+    /// and nobody working on them. Safe to run twice and while workers run;
+    /// the ledger still sends each recipient once.
+    Requeue {
+        /// Campaign name or id
+        campaign: String,
+        /// Also retry failed deliveries (after fixing the relay), except to
+        /// recipients who bounced or unsubscribed
+        #[arg(long)]
+        failed: bool,
+        /// Recipients per job
+        #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
+        batch_size: usize,
+    },
     /// Show counts, state, rate and ETA of one or all campaigns
     Status {
         /// Campaign name or id (all campaigns when omitted)
@@ -225,6 +257,15 @@ pub enum CampaignCommand {
         /// templates' unsubscribe link). https only; http for loopback hosts
         #[arg(long, env = "MAILSPLIT_PUBLIC_URL")]
         public_url: Option<String>,
+        /// VERP return path, e.g. bounces@bounce.example.com: each message's
+        /// envelope sender becomes bounces+TOKEN@bounce.example.com, and
+        /// that domain's mail goes to `mailsplit bounce` (see its --help)
+        #[arg(long, env = "MAILSPLIT_RETURN_PATH")]
+        return_path: Option<String>,
+        /// Workers pause the campaign when more than this share of its last
+        /// 250-500 messages failed, or 100 failed in a row: 20%, 0.2, or off
+        #[arg(long, default_value = "20%")]
+        max_failure_rate: String,
     },
     /// One line per campaign
     List,
@@ -251,6 +292,24 @@ pub struct WorkerArgs {
 }
 
 #[derive(Args, Debug, Clone)]
+pub struct BounceArgs {
+    /// The envelope recipient of the report (pipe(8)'s ${recipient}): its
+    /// VERP token names campaign and recipient
+    pub recipient: Option<String>,
+    /// Handle every message in DIR/new instead of stdin, moving each to
+    /// DIR/cur
+    #[arg(long, value_name = "DIR")]
+    pub maildir: Option<PathBuf>,
+    /// Soft bounces (mailbox full, temporary failures) that make a
+    /// recipient bounced…
+    #[arg(long, default_value_t = crate::bounce::DEFAULT_SOFT_LIMIT)]
+    pub soft_limit: u32,
+    /// …within this many days
+    #[arg(long, default_value_t = crate::bounce::DEFAULT_SOFT_WINDOW_DAYS)]
+    pub soft_window_days: u32,
+}
+
+#[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
     /// Public routes (one-click unsubscribe), HOST:PORT
     #[arg(long, env = "MAILSPLIT_LISTEN", default_value = config::DEFAULT_LISTEN)]
@@ -263,6 +322,9 @@ pub struct ServeArgs {
 /// The environment variable that holds the admin token (never a flag: a
 /// flag shows in `ps`).
 pub const ADMIN_TOKEN_ENV: &str = "MAILSPLIT_ADMIN_TOKEN";
+/// The environment variable that holds the bounce webhook's token; without
+/// it `serve` has no webhook route.
+pub const WEBHOOK_TOKEN_ENV: &str = "MAILSPLIT_WEBHOOK_TOKEN";
 
 /// Run the parsed command line.
 pub fn run(cli: Cli) -> Result<ExitCode> {
@@ -290,9 +352,16 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             from,
             priority,
             public_url,
+            return_path,
+            max_failure_rate,
         }) => {
             templates::check(&template)?;
             let from = compose::parse_from(&from)?;
+            let return_path = return_path
+                .filter(|r| !r.trim().is_empty())
+                .map(|r| compose::parse_return_path(&r))
+                .transpose()?;
+            let max_failure_rate = parse_failure_rate(&max_failure_rate)?;
             if subject.trim().is_empty() || subject.chars().any(char::is_control) {
                 anyhow::bail!(UsageError("--subject must be one non-empty line".into()));
             }
@@ -315,7 +384,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     priority,
                     recipients: size,
                     public_url: public_url.as_deref(),
-                    return_path: None,
+                    return_path: return_path.as_deref(),
+                    max_failure_rate,
                 },
             )?;
             println!(
@@ -343,10 +413,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             campaign,
             batch_size,
         } => {
-            let batch_size =
-                config::check_range("--batch-size", batch_size, 1, config::MAX_JOB_RECIPIENTS)?;
-            let servers = config::parse_beanstalkd(&g.beanstalkd)?;
-            config::check_tube(&g.tube)?;
+            let (batch_size, servers) = queue_options(g, batch_size)?;
             let mut conn = open_migrated(g)?;
             let report = splitter::enqueue(
                 &mut conn,
@@ -385,6 +452,35 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Rate(cmd) => rate(g, cmd)?,
         Command::Dkim(cmd) => dkim(g, cmd)?,
+        Command::Bounce(args) => return cmd_bounce(g, &args),
+        Command::Requeue {
+            campaign,
+            failed,
+            batch_size,
+        } => {
+            let (batch_size, servers) = queue_options(g, batch_size)?;
+            let mut conn = open_migrated(g)?;
+            let report = crate::requeue::requeue(
+                &mut conn,
+                &campaign,
+                &crate::requeue::Options {
+                    batch_size,
+                    servers,
+                    tube: g.tube.clone(),
+                    failed,
+                },
+            )?;
+            if failed {
+                println!(
+                    "{} failed deliveries to active recipients will be tried again",
+                    report.reopened
+                );
+            }
+            println!(
+                "requeued {} recipients without a final outcome in {} jobs",
+                report.recipients, report.jobs
+            );
+        }
         Command::Pause { campaign } => control(g, &campaign, Control::Pause)?,
         Command::Resume { campaign } => control(g, &campaign, Control::Resume)?,
         Command::Cancel { campaign } => control(g, &campaign, Control::Cancel)?,
@@ -674,7 +770,130 @@ fn serve_settings(g: &Global, args: &ServeArgs) -> Result<ServeSettings> {
         listen: config::parse_listen("--listen", &args.listen)?,
         admin_listen,
         admin_token,
+        webhook_token: std::env::var(WEBHOOK_TOKEN_ENV)
+            .ok()
+            .filter(|t| !t.trim().is_empty()),
     })
+}
+
+/// What `enqueue` and `requeue` put jobs with: the checked batch size and
+/// beanstalkd servers (and tube).
+fn queue_options(g: &Global, batch_size: usize) -> Result<(usize, Vec<std::net::SocketAddr>)> {
+    let batch_size =
+        config::check_range("--batch-size", batch_size, 1, config::MAX_JOB_RECIPIENTS)?;
+    let servers = config::parse_beanstalkd(&g.beanstalkd)?;
+    config::check_tube(&g.tube)?;
+    Ok((batch_size, servers))
+}
+
+/// `--max-failure-rate`: `20%`, `0.2` or `off`.
+fn parse_failure_rate(raw: &str) -> Result<Option<f64>> {
+    let raw = raw.trim();
+    if raw.eq_ignore_ascii_case("off") || raw.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let rate = match raw.strip_suffix('%') {
+        Some(pct) => pct.trim().parse::<f64>().ok().map(|p| p / 100.0),
+        None => raw.parse::<f64>().ok(),
+    };
+    match rate {
+        Some(r) if (0.0..=1.0).contains(&r) => Ok(Some(r)),
+        _ => Err(UsageError(format!(
+            "bad --max-failure-rate {raw:?}: use a percentage (20%), a fraction (0.2) or off"
+        ))
+        .into()),
+    }
+}
+
+/// pipe(8)'s "try again later" (sysexits.h EX_TEMPFAIL).
+pub const EX_TEMPFAIL: u8 = 75;
+
+/// `mailsplit bounce`. Everything that could succeed later (database down,
+/// schema not migrated, unreadable input) exits 75 so Postfix keeps the
+/// message: a report is never lost. The message is read before the
+/// database is opened, so Postfix's write never meets a closed pipe.
+fn cmd_bounce(g: &Global, args: &BounceArgs) -> Result<ExitCode> {
+    use crate::bounce::{self, Handled};
+    let settings = bounce::Settings {
+        soft_limit: config::check_range("--soft-limit", args.soft_limit as usize, 1, 1_000)? as u32,
+        soft_window: std::time::Duration::from_secs(
+            config::check_range(
+                "--soft-window-days",
+                args.soft_window_days as usize,
+                1,
+                3_650,
+            )? as u64
+                * 86_400,
+        ),
+    };
+    let tempfail = |err: anyhow::Error| {
+        eprintln!("mailsplit: error: {err:#}; exit 75: try again later");
+        Ok(ExitCode::from(EX_TEMPFAIL))
+    };
+    let show = |handled: &Handled| match handled {
+        Handled::Ignored(why) => tracing::info!("ignored: {why}"),
+        Handled::Recorded(events) => {
+            for e in events {
+                tracing::info!(
+                    recipient = %e.email,
+                    campaign = ?e.campaign_id,
+                    kind = %e.kind,
+                    status = e.status.as_deref().unwrap_or("-"),
+                    now = e.changed_to.map(|s| s.as_str()).unwrap_or("unchanged"),
+                    "{}",
+                    if e.new { "recorded" } else { "already recorded" }
+                );
+            }
+        }
+    };
+    let raw = match &args.maildir {
+        Some(_) => None,
+        None => match bounce::read_message(std::io::stdin().lock()) {
+            Ok(raw) => Some(raw),
+            Err(e) => {
+                return tempfail(anyhow::Error::from(e).context("cannot read the message on stdin"))
+            }
+        },
+    };
+    let mut conn = match open_migrated(g) {
+        Ok(conn) => conn,
+        Err(e) => return tempfail(e),
+    };
+    let identity = match store::installation::load(&mut conn) {
+        Ok(i) => crate::tokens::Identity::from(&i),
+        Err(e) => return tempfail(e.into()),
+    };
+    match (raw, &args.maildir) {
+        (Some(raw), _) => {
+            match bounce::handle(
+                &mut conn,
+                &identity,
+                &raw,
+                args.recipient.as_deref(),
+                &settings,
+            ) {
+                Ok(handled) => show(&handled),
+                Err(e) => return tempfail(e.into()),
+            }
+        }
+        (None, Some(dir)) => {
+            let summary = bounce::maildir(&mut conn, &identity, dir, &settings, |path, handled| {
+                tracing::debug!(file = %path.display(), "handled");
+                show(handled);
+            });
+            match summary {
+                Ok(s) => println!(
+                    "{}: {} reports recorded, {} messages ignored",
+                    dir.display(),
+                    s.recorded,
+                    s.ignored
+                ),
+                Err(e) => return tempfail(e.into()),
+            }
+        }
+        (None, None) => {}
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Smaller lists get more urgent priorities (lower numbers), so a small
@@ -725,6 +944,9 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
                 })
             || cause
                 .downcast_ref::<splitter::EnqueueError>()
+                .is_some_and(|e| e.is_usage())
+            || cause
+                .downcast_ref::<crate::requeue::RequeueError>()
                 .is_some_and(|e| e.is_usage());
         if usage {
             return EXIT_USAGE;

@@ -38,6 +38,8 @@ pub enum ComposeError {
     EmptyList(String),
     #[error("{email} would get no message: {why}")]
     Unsendable { email: String, why: String },
+    #[error("bad return path {0:?}: use local@bounce-domain, with a local part of at most {MAX_RETURN_PATH_LOCAL} characters and no '+' (the VERP token goes after it)")]
+    BadReturnPath(String),
     #[error(transparent)]
     Dkim(#[from] DkimError),
     #[error(transparent)]
@@ -70,6 +72,90 @@ pub fn from_domain(from: &Mailbox) -> String {
     ascii_domain(domain).unwrap_or_else(|| domain.to_ascii_lowercase())
 }
 
+/// Longest local part of a `--return-path`: the VERP token (up to 29
+/// characters for campaigns below 2 million and recipients below 34
+/// billion) and the `+` must still fit in 64 octets.
+pub const MAX_RETURN_PATH_LOCAL: usize = 32;
+
+/// Check `--return-path`: `local@domain`, the local part short enough for
+/// `local+TOKEN` and free of `+` (Postfix splits the extension at the
+/// first one). Returns the canonical spelling (domain folded).
+pub fn parse_return_path(raw: &str) -> Result<String, ComposeError> {
+    let bad = || ComposeError::BadReturnPath(raw.to_string());
+    let addr = Address::from_str(raw.trim()).map_err(|_| bad())?;
+    let local = addr.user();
+    if local.len() > MAX_RETURN_PATH_LOCAL
+        || local.contains('+')
+        || local.starts_with('"')
+        || raw.chars().any(char::is_control)
+    {
+        return Err(bad());
+    }
+    Ok(format!("{local}@{}", addr.domain().to_lowercase()))
+}
+
+/// A campaign's VERP return path, `local@domain`: each message's envelope
+/// sender is `local+TOKEN@domain`, TOKEN naming campaign and recipient
+/// under the database's secret (see [`envelope_sender`]).
+#[derive(Debug, Clone)]
+pub struct Verp {
+    local: String,
+    domain: String,
+}
+
+impl Verp {
+    fn parse(raw: &str) -> Result<Verp, ComposeError> {
+        let canonical = parse_return_path(raw)?;
+        let (local, domain) = canonical
+            .rsplit_once('@')
+            .ok_or_else(|| ComposeError::BadReturnPath(raw.to_string()))?;
+        Ok(Verp {
+            local: local.to_string(),
+            domain: domain.to_string(),
+        })
+    }
+}
+
+/// The envelope sender (MAIL FROM, where bounces go) of one recipient's
+/// message: the campaign's VERP address for this recipient, or the From
+/// address when the campaign has no return path. The From header is never
+/// changed.
+pub fn envelope_sender(campaign: &CampaignMail, recipient_id: i64) -> Address {
+    campaign
+        .verp
+        .as_ref()
+        .and_then(|v| {
+            let token = campaign
+                .identity
+                .signer
+                .verp_token(campaign.id, recipient_id);
+            Address::new(format!("{}+{token}", v.local), &v.domain).ok()
+        })
+        .unwrap_or_else(|| campaign.from.email.clone())
+}
+
+/// The message with `sender` as its envelope sender (the headers stay as
+/// they are: the From header is the campaign's).
+fn with_sender(mut message: Composed, sender: Address) -> Result<Composed, Unsendable> {
+    message.envelope = Envelope::new(Some(sender), message.envelope.to().to_vec())
+        .map_err(|e| Unsendable::Invalid(format!("cannot build the envelope: {e}")))?;
+    Ok(message)
+}
+
+/// The (campaign, recipient) a Message-ID of this database's messages
+/// names (see [`headers::message_id`]); `None` for anyone else's. Not
+/// authenticated: a bounce matched by it is only believed for the
+/// recipient it names.
+pub fn read_message_id(id: &str, database_id: &str) -> Option<(i64, i64)> {
+    let id = id.trim().trim_start_matches('<').trim_end_matches('>');
+    let (local, _) = id.split_once('@')?;
+    let mut parts = local.splitn(3, '.');
+    let campaign = parts.next()?.parse().ok().filter(|&c: &i64| c > 0)?;
+    let recipient = parts.next()?.parse().ok().filter(|&r: &i64| r > 0)?;
+    let ours = headers::message_id(campaign, recipient, database_id, "x");
+    (ours.trim_start_matches('<').split('@').next() == Some(local)).then_some((campaign, recipient))
+}
+
 /// What every message of one campaign shares.
 #[derive(Debug, Clone)]
 pub struct CampaignMail {
@@ -90,6 +176,8 @@ pub struct CampaignMail {
     pub identity: Identity,
     /// The From domain's DKIM keys; none: the mail goes unsigned.
     pub dkim: Arc<[SigningKey]>,
+    /// The VERP return path (`campaign create --return-path`).
+    pub verp: Option<Verp>,
 }
 
 impl CampaignMail {
@@ -118,6 +206,7 @@ impl CampaignMail {
             public_url: c.public_url.clone(),
             identity: identity.clone(),
             dkim: keys.into(),
+            verp: c.return_path.as_deref().map(Verp::parse).transpose()?,
         })
     }
 }
@@ -188,7 +277,7 @@ fn build(campaign: &CampaignMail, r: &Recipient) -> Result<Composed, Unsendable>
     )?;
     message.bytes = dkim::sign(&campaign.dkim, message.bytes)
         .map_err(|e| Unsendable::Invalid(e.to_string()))?;
-    Ok(message)
+    with_sender(message, envelope_sender(campaign, r.id))
 }
 
 /// The link a recipient leaves by, and whether it is a one-click link: the
@@ -351,5 +440,62 @@ mod tests {
         )
         .is_err());
         assert!(parse_from("bad\r\nBcc: x@y").is_err());
+    }
+
+    #[test]
+    fn return_paths_and_verp_senders() {
+        assert_eq!(
+            parse_return_path("bounces@Bounce.Example.test").unwrap(),
+            "bounces@bounce.example.test"
+        );
+        for bad in [
+            "bounces+x@b.test",
+            "no-at",
+            &format!("{}@b.test", "x".repeat(33)),
+        ] {
+            assert!(parse_return_path(bad).is_err(), "{bad}");
+        }
+        let identity = Identity {
+            database_id: "db-0123456789abcdef".into(),
+            signer: crate::tokens::Signer::new(&[3u8; 32]),
+        };
+        let from = parse_from("Shop <news@example.test>").unwrap();
+        let mut campaign = CampaignMail {
+            id: 2_000_000,
+            name: "c".into(),
+            template: "newsletter".into(),
+            subject: "s".into(),
+            domain: from_domain(&from),
+            from,
+            list_id: 1,
+            list_name: "l".into(),
+            public_url: None,
+            identity: identity.clone(),
+            dkim: Vec::new().into(),
+            verp: None,
+        };
+        assert_eq!(
+            envelope_sender(&campaign, 5).to_string(),
+            "news@example.test"
+        );
+        campaign.verp =
+            Some(Verp::parse(&format!("{}@Bounce.example.test", "x".repeat(32))).unwrap());
+        // The largest ids the limit is made for still fit in 64 octets.
+        let sender = envelope_sender(&campaign, (1 << 35) - 1);
+        assert!(sender.user().len() <= 64, "{sender}");
+        assert_eq!(sender.domain(), "bounce.example.test");
+        let token = sender.user().split_once('+').unwrap().1;
+        assert_eq!(token, token.to_ascii_lowercase());
+        assert_eq!(
+            identity.signer.read_verp(token),
+            Some((2_000_000, (1 << 35) - 1))
+        );
+        // Message-IDs: ours (this database) only.
+        let db = &identity.database_id;
+        let id = headers::message_id(3, 77, db, "example.test");
+        assert_eq!(read_message_id(&id, db), Some((3, 77)));
+        assert_eq!(read_message_id(&id, "db-ffffffffffffffff"), None);
+        assert_eq!(read_message_id("<3.77.other@example.test>", db), None);
+        assert_eq!(read_message_id("<x.77.y@example.test>", db), None);
     }
 }

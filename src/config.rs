@@ -63,6 +63,9 @@ pub struct ServeSettings {
     /// Bearer token every admin request must carry; `None` only with a
     /// loopback admin address.
     pub admin_token: Option<String>,
+    /// Bearer token of `POST /webhooks/bounce` on the public listener; the
+    /// route does not exist without one.
+    pub webhook_token: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -14,6 +14,7 @@
 //! [`queue`], [`ratelimit`], [`tokens`], [`shutdown`] → [`store`]; [`config`]
 //! and [`redact`] sit beside them, importing no stage.
 
+pub mod bounce;
 pub mod cli;
 pub mod compose;
 pub mod config;
@@ -24,6 +25,7 @@ pub mod mail;
 pub mod queue;
 pub mod ratelimit;
 pub mod redact;
+pub mod requeue;
 pub mod serve;
 pub mod shutdown;
 pub mod splitter;

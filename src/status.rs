@@ -60,7 +60,19 @@ pub struct CampaignStatus {
     pub avg_rate: f64,
     /// Seconds until `pending` reaches 0 at the current rate.
     pub eta_seconds: Option<u64>,
+    /// Sent messages that bounced (5.1.x at send time, or reported later).
+    pub bounced: i64,
+    /// Sent messages that drew a complaint.
+    pub complaints: i64,
+    /// `complaints / sent` (0 before anything was sent); Gmail and Yahoo
+    /// hold senders to [`COMPLAINT_RATE_LIMIT`].
+    pub complaint_rate: f64,
+    /// Why the workers paused the campaign (auto-pause), while it is paused.
+    pub pause_reason: Option<String>,
 }
+
+/// The complaint rate Gmail and Yahoo hold bulk senders to (0.3 %).
+pub const COMPLAINT_RATE_LIMIT: f64 = 0.003;
 
 impl CampaignStatus {
     pub fn new(campaign: &Campaign, counters: &Counters) -> CampaignStatus {
@@ -105,7 +117,34 @@ impl CampaignStatus {
             rate: (rate * 10.0).round() / 10.0,
             avg_rate: (avg_rate * 10.0).round() / 10.0,
             eta_seconds,
+            bounced: counters.bounced,
+            complaints: counters.complaints,
+            complaint_rate: if counters.sent > 0 {
+                counters.complaints as f64 / counters.sent as f64
+            } else {
+                0.0
+            },
+            pause_reason: campaign
+                .pause_reason
+                .clone()
+                .filter(|_| state == Phase::Paused),
         }
+    }
+
+    /// `complaints 3 (0.15 % of sent; limit 0.3 %)`, flagged above the limit.
+    pub fn complaint_line(&self) -> String {
+        let over = if self.complaint_rate > COMPLAINT_RATE_LIMIT {
+            " OVER THE LIMIT: stop and clean the list"
+        } else {
+            ""
+        };
+        format!(
+            "bounced {}  complaints {} ({:.2} % of sent; limit {:.1} %{over})",
+            self.bounced,
+            self.complaints,
+            100.0 * self.complaint_rate,
+            100.0 * COMPLAINT_RATE_LIMIT
+        )
     }
 
     /// The human-readable block.
@@ -114,8 +153,16 @@ impl CampaignStatus {
             Some(s) => format!("{}m{:02}s", s / 60, s % 60),
             None => "-".into(),
         };
+        let why = match &self.pause_reason {
+            Some(reason) => format!(
+                " ({reason}; fix the cause, then `mailsplit resume {n}` and `mailsplit requeue {n} --failed`)",
+                n = self.name
+            ),
+            None => String::new(),
+        };
         format!(
-            "{name} (id {id}): {state}\n  recipients {recipients}  enqueued {enqueued} in {jobs} jobs\n  sent {sent}  failed {failed}  skipped {skipped}  pending {pending}\n  rate {rate:.1} msg/s (average {avg:.1})  eta {eta}",
+            "{name} (id {id}): {state}{why}\n  recipients {recipients}  enqueued {enqueued} in {jobs} jobs\n  sent {sent}  failed {failed}  skipped {skipped}  pending {pending}\n  {complaints}\n  rate {rate:.1} msg/s (average {avg:.1})  eta {eta}",
+            complaints = self.complaint_line(),
             name = self.name,
             id = self.id,
             state = self.state,

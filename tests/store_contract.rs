@@ -144,6 +144,7 @@ fn new_campaign(conn: &mut Conn, name: &str, list_id: i64) -> campaigns::Campaig
             recipients: size,
             public_url: None,
             return_path: None,
+            max_failure_rate: None,
         },
     )
     .unwrap()
@@ -507,6 +508,7 @@ fn duplicate_campaign_is_a_usage_error(kind: Kind) {
             recipients: 2,
             public_url: None,
             return_path: None,
+            max_failure_rate: None,
         },
     )
     .unwrap_err();

@@ -68,6 +68,23 @@ impl Reply {
         }
     }
 
+    /// Whether a permanent refusal says the address itself is bad (5.1.x,
+    /// but not 5.1.7/5.1.8, which are about the sender): a hard bounce at
+    /// send time. A policy block (5.7.x) or a code-less 5xx is not.
+    pub fn says_bad_address(&self) -> bool {
+        matches!(
+            (self.code, self.enhanced),
+            (
+                Some(500..=599),
+                Some(Enhanced {
+                    class: 5,
+                    subject: 1,
+                    detail,
+                })
+            ) if detail != 7 && detail != 8
+        )
+    }
+
     /// Whether the relay asks us to send less: 421 (service closing, too
     /// many connections), or a temporary policy refusal (4.7.x: rate
     /// limited, e.g. Gmail's 4.7.28, Outlook's 4.7.500).
@@ -151,5 +168,15 @@ mod tests {
         assert!(!Reply::from_relay(451, "4.3.0 user421@x: slow down later").asks_to_slow_down());
         assert!(!Reply::from_relay(550, "5.7.1 rate limit policy").asks_to_slow_down());
         assert!(!Reply::local("no reply within 30s").asks_to_slow_down());
+    }
+
+    #[test]
+    fn bad_addresses_are_told_from_policy_blocks() {
+        assert!(Reply::from_relay(550, "5.1.1 no such user").says_bad_address());
+        assert!(Reply::from_relay(550, "5.1.10 recipient not found").says_bad_address());
+        assert!(!Reply::from_relay(554, "5.7.1 relay access denied").says_bad_address());
+        assert!(!Reply::from_relay(550, "5.1.8 bad sender domain").says_bad_address());
+        assert!(!Reply::from_relay(550, "no such user").says_bad_address());
+        assert!(!Reply::from_relay(450, "4.1.1 try later").says_bad_address());
     }
 }

@@ -2,7 +2,7 @@
 //! trust so that exposing one never exposes the other:
 //!
 //! - [`public`] on `--listen`: what a reverse proxy puts at the campaigns'
-//!   public URL (one-click unsubscribe, provider webhooks);
+//!   public URL (one-click unsubscribe, provider webhooks: [`webhook`]);
 //! - [`admin`] on `--admin-listen`: the operator's routes (dashboard, JSON
 //!   API, metrics), every request checked against `MAILSPLIT_ADMIN_TOKEN`.
 //!
@@ -13,6 +13,7 @@
 
 pub mod admin;
 pub mod public;
+pub mod webhook;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

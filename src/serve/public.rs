@@ -28,6 +28,7 @@ pub fn router(state: State) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/u/{token}", get(unsubscribe_page).post(unsubscribe))
+        .merge(super::webhook::router(state.clone()))
         .with_state(state)
 }
 

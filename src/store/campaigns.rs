@@ -44,6 +44,11 @@ pub struct Campaign {
     /// VERP return path (`local@domain`; each message's envelope sender
     /// becomes `local+TOKEN@domain`).
     pub return_path: Option<String>,
+    /// Failure rate (0..1) above which workers pause the campaign; `None`:
+    /// never (see [`super::autopause`]).
+    pub max_failure_rate: Option<f64>,
+    /// Why the workers paused it (cleared by a resume).
+    pub pause_reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable)]
@@ -62,6 +67,17 @@ pub struct Counters {
     pub rate: f64,
     pub first_at: Option<i64>,
     pub last_at: Option<i64>,
+    /// Sent messages reported bounced (at send time with 5.1.x, or by a
+    /// later report): `COUNT(*)` of the ledger's `bounced_at`.
+    pub bounced: i64,
+    /// Sent messages that drew a complaint: `COUNT(*)` of `complained_at`.
+    pub complaints: i64,
+    /// Auto-pause bookkeeping (see [`super::autopause`]).
+    pub fail_streak: i64,
+    pub recent_done: i64,
+    pub recent_failed: i64,
+    pub prior_done: i64,
+    pub prior_failed: i64,
 }
 
 impl Counters {
@@ -84,6 +100,8 @@ pub struct NewCampaign<'a> {
     pub recipients: i64,
     pub public_url: Option<&'a str>,
     pub return_path: Option<&'a str>,
+    /// See [`Campaign::max_failure_rate`].
+    pub max_failure_rate: Option<f64>,
 }
 
 /// Create a campaign and its counter row in one transaction.
@@ -100,6 +118,7 @@ pub fn create(conn: &mut Conn, new: &NewCampaign) -> Result<Campaign> {
                 campaigns::priority.eq(new.priority),
                 campaigns::public_url.eq(new.public_url),
                 campaigns::return_path.eq(new.return_path),
+                campaigns::max_failure_rate.eq(new.max_failure_rate),
                 campaigns::state.eq(CampaignState::Draft),
                 campaigns::created_at.eq(now),
                 campaigns::updated_at.eq(now),
@@ -210,7 +229,11 @@ pub fn control(conn: &mut Conn, name_or_id: &str, action: Control) -> Result<Cam
                     return Err(illegal("pause", "already paused".into()));
                 }
                 on!(conn, |c| diesel::update(campaigns::table.find(campaign.id))
-                    .set((campaigns::paused.eq(true), campaigns::updated_at.eq(now)))
+                    .set((
+                        campaigns::paused.eq(true),
+                        campaigns::pause_reason.eq(None::<String>),
+                        campaigns::updated_at.eq(now),
+                    ))
                     .execute(c))?;
             }
             Control::Resume => {
@@ -223,8 +246,15 @@ pub fn control(conn: &mut Conn, name_or_id: &str, action: Control) -> Result<Cam
                     return Err(illegal("resume", shown));
                 }
                 on!(conn, |c| diesel::update(campaigns::table.find(campaign.id))
-                    .set((campaigns::paused.eq(false), campaigns::updated_at.eq(now)))
+                    .set((
+                        campaigns::paused.eq(false),
+                        campaigns::pause_reason.eq(None::<String>),
+                        campaigns::updated_at.eq(now),
+                    ))
                     .execute(c))?;
+                // The failures that paused it are history: judge what comes
+                // after the fix on its own.
+                super::autopause::forget(conn, campaign.id)?;
             }
             Control::Cancel => {
                 if state == CampaignState::Cancelled {
@@ -371,4 +401,25 @@ pub fn finish_enqueue(conn: &mut Conn, campaign_id: i64) -> Result<()> {
             CampaignState::Queued,
         )
     })
+}
+
+/// Members of the campaign's list up to its enqueue cursor, and if that is
+/// more than its recipient count (members added to the list after enqueue,
+/// whom a `requeue` now mails too), raise the count to match so `pending`
+/// stays exact. Returns the count now.
+pub fn include_members(conn: &mut Conn, campaign: &Campaign) -> Result<i64> {
+    use super::schema::list_members as lm;
+    let members: i64 = on!(conn, |c| lm::table
+        .filter(lm::list_id.eq(campaign.list_id))
+        .filter(lm::recipient_id.le(campaign.enqueue_cursor))
+        .count()
+        .get_result(c))?;
+    on!(conn, |c| diesel::update(
+        cc::table
+            .find(campaign.id)
+            .filter(cc::recipients.lt(members))
+    )
+    .set(cc::recipients.eq(members))
+    .execute(c))?;
+    Ok(counters(conn, campaign.id)?.recipients)
 }

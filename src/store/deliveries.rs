@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use diesel::prelude::*;
 
-use super::schema::deliveries as d;
-use super::{now_ms, on, Conn, InnerMut, Result, StoreError};
+use super::schema::{deliveries as d, recipients};
+use super::{autopause, bounces, now_ms, on, Conn, InnerMut, Result, StoreError};
 
 /// Rows of one campaign still claimed by `token`.
 macro_rules! owned_rows {
@@ -204,6 +204,10 @@ pub enum OutcomeKind {
     Sent,
     /// Permanent failure (5xx, bad address): never retried.
     Failed(String),
+    /// Permanent failure whose enhanced status code says the address is bad
+    /// (5.1.x): failed, and the recipient becomes `bounced` for every
+    /// campaign (a hard bounce at send time).
+    Bounced(String),
     /// Transient failure (4xx, timeout, lost connection): retried until the
     /// attempt limit, then failed.
     Retry(String),
@@ -239,6 +243,10 @@ struct Delta {
     sent: i64,
     failed: i64,
     skipped: i64,
+    /// Failures after the batch's last success, for auto-pause.
+    trailing: i64,
+    /// The batch's last failure reply, for the auto-pause reason.
+    last_error: Option<String>,
 }
 
 /// Record a batch of outcomes in one transaction and move the counters by
@@ -314,6 +322,14 @@ pub fn record(conn: &mut Conn, outcomes: &[Outcome], max_attempts: i32) -> Resul
                     delta.failed += n as i64;
                     (Recorded::Final, n)
                 }
+                OutcomeKind::Bounced(err) => {
+                    let n = close(conn, DeliveryState::Failed, err, false)?;
+                    delta.failed += n as i64;
+                    if n == 1 {
+                        hard_bounce(conn, o.campaign_id, o.recipient_id, err)?;
+                    }
+                    (Recorded::Final, n)
+                }
                 OutcomeKind::Skipped(err) => {
                     let n = close(conn, DeliveryState::Skipped, err, false)?;
                     delta.skipped += n as i64;
@@ -345,9 +361,32 @@ pub fn record(conn: &mut Conn, outcomes: &[Outcome], max_attempts: i32) -> Resul
             results[i] = if changed == 1 { state } else { Recorded::Lost };
         }
 
+        // Failures after each campaign's last success in this batch, in the
+        // order the outcomes came (for the auto-pause streak).
+        for (o, result) in outcomes.iter().zip(&results) {
+            let delta = deltas.entry(o.campaign_id).or_default();
+            match (&o.kind, result) {
+                (OutcomeKind::Sent, Recorded::Final) => delta.trailing = 0,
+                (
+                    OutcomeKind::Failed(e) | OutcomeKind::Bounced(e) | OutcomeKind::Retry(e),
+                    Recorded::Final,
+                ) => {
+                    delta.trailing += 1;
+                    delta.last_error = Some(e.clone());
+                }
+                _ => {}
+            }
+        }
         for (campaign_id, delta) in deltas {
             if delta.sent + delta.failed + delta.skipped > 0 {
                 bump_counters(conn, campaign_id, &delta, now)?;
+            }
+            if delta.failed > 0 {
+                if let Some(reason) =
+                    autopause::check(conn, campaign_id, delta.last_error.as_deref(), now)?
+                {
+                    tracing::warn!(campaign = campaign_id, "{reason}");
+                }
             }
         }
         Ok(results)
@@ -360,6 +399,11 @@ pub fn record(conn: &mut Conn, outcomes: &[Outcome], max_attempts: i32) -> Resul
 /// the new total is spelled out as the old one plus this batch.
 fn bump_counters(conn: &mut Conn, campaign_id: i64, delta: &Delta, now: i64) -> Result<()> {
     let added = delta.sent + delta.failed + delta.skipped;
+    let failures = autopause::counter_sql(&autopause::BatchFailures {
+        sent: delta.sent,
+        failed: delta.failed,
+        trailing: delta.trailing,
+    });
     // Integers only are formatted into this SQL, so no injection is possible;
     // the arithmetic reads the same on both backends.
     conn.execute_batch(&format!(
@@ -370,13 +414,48 @@ fn bump_counters(conn: &mut Conn, campaign_id: i64, delta: &Delta, now: i64) -> 
              THEN (sent + failed + skipped + {added} - window_done) * 1000.0 / ({now} - window_at) \
              ELSE rate END, \
            window_done = CASE WHEN {due} THEN sent + failed + skipped + {added} ELSE window_done END, \
-           window_at = CASE WHEN {due} THEN {now} ELSE window_at END \
+           window_at = CASE WHEN {due} THEN {now} ELSE window_at END, \
+           {failures} \
          WHERE campaign_id = {campaign_id}",
         sent = delta.sent,
         failed = delta.failed,
         skipped = delta.skipped,
         due = format_args!("(window_at = 0 OR window_at <= {now} - {RATE_WINDOW_MS})"),
     ))
+}
+
+/// A 5.1.x refusal at send time: the address is bad for every campaign.
+/// Recorded as a hard bounce event (once per campaign and recipient) that
+/// marks the delivery, moves the `bounced` counter and makes the recipient
+/// `bounced`, in the caller's transaction.
+fn hard_bounce(conn: &mut Conn, campaign_id: i64, recipient_id: i64, reply: &str) -> Result<()> {
+    let email: Option<String> = on!(conn, |c| recipients::table
+        .find(recipient_id)
+        .select(recipients::email)
+        .first(c)
+        .optional())?;
+    let Some(email) = email else {
+        return Ok(());
+    };
+    let status = reply
+        .split_whitespace()
+        .nth(1)
+        .filter(|w| w.starts_with("5."));
+    bounces::record(
+        conn,
+        &bounces::NewBounce {
+            recipient_id,
+            campaign_id: Some(campaign_id),
+            email: &email,
+            kind: bounces::BounceKind::Hard,
+            status,
+            reason: reply,
+            source: bounces::BounceSource::Smtp,
+            fingerprint: &format!("smtp:{campaign_id}"),
+        },
+        &bounces::Action::Bounce(format!("hard bounce at send time: {reply}")),
+    )?;
+    Ok(())
 }
 
 /// How often the observed send rate is recomputed.
@@ -416,4 +495,60 @@ pub fn failures(conn: &mut Conn, campaign_id: i64, limit: i64) -> Result<Vec<(i6
         .into_iter()
         .map(|(rid, e)| (rid, e.unwrap_or_default()))
         .collect())
+}
+
+/// Of `recipient_ids`, those whose delivery in the campaign is final
+/// (`sent`, `failed` or `skipped`): what `requeue` leaves out.
+pub fn finished_among(
+    conn: &mut Conn,
+    campaign_id: i64,
+    recipient_ids: &[i64],
+) -> Result<Vec<i64>> {
+    let mut out = Vec::new();
+    for ids in recipient_ids.chunks(SQLITE_CHUNK) {
+        out.extend(on!(conn, |c| d::table
+            .filter(d::campaign_id.eq(campaign_id))
+            .filter(d::recipient_id.eq_any(ids))
+            .filter(d::state.eq_any([
+                DeliveryState::Sent,
+                DeliveryState::Failed,
+                DeliveryState::Skipped
+            ]))
+            .select(d::recipient_id)
+            .load::<i64>(c))?);
+    }
+    Ok(out)
+}
+
+/// Make a campaign's failed deliveries to recipients who are still active
+/// claimable again (`requeue --failed`), with fresh attempts, and take them
+/// out of the `failed` counter in the same transaction. A recipient whose
+/// address bounced, or who unsubscribed, stays failed. Returns how many.
+pub fn reopen_failed(conn: &mut Conn, campaign_id: i64) -> Result<i64> {
+    use super::schema::campaign_counters as cc;
+    let now = now_ms();
+    conn.transaction(|conn| {
+        let active = recipients::table
+            .filter(recipients::status.eq(super::RecipientStatus::Active))
+            .select(recipients::id);
+        let n = on!(conn, |c| diesel::update(
+            d::table
+                .filter(d::campaign_id.eq(campaign_id))
+                .filter(d::state.eq(DeliveryState::Failed))
+                .filter(d::recipient_id.eq_any(active))
+        )
+        .set((
+            d::state.eq(DeliveryState::Retry),
+            d::attempts.eq(0),
+            d::claim_token.eq(None::<i64>),
+            d::updated_at.eq(now),
+        ))
+        .execute(c))? as i64;
+        if n > 0 {
+            on!(conn, |c| diesel::update(cc::table.find(campaign_id))
+                .set(cc::failed.eq(cc::failed - n))
+                .execute(c))?;
+        }
+        Ok(n)
+    })
 }

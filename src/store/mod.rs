@@ -11,6 +11,8 @@
 
 #[macro_use]
 mod text_enum;
+pub mod autopause;
+pub mod bounces;
 pub mod campaigns;
 pub mod db;
 pub mod deliveries;
@@ -407,4 +409,19 @@ pub fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+/// `text` as one line of at most `max` characters (control characters
+/// become spaces): for reasons stored from what others wrote (a relay's
+/// reply, a bounce report).
+pub fn one_line(text: &str, max: usize) -> String {
+    let mut out: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(max)
+        .collect();
+    if text.chars().count() > max {
+        out.push('…');
+    }
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
 }

@@ -48,6 +48,8 @@ diesel::table! {
         updated_at -> BigInt,
         public_url -> Nullable<Text>,
         return_path -> Nullable<Text>,
+        max_failure_rate -> Nullable<Double>,
+        pause_reason -> Nullable<Text>,
     }
 }
 
@@ -66,6 +68,13 @@ diesel::table! {
         rate -> Double,
         first_at -> Nullable<BigInt>,
         last_at -> Nullable<BigInt>,
+        bounced -> BigInt,
+        complaints -> BigInt,
+        fail_streak -> BigInt,
+        recent_done -> BigInt,
+        recent_failed -> BigInt,
+        prior_done -> BigInt,
+        prior_failed -> BigInt,
     }
 }
 
@@ -79,6 +88,8 @@ diesel::table! {
         claimed_until -> Nullable<BigInt>,
         last_error -> Nullable<Text>,
         updated_at -> BigInt,
+        bounced_at -> Nullable<BigInt>,
+        complained_at -> Nullable<BigInt>,
     }
 }
 
@@ -94,6 +105,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     campaigns,
     campaign_counters,
     deliveries,
+    bounces,
 );
 
 diesel::table! {
@@ -127,5 +139,20 @@ diesel::table! {
         private_key -> Text,
         public_key -> Text,
         created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    bounces (id) {
+        id -> BigInt,
+        recipient_id -> BigInt,
+        campaign_id -> Nullable<BigInt>,
+        email -> Text,
+        kind -> Text,
+        status -> Nullable<Text>,
+        reason -> Text,
+        source -> Text,
+        fingerprint -> Text,
+        received_at -> BigInt,
     }
 }

@@ -11,13 +11,17 @@ use tokio_util::sync::CancellationToken;
 
 use super::fate::finish;
 use super::pipeline::{Report, Shared};
-use crate::store::deliveries::{self, Outcome};
+use crate::store::deliveries::{self, Outcome, OutcomeKind};
 
 /// Most outcomes written in one transaction.
 pub const MAX_BATCH: usize = 2_000;
 /// Longest an outcome waits for others to be written with it.
 const GATHER_WINDOW: Duration = Duration::from_millis(2);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// While failures come in, the campaigns' flags are re-read at most this
+/// often (an auto-pause takes effect within it, not within the regular
+/// refresh).
+const FAILURE_LOOK_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Runs until `drained` (every job finished) and nothing is left to write.
 /// `gather` is the batch size worth waiting [`GATHER_WINDOW`] for; a sender
@@ -30,6 +34,8 @@ pub async fn reporter(
     gather: usize,
 ) {
     let mut batch: Vec<Report> = Vec::with_capacity(MAX_BATCH);
+    let now = tokio::time::Instant::now();
+    let mut last_look = now.checked_sub(FAILURE_LOOK_INTERVAL).unwrap_or(now);
     loop {
         // Take what is waiting, up to MAX_BATCH: under load batches grow by
         // themselves while the previous one is being written.
@@ -80,6 +86,19 @@ pub async fn reporter(
                 }
             }
         };
+        // A batch with failures may have auto-paused its campaign (see
+        // `store::autopause`): look at once rather than at the next flag
+        // refresh, so a relay refusing everything costs as few recipients
+        // as possible.
+        let failures = outcomes
+            .iter()
+            .any(|o| matches!(o.kind, OutcomeKind::Failed(_) | OutcomeKind::Bounced(_)));
+        if failures && last_look.elapsed() >= FAILURE_LOOK_INTERVAL {
+            last_look = tokio::time::Instant::now();
+            if let Err(e) = shared.campaigns.refresh(&shared.db).await {
+                tracing::warn!(error = %e, "cannot refresh campaign flags");
+            }
+        }
         for (report, state) in batch.drain(..).zip(recorded) {
             if report.tracker.complete(&report.kind, state, report.attempt) {
                 finish(&shared, &report.tracker).await;

@@ -77,6 +77,9 @@ pub async fn sender(
                     shared.limiter.success(&msg.rate_groups).await;
                     OutcomeKind::Sent
                 }
+                Verdict::Permanent(reply) if reply.says_bad_address() => {
+                    OutcomeKind::Bounced(reply.text)
+                }
                 Verdict::Permanent(reply) => OutcomeKind::Failed(reply.text),
                 Verdict::Transient(reply) => {
                     if reply.asks_to_slow_down() {

@@ -14,6 +14,20 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_mailsplit");
 
+/// `both!(scenario, …)`: for each `fn scenario(Kind)`, a `#[test]` per
+/// backend, `sqlite::scenario` and `postgres::scenario`.
+#[macro_export]
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $( #[test] fn $name() { super::$name(super::Kind::Sqlite) } )*
+        }
+        mod postgres {
+            $( #[test] fn $name() { super::$name(super::Kind::Postgres) } )*
+        }
+    };
+}
+
 /// A port nobody listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -211,6 +225,9 @@ pub struct Script {
     /// Keep every accepted message's envelope recipients and text in
     /// `messages`.
     pub keep_data: bool,
+    /// The reply to rejected recipients (`reject`, `reject_every`) instead
+    /// of `550 5.1.1 no such user here`, e.g. a relay's policy refusal.
+    pub reject_reply: Option<String>,
 }
 
 /// Whether the fault `salt`, applied to every `every`-th address, hits
@@ -258,6 +275,9 @@ pub struct ScriptedSmtp {
     pub faults: Arc<AtomicUsize>,
     /// Accepted messages (with `keep_data`): envelope recipients and text.
     pub messages: Arc<Mutex<Vec<Accepted>>>,
+    /// The envelope sender (MAIL FROM) of each accepted recipient's last
+    /// message.
+    pub senders: Arc<Mutex<HashMap<String, String>>>,
 }
 
 impl ScriptedSmtp {
@@ -274,11 +294,13 @@ impl ScriptedSmtp {
             unanswered: Default::default(),
             faults: Default::default(),
             messages: Default::default(),
+            senders: Default::default(),
         };
-        let (unanswered, faults, messages) = (
+        let (unanswered, faults, messages, senders) = (
             peer.unanswered.clone(),
             peer.faults.clone(),
             peer.messages.clone(),
+            peer.senders.clone(),
         );
         let (received, tries, sessions, encrypted, log) = (
             peer.received.clone(),
@@ -298,6 +320,7 @@ impl ScriptedSmtp {
                     unanswered: unanswered.clone(),
                     faults: faults.clone(),
                     messages: messages.clone(),
+                    senders: senders.clone(),
                 };
                 sessions.fetch_add(1, Ordering::SeqCst);
                 std::thread::spawn(move || {
@@ -335,6 +358,7 @@ struct Peer {
     unanswered: Arc<Mutex<HashMap<String, u32>>>,
     faults: Arc<AtomicUsize>,
     messages: Arc<Mutex<Vec<Accepted>>>,
+    senders: Arc<Mutex<HashMap<String, String>>>,
 }
 
 impl Peer {
@@ -396,6 +420,7 @@ impl Peer {
             io.get_mut().write_all(b"220 scripted ESMTP\r\n")?;
         }
         let mut rcpts: Vec<String> = Vec::new();
+        let mut sender = String::new();
         // Which try of its address each accepted recipient is.
         let mut rcpt_tries: Vec<u32> = Vec::new();
         let mut line = String::new();
@@ -421,6 +446,11 @@ impl Peer {
             } else if upper.starts_with("MAIL FROM") {
                 rcpts.clear();
                 rcpt_tries.clear();
+                sender = line
+                    .split(['<', '>'])
+                    .nth(1)
+                    .unwrap_or_default()
+                    .to_string();
                 out.write_all(b"250 ok\r\n")?;
             } else if upper.starts_with("RCPT TO") {
                 let addr = line
@@ -434,9 +464,13 @@ impl Peer {
                     *n += 1;
                     *n
                 };
+                let rejection = match &script.reject_reply {
+                    Some(reply) => format!("{}\r\n", reply.trim_end()),
+                    None => "550 5.1.1 no such user here\r\n".to_string(),
+                };
                 if picked(&addr, REJECT, script.reject_every) {
                     self.faults.fetch_add(1, Ordering::SeqCst);
-                    out.write_all(b"550 5.1.1 no such user here\r\n")?;
+                    out.write_all(rejection.as_bytes())?;
                 } else if n == 1 && picked(&addr, SLOW_DOWN, script.slow_down_every) {
                     self.faults.fetch_add(1, Ordering::SeqCst);
                     out.write_all(b"421 4.7.0 slow down\r\n")?;
@@ -448,7 +482,7 @@ impl Peer {
                 } else {
                     match (&script.reject, &script.tempfail) {
                         (Some(pat), _) if addr.contains(pat.as_str()) => {
-                            out.write_all(b"550 5.1.1 no such user here\r\n")?
+                            out.write_all(rejection.as_bytes())?
                         }
                         (_, Some((pat, times))) if addr.contains(pat.as_str()) && n <= *times => {
                             out.write_all(b"451 4.3.0 try again later\r\n")?
@@ -496,6 +530,12 @@ impl Peer {
                 rcpt_tries.clear();
                 if script.keep_data {
                     self.messages.lock().unwrap().push((rcpts.clone(), text));
+                }
+                {
+                    let mut senders = self.senders.lock().unwrap();
+                    for a in &rcpts {
+                        senders.insert(a.clone(), sender.clone());
+                    }
                 }
                 let mut r = self.received.lock().unwrap();
                 let now = Instant::now();
@@ -793,5 +833,160 @@ pub fn wait_exit(child: &mut Child, secs: u64) -> std::process::ExitStatus {
             "process did not exit within {secs} s"
         );
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The shared bounce and complaint fixtures (`MANIFEST.tsv` and 43 real
+/// messages): `MAILSPLIT_BOUNCE_FIXTURES`, else `../shared/fixtures/bounces`
+/// beside the repository, else `/work/shared/fixtures/bounces`.
+pub fn bounce_fixtures() -> PathBuf {
+    let candidates = [
+        std::env::var("MAILSPLIT_BOUNCE_FIXTURES")
+            .ok()
+            .map(PathBuf::from),
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/bounces")),
+        Some(PathBuf::from("/work/shared/fixtures/bounces")),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|p| p.join("MANIFEST.tsv").is_file())
+        .expect("bounce fixtures not found: set MAILSPLIT_BOUNCE_FIXTURES to the folder with MANIFEST.tsv")
+}
+
+/// A delivery status notification as Postfix writes it: to `envelope_to`
+/// (the VERP address), reporting `final_rcpt` with `status`.
+pub fn postfix_dsn(
+    envelope_to: &str,
+    final_rcpt: &str,
+    status: &str,
+    diagnostic: &str,
+    message_id: &str,
+) -> String {
+    let action = if status.starts_with('4') && diagnostic.contains("delayed") {
+        "delayed"
+    } else {
+        "failed"
+    };
+    format!(
+        "Return-Path: <MAILER-DAEMON>\r\n\
+Date: Mon, 23 Nov 2026 12:37:38 +0000 (UTC)\r\n\
+From: Mail Delivery System <MAILER-DAEMON@mta.mailsplit.test>\r\n\
+Subject: Undelivered Mail Returned to Sender\r\n\
+To: {envelope_to}\r\n\
+Auto-Submitted: auto-replied\r\n\
+MIME-Version: 1.0\r\n\
+Content-Type: multipart/report; report-type=delivery-status;\r\n\
+\tboundary=\"B1/mta.mailsplit.test\"\r\n\
+Message-Id: <{unique}@mta.mailsplit.test>\r\n\
+\r\n\
+This is a MIME-encapsulated message.\r\n\
+\r\n\
+--B1/mta.mailsplit.test\r\n\
+Content-Description: Notification\r\n\
+Content-Type: text/plain; charset=us-ascii\r\n\
+\r\n\
+<{final_rcpt}>: host 127.0.0.1 said: {diagnostic}\r\n\
+\r\n\
+--B1/mta.mailsplit.test\r\n\
+Content-Description: Delivery report\r\n\
+Content-Type: message/delivery-status\r\n\
+\r\n\
+Reporting-MTA: dns; mta.mailsplit.test\r\n\
+X-Postfix-Sender: rfc822; {envelope_to}\r\n\
+\r\n\
+Final-Recipient: rfc822; {final_rcpt}\r\n\
+Original-Recipient: rfc822;{final_rcpt}\r\n\
+Action: {action}\r\n\
+Status: {status}\r\n\
+Diagnostic-Code: smtp; {diagnostic}\r\n\
+\r\n\
+--B1/mta.mailsplit.test\r\n\
+Content-Description: Undelivered Message Headers\r\n\
+Content-Type: text/rfc822-headers\r\n\
+\r\n\
+Return-Path: <{envelope_to}>\r\n\
+From: news@example.test\r\n\
+To: {final_rcpt}\r\n\
+Subject: Hello\r\n\
+Message-ID: {message_id}\r\n\
+\r\n\
+--B1/mta.mailsplit.test--\r\n",
+        unique = free_port(),
+    )
+}
+
+pub mod postfix;
+
+/// A TCP forwarder to `target` on a port of its own, to take a server
+/// (PostgreSQL) away and bring it back without touching the server:
+/// `stop` refuses new connections and cuts the open ones, `start` listens
+/// again on the same port.
+pub struct TcpProxy {
+    pub port: u16,
+    target: std::net::SocketAddr,
+    running: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TcpProxy {
+    pub fn start(target: std::net::SocketAddr) -> TcpProxy {
+        let mut p = TcpProxy {
+            port: free_port(),
+            target,
+            running: Arc::new(AtomicBool::new(false)),
+            conns: Default::default(),
+            thread: None,
+        };
+        p.resume();
+        p
+    }
+
+    /// Listen (again).
+    pub fn resume(&mut self) {
+        let listener = TcpListener::bind(("127.0.0.1", self.port)).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        self.running.store(true, Ordering::SeqCst);
+        let (running, conns, target) = (self.running.clone(), self.conns.clone(), self.target);
+        self.thread = Some(std::thread::spawn(move || {
+            while running.load(Ordering::SeqCst) {
+                let Ok((client, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                };
+                let _ = client.set_nonblocking(false);
+                let Ok(server) = TcpStream::connect(target) else {
+                    continue;
+                };
+                let mut list = conns.lock().unwrap();
+                for (from, to) in [(&client, &server), (&server, &client)] {
+                    let (mut from, mut to) = (from.try_clone().unwrap(), to.try_clone().unwrap());
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+                list.push(client);
+                list.push(server);
+            }
+        }));
+    }
+
+    /// Refuse connections and cut the open ones.
+    pub fn stop(&mut self) {
+        self.running.store(false, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        for c in self.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for TcpProxy {
+    fn drop(&mut self) {
+        self.stop();
     }
 }

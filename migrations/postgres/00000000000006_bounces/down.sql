@@ -1,0 +1,12 @@
+DROP TABLE bounces;
+ALTER TABLE deliveries DROP COLUMN bounced_at;
+ALTER TABLE deliveries DROP COLUMN complained_at;
+ALTER TABLE campaign_counters DROP COLUMN bounced;
+ALTER TABLE campaign_counters DROP COLUMN complaints;
+ALTER TABLE campaign_counters DROP COLUMN fail_streak;
+ALTER TABLE campaign_counters DROP COLUMN recent_done;
+ALTER TABLE campaign_counters DROP COLUMN recent_failed;
+ALTER TABLE campaign_counters DROP COLUMN prior_done;
+ALTER TABLE campaign_counters DROP COLUMN prior_failed;
+ALTER TABLE campaigns DROP COLUMN max_failure_rate;
+ALTER TABLE campaigns DROP COLUMN pause_reason;

@@ -1,0 +1,161 @@
+//! `POST /webhooks/bounce` on the public listener: bounces and complaints
+//! that a provider reports by HTTP instead of by mail. The body is JSON,
+//! `{"email": "…"}` or `{"token": "<VERP token>"}` (which also names the
+//! campaign), `"type": "hard" | "soft" | "complaint"` and an optional
+//! `"reason"`; each call is one event, handled as `mailsplit bounce`
+//! handles a report (the same actions, the same once-only recording: a
+//! provider retrying the same body records nothing new).
+//!
+//! Every request needs `Authorization: Bearer $MAILSPLIT_WEBHOOK_TOKEN`,
+//! compared in constant time; without a configured token the route does
+//! not exist at all (404), so a public listener never takes unauthenticated
+//! writes.
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State as Extract};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde::Deserialize;
+
+use super::admin::constant_time_eq;
+use super::State;
+use crate::bounce;
+use crate::store::bounces::{self, BounceKind, BounceSource, NewBounce};
+use crate::store::{campaigns, recipients, StoreError};
+
+/// Largest body accepted: one event is a few hundred bytes.
+const MAX_BODY: usize = 64 << 10;
+
+/// The webhook route, or none when no token is configured.
+pub fn router(state: State) -> Router<State> {
+    if state.settings.webhook_token.is_none() {
+        return Router::new();
+    }
+    Router::new()
+        .route("/webhooks/bounce", post(receive))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Event {
+    email: Option<String>,
+    token: Option<String>,
+    #[serde(rename = "type")]
+    kind: String,
+    reason: Option<String>,
+}
+
+fn answer(code: StatusCode, message: &str) -> Response {
+    (code, Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+async fn receive(Extract(state): Extract<State>, headers: HeaderMap, body: Bytes) -> Response {
+    let expected = state.settings.webhook_token.as_deref().unwrap_or_default();
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if expected.is_empty() || !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "webhook token required\n",
+        )
+            .into_response();
+    }
+    let event: Event = match serde_json::from_slice(&body) {
+        Ok(e) => e,
+        Err(e) => return answer(StatusCode::BAD_REQUEST, &format!("bad JSON: {e}")),
+    };
+    let kind = match event.kind.as_str() {
+        "hard" => BounceKind::Hard,
+        "soft" => BounceKind::Soft,
+        "complaint" => BounceKind::Complaint,
+        _ => {
+            return answer(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "\"type\" must be \"hard\", \"soft\" or \"complaint\"",
+            )
+        }
+    };
+    if event.email.is_none() && event.token.is_none() {
+        return answer(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "give \"email\" or \"token\" (the VERP token)",
+        );
+    }
+    let fingerprint = format!("webhook:{}", bounce::fingerprint(&body));
+    let identity = state.identity.clone();
+    let result = state
+        .db
+        .run(move |conn| record(conn, &identity, &event, kind, &fingerprint))
+        .await;
+    match result {
+        Ok(Some(json)) => Json(json).into_response(),
+        Ok(None) => answer(StatusCode::NOT_FOUND, "no such recipient"),
+        Err(e) => {
+            tracing::warn!(error = %e, "webhook: cannot record the event");
+            answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "database unavailable; retry",
+            )
+        }
+    }
+}
+
+/// Find the recipient and record the event; `None` when nobody matches.
+fn record(
+    conn: &mut crate::store::Conn,
+    identity: &crate::tokens::Identity,
+    event: &Event,
+    kind: BounceKind,
+    fingerprint: &str,
+) -> Result<Option<serde_json::Value>, StoreError> {
+    let (recipient_id, email, campaign_id) = match (&event.token, &event.email) {
+        (Some(token), _) => {
+            let ids = if token.contains('@') {
+                bounce::read_verp(identity, token)
+            } else {
+                identity.signer.read_verp(token)
+            };
+            let Some((campaign, recipient)) = ids else {
+                return Ok(None);
+            };
+            let Some(r) = recipients::load(conn, &[recipient])?.pop() else {
+                return Ok(None);
+            };
+            (r.id, r.email, campaigns::get(conn, campaign)?.map(|c| c.id))
+        }
+        (None, Some(email)) => match bounces::find_recipient(conn, email)? {
+            Some((id, email)) => (id, email, None),
+            None => return Ok(None),
+        },
+        (None, None) => return Ok(None),
+    };
+    let reason = event.reason.as_deref().unwrap_or("reported by webhook");
+    let done = bounces::record(
+        conn,
+        &NewBounce {
+            recipient_id,
+            campaign_id,
+            email: &email,
+            kind,
+            status: None,
+            reason,
+            source: BounceSource::Webhook,
+            fingerprint,
+        },
+        &bounce::action_for(kind, None, reason, "webhook", &bounce::Settings::default()),
+    )?;
+    Ok(Some(serde_json::json!({
+        "recipient": email,
+        "campaign": campaign_id,
+        "type": kind.as_str(),
+        "recorded": done.new,
+        "status": done.changed_to.map(|s| s.as_str()),
+    })))
+}

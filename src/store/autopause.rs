@@ -1,0 +1,173 @@
+//! Auto-pause (listmonk's `max_send_errors`): a relay that answers 5xx to
+//! everything (a wrong relay, an expired account, a blocked IP) must not
+//! mark a million recipients failed. Every batch of outcomes moves, in the
+//! same UPDATE as the counters, a streak of failures since the last
+//! success and two buckets of [`BUCKET`] outcomes; when a batch had
+//! failures, [`check`] pauses the campaign if the streak reached
+//! [`FAILURE_STREAK_LIMIT`] or the failure rate over the last 250 to 500
+//! outcomes passed the campaign's `max_failure_rate`, and stores why.
+//! Workers see the pause like any other within a second; a resume clears
+//! the record ([`forget`]) so the campaign is judged afresh after the fix.
+
+use diesel::prelude::*;
+
+use super::schema::{campaign_counters as cc, campaigns};
+use super::{on, CampaignState, Conn, Result};
+
+/// Permanent failures in a row that pause a campaign whatever its rate.
+pub const FAILURE_STREAK_LIMIT: i64 = 100;
+/// Outcomes per bucket: the rate is judged over the current bucket and the
+/// one before, i.e. the last 250 to 500 messages.
+pub const BUCKET: i64 = 250;
+/// Fewer outcomes than this say nothing about a rate.
+pub const MIN_SAMPLE: i64 = 100;
+/// `campaign create`'s default `--max-failure-rate`.
+pub const DEFAULT_MAX_FAILURE_RATE: f64 = 0.2;
+
+/// What one batch adds to a campaign's failure record.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BatchFailures {
+    pub sent: i64,
+    pub failed: i64,
+    /// Failures after the batch's last success (in the order the outcomes
+    /// came); only meaningful when `sent > 0`.
+    pub trailing: i64,
+}
+
+/// The `SET` clauses that move the streak and the buckets; appended to the
+/// counters UPDATE (every right-hand side reads the row as it was). Only
+/// integers are formatted in.
+pub(crate) fn counter_sql(b: &BatchFailures) -> String {
+    let BatchFailures {
+        sent,
+        failed,
+        trailing,
+    } = *b;
+    let done = sent + failed;
+    let roll = format!("recent_done + {done} >= {BUCKET}");
+    format!(
+        "fail_streak = CASE WHEN {sent} > 0 THEN {trailing} ELSE fail_streak + {failed} END, \
+         prior_done = CASE WHEN {roll} THEN recent_done + {done} ELSE prior_done END, \
+         prior_failed = CASE WHEN {roll} THEN recent_failed + {failed} ELSE prior_failed END, \
+         recent_done = CASE WHEN {roll} THEN 0 ELSE recent_done + {done} END, \
+         recent_failed = CASE WHEN {roll} THEN 0 ELSE recent_failed + {failed} END"
+    )
+}
+
+/// Why a campaign with this record should stop, if it should.
+pub fn verdict(
+    max_rate: Option<f64>,
+    streak: i64,
+    done: i64,
+    failed: i64,
+    last_error: Option<&str>,
+) -> Option<String> {
+    let max_rate = max_rate?;
+    let last = last_error
+        .map(|e| format!("; last failure: {}", super::one_line(e, 200)))
+        .unwrap_or_default();
+    if streak >= FAILURE_STREAK_LIMIT {
+        return Some(format!("auto-paused: {streak} failures in a row{last}"));
+    }
+    if done >= MIN_SAMPLE && failed as f64 > max_rate * done as f64 {
+        return Some(format!(
+            "auto-paused: {failed} of the last {done} messages failed ({:.0} %, limit {:.0} %){last}",
+            100.0 * failed as f64 / done as f64,
+            100.0 * max_rate
+        ));
+    }
+    None
+}
+
+/// Pause the campaign if its failure record says so; returns the reason
+/// when this call paused it (a campaign already paused or cancelled is left
+/// as it is).
+pub fn check(
+    conn: &mut Conn,
+    campaign_id: i64,
+    last_error: Option<&str>,
+    now: i64,
+) -> Result<Option<String>> {
+    type Row = (Option<f64>, bool, CampaignState, i64, i64, i64, i64, i64);
+    let row: Option<Row> = on!(conn, |c| campaigns::table
+        .inner_join(cc::table)
+        .filter(campaigns::id.eq(campaign_id))
+        .select((
+            campaigns::max_failure_rate,
+            campaigns::paused,
+            campaigns::state,
+            cc::fail_streak,
+            cc::prior_done,
+            cc::prior_failed,
+            cc::recent_done,
+            cc::recent_failed,
+        ))
+        .first(c)
+        .optional())?;
+    let Some((max_rate, paused, state, streak, pd, pf, rd, rf)) = row else {
+        return Ok(None);
+    };
+    if paused || state == CampaignState::Cancelled {
+        return Ok(None);
+    }
+    let Some(reason) = verdict(max_rate, streak, pd + rd, pf + rf, last_error) else {
+        return Ok(None);
+    };
+    let changed = on!(conn, |c| diesel::update(
+        campaigns::table
+            .find(campaign_id)
+            .filter(campaigns::paused.eq(false))
+    )
+    .set((
+        campaigns::paused.eq(true),
+        campaigns::pause_reason.eq(Some(&reason)),
+        campaigns::updated_at.eq(now),
+    ))
+    .execute(c))?;
+    Ok((changed == 1).then_some(reason))
+}
+
+/// Clear a campaign's failure record (on resume).
+pub fn forget(conn: &mut Conn, campaign_id: i64) -> Result<()> {
+    on!(conn, |c| diesel::update(cc::table.find(campaign_id))
+        .set((
+            cc::fail_streak.eq(0),
+            cc::recent_done.eq(0),
+            cc::recent_failed.eq(0),
+            cc::prior_done.eq(0),
+            cc::prior_failed.eq(0),
+        ))
+        .execute(c))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts() {
+        // Off: never.
+        assert_eq!(verdict(None, 10_000, 500, 500, None), None);
+        // A streak pauses whatever the rate.
+        assert!(verdict(
+            Some(0.9),
+            FAILURE_STREAK_LIMIT,
+            1_000,
+            100,
+            Some("554 5.7.1 no")
+        )
+        .unwrap()
+        .contains("100 failures in a row; last failure: 554 5.7.1 no"));
+        // Too few outcomes to judge a rate.
+        assert_eq!(
+            verdict(Some(0.2), 0, MIN_SAMPLE - 1, MIN_SAMPLE - 1, None),
+            None
+        );
+        // At the limit is fine, above it is not.
+        assert_eq!(verdict(Some(0.2), 0, 500, 100, None), None);
+        assert!(verdict(Some(0.2), 0, 500, 101, None)
+            .unwrap()
+            .contains("101 of the last 500 messages failed (20 %, limit 20 %)"));
+    }
+}
