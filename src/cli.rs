@@ -15,6 +15,7 @@ use crate::config::{
 };
 use crate::control;
 use crate::import;
+use crate::redact;
 use crate::splitter;
 use crate::status::CampaignStatus;
 use crate::store::campaigns::{self, Control, NewCampaign};
@@ -46,7 +47,8 @@ pub struct Cli {
     pub command: Command,
 }
 
-#[derive(Args, Debug, Clone)]
+/// `Debug` shows the database URL through [`redact`].
+#[derive(Args, Clone)]
 pub struct Global {
     /// Database: sqlite://FILE (default, created on `migrate`) or postgres://USER@HOST/DB
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, default_value = config::DEFAULT_DATABASE_URL, global = true)]
@@ -57,6 +59,44 @@ pub struct Global {
     /// beanstalkd tube the jobs go through
     #[arg(long, env = "MAILSPLIT_TUBE", default_value = config::DEFAULT_TUBE, global = true)]
     pub tube: String,
+}
+
+impl std::fmt::Debug for Global {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Global")
+            .field("database_url", &redact::Url(&self.database_url))
+            .field("beanstalkd", &self.beanstalkd)
+            .field("tube", &self.tube)
+            .finish()
+    }
+}
+
+/// Parse the command line. clap's own messages (a usage error, `--help`)
+/// quote what was typed, which may be a URL with a password (`mailsplit
+/// worker smtp://user:pass@…`, a forgotten `--smtp`): they are printed
+/// through [`redact::text`]. `Err` holds the exit code (0 after `--help`).
+pub fn parse() -> std::result::Result<Cli, ExitCode> {
+    Cli::try_parse().map_err(|e| {
+        let to_stderr = e.use_stderr();
+        let terminal = if to_stderr {
+            std::io::stderr().is_terminal()
+        } else {
+            std::io::stdout().is_terminal()
+        };
+        let rendered = e.render();
+        let shown = redact::text(&if terminal {
+            rendered.ansi().to_string()
+        } else {
+            rendered.to_string()
+        });
+        // A closed pipe (`mailsplit --help | head -1`) is no error.
+        let _ = if to_stderr {
+            std::io::Write::write_all(&mut std::io::stderr(), shown.as_bytes())
+        } else {
+            std::io::Write::write_all(&mut std::io::stdout(), shown.as_bytes())
+        };
+        ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(EXIT_USAGE))
+    })
 }
 
 #[derive(Subcommand, Debug)]
@@ -271,7 +311,8 @@ pub enum CampaignCommand {
     List,
 }
 
-#[derive(Args, Debug, Clone)]
+/// `Debug` shows the SMTP URL through [`redact`].
+#[derive(Args, Clone)]
 pub struct WorkerArgs {
     /// SMTP relay: smtp://HOST:PORT, smtp://USER:PASS@HOST:587?tls=required, smtps://HOST:465
     #[arg(long, env = "SMTP_URL", hide_env_values = true, default_value = config::DEFAULT_SMTP_URL)]
@@ -289,6 +330,18 @@ pub struct WorkerArgs {
     /// before counting the try as a temporary failure
     #[arg(long, default_value_t = config::DEFAULT_SMTP_TIMEOUT.as_secs())]
     pub smtp_timeout: u64,
+}
+
+impl std::fmt::Debug for WorkerArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerArgs")
+            .field("smtp", &redact::Url(&self.smtp))
+            .field("concurrency", &self.concurrency)
+            .field("max_attempts", &self.max_attempts)
+            .field("grace", &self.grace)
+            .field("smtp_timeout", &self.smtp_timeout)
+            .finish()
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -333,6 +386,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Migrate => {
             let mut conn = open(g)?;
             let applied = conn.migrate()?;
+            if let Some((path, mode)) = store::exposed_sqlite_file(&g.database_url) {
+                eprintln!(
+                    "mailsplit: note: {path} (recipients' personal data) is readable by other users (mode {mode:o}); `chmod 600 {path}` makes it private"
+                );
+            }
             if applied.is_empty() {
                 println!("schema is up to date");
             } else {
@@ -355,6 +413,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             return_path,
             max_failure_rate,
         }) => {
+            config::check_campaign_name(&name)?;
             templates::check(&template)?;
             let from = compose::parse_from(&from)?;
             let return_path = return_path
@@ -395,7 +454,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             deliverability_warnings(&mut conn, &from, public_url.as_deref())?;
         }
         Command::Campaign(CampaignCommand::List) => {
-            let mut conn = open_migrated(g)?;
+            let mut conn = open_read_only(g)?;
             let all = campaigns::list(&mut conn)?;
             if all.is_empty() {
                 println!("no campaigns yet; create one with `mailsplit campaign create`");
@@ -446,7 +505,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             campaign,
             recipient,
         } => {
-            let mut conn = open_migrated(g)?;
+            let mut conn = open_read_only(g)?;
             let message = compose::preview(&mut conn, &campaign, recipient.as_deref())?;
             std::io::Write::write_all(&mut std::io::stdout(), &message)?;
         }
@@ -485,7 +544,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Resume { campaign } => control(g, &campaign, Control::Resume)?,
         Command::Cancel { campaign } => control(g, &campaign, Control::Cancel)?,
         Command::Status { campaign, json } => {
-            let mut conn = open_migrated(g)?;
+            let mut conn = open_read_only(g)?;
             let rows = match campaign {
                 Some(name) => {
                     let c = campaigns::find(&mut conn, &name)?;
@@ -557,21 +616,20 @@ fn cmd_import(g: &Global, file: &std::path::Path, list: &str) -> Result<()> {
 }
 
 fn rate(g: &Global, cmd: RateCommand) -> Result<()> {
-    let mut conn = open_migrated(g)?;
     match cmd {
         RateCommand::Set { group, rate, burst } => {
-            rates::check_name(&group).map_err(|e| UsageError(e.to_string()))?;
+            rates::check_name(&group)?;
             let per_second = crate::ratelimit::parse_rate(&rate).ok_or_else(|| {
                 UsageError(format!(
                     "bad rate {rate:?}: use N/s, N/m or N/h, e.g. 200/s"
                 ))
             })?;
             let burst = burst.map_or_else(|| (per_second / 10.0).ceil().max(1.0) as i64, i64::from);
-            rates::set(&mut conn, &group, per_second, burst)?;
+            rates::set(&mut open_migrated(g)?, &group, per_second, burst)?;
             println!("rate group {group}: {per_second:.3}/s, burst {burst}; workers pick it up within 2 s");
         }
         RateCommand::List => {
-            let groups = rates::list(&mut conn)?;
+            let groups = rates::list(&mut open_read_only(g)?)?;
             if groups.is_empty() {
                 println!("no rate groups; add one with `mailsplit rate set GROUP N/s`");
             }
@@ -580,7 +638,7 @@ fn rate(g: &Global, cmd: RateCommand) -> Result<()> {
             }
         }
         RateCommand::Delete { group } => {
-            if !rates::delete(&mut conn, &group)? {
+            if !rates::delete(&mut open_migrated(g)?, &group)? {
                 return Err(UsageError(format!(
                     "no rate group {group:?}; `mailsplit rate list` shows them"
                 ))
@@ -913,6 +971,11 @@ fn open_migrated(g: &Global) -> Result<Conn> {
     Ok(store::open_migrated(&g.database_url)?)
 }
 
+/// [`open_migrated`] for commands that only read.
+fn open_read_only(g: &Global) -> Result<Conn> {
+    Ok(store::open_read_only(&g.database_url)?)
+}
+
 /// A usage error raised at the edge (exit code 2).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -947,10 +1010,35 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
                 .is_some_and(|e| e.is_usage())
             || cause
                 .downcast_ref::<crate::requeue::RequeueError>()
+                .is_some_and(|e| e.is_usage())
+            || cause
+                .downcast_ref::<import::ImportError>()
                 .is_some_and(|e| e.is_usage());
         if usage {
             return EXIT_USAGE;
         }
     }
     1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_of_the_parsed_command_line_hides_passwords() {
+        let cli = Cli::try_parse_from([
+            "mailsplit",
+            "--database-url",
+            "postgres://me:DbS3cret@db/x",
+            "worker",
+            "--smtp",
+            "smtps://u:SmtpS3cret@relay:465",
+        ])
+        .unwrap();
+        let shown = format!("{cli:?} {cli:#?}");
+        assert!(!shown.contains("DbS3cret"), "{shown}");
+        assert!(!shown.contains("SmtpS3cret"), "{shown}");
+        assert!(shown.contains("relay:465"), "{shown}");
+    }
 }

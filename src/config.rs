@@ -2,8 +2,11 @@
 //! command-line and environment values into typed settings. Nothing here
 //! connects to anything; errors here are usage errors (exit code 2).
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::fmt;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
+
+use crate::redact;
 
 /// Embedded default database: a SQLite file in the current directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://mailsplit.db";
@@ -33,8 +36,12 @@ pub const FLAG_REFRESH: Duration = Duration::from_millis(500);
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:8081";
 
+/// Longest campaign name `campaign create` accepts.
+pub const MAX_CAMPAIGN_NAME: usize = 100;
+
 /// A worker's settings, checked (see `cli` for where they come from).
-#[derive(Debug, Clone)]
+/// `Debug` shows the database URL through [`redact`].
+#[derive(Clone)]
 pub struct WorkerSettings {
     pub database_url: String,
     pub servers: Vec<SocketAddr>,
@@ -50,8 +57,9 @@ pub struct WorkerSettings {
     pub smtp_timeout: Duration,
 }
 
-/// `mailsplit serve`'s settings, checked.
-#[derive(Debug, Clone)]
+/// `mailsplit serve`'s settings, checked. `Debug` hides the token and the
+/// database URL's password.
+#[derive(Clone)]
 pub struct ServeSettings {
     pub database_url: String,
     pub servers: Vec<SocketAddr>,
@@ -68,10 +76,40 @@ pub struct ServeSettings {
     pub webhook_token: Option<String>,
 }
 
+impl fmt::Debug for WorkerSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkerSettings")
+            .field("database_url", &redact::Url(&self.database_url))
+            .field("servers", &self.servers)
+            .field("tube", &self.tube)
+            .field("smtp", &self.smtp)
+            .field("concurrency", &self.concurrency)
+            .field("max_attempts", &self.max_attempts)
+            .field("grace", &self.grace)
+            .field("smtp_timeout", &self.smtp_timeout)
+            .finish()
+    }
+}
+
+impl fmt::Debug for ServeSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServeSettings")
+            .field("database_url", &redact::Url(&self.database_url))
+            .field("servers", &self.servers)
+            .field("tube", &self.tube)
+            .field("listen", &self.listen)
+            .field("admin_listen", &self.admin_listen)
+            .field("admin_token", &self.admin_token.as_ref().map(|_| redact::Hidden))
+            .finish()
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("bad beanstalkd address {0:?}: expected HOST:PORT (several separated by commas)")]
     BadBeanstalkd(String),
+    #[error("beanstalkd host {host:?} does not resolve ({why}): check the name, or give an IP address")]
+    Unresolvable { host: String, why: String },
     #[error("beanstalkd address {0:?} does not resolve to an IPv4 address")]
     NoIpv4(String),
     #[error("bad tube name {0:?}: 1-200 characters of A-Z a-z 0-9 - + / ; . $ _ ( ), not starting with -")]
@@ -79,6 +117,11 @@ pub enum ConfigError {
     /// `url` is already redacted.
     #[error("bad SMTP URL {url:?}: {why} (expected smtp://HOST:PORT, smtp://USER:PASS@HOST:587?tls=required or smtps://HOST:465)")]
     BadSmtpUrl { url: String, why: String },
+    /// `url` is already redacted.
+    #[error("SMTP URL {url:?} has a password but no TLS: AUTH would send it in clear text. Use smtp://USER:PASS@HOST:587?tls=required (STARTTLS) or smtps://USER:PASS@HOST:465; for a relay on this machine only, add ?tls=none&auth=plain-insecure")]
+    AuthInClear { url: String },
+    #[error("bad campaign name {name:?}: {why}")]
+    BadCampaignName { name: String, why: &'static str },
     #[error("bad {what} address {value:?}: expected HOST:PORT, e.g. 127.0.0.1:8080")]
     BadListen { what: &'static str, value: String },
     #[error("refusing to serve the admin routes on {0}, which is not a loopback address, without a token: set MAILSPLIT_ADMIN_TOKEN")]
@@ -96,15 +139,23 @@ pub enum ConfigError {
 }
 
 /// `host:port[,host:port…]` into resolved IPv4 socket addresses, in order.
+/// A malformed entry and a host name that does not resolve get different
+/// messages: the fix differs.
 pub fn parse_beanstalkd(list: &str) -> Result<Vec<SocketAddr>, ConfigError> {
     let mut out = Vec::new();
     for raw in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        if !raw.contains(':') {
-            return Err(ConfigError::BadBeanstalkd(raw.to_string()));
+        let bad = || ConfigError::BadBeanstalkd(raw.to_string());
+        let (host, port) = raw.rsplit_once(':').ok_or_else(bad)?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() || port.parse::<u16>().is_err() {
+            return Err(bad());
         }
         let addrs = raw
             .to_socket_addrs()
-            .map_err(|_| ConfigError::BadBeanstalkd(raw.to_string()))?;
+            .map_err(|e| ConfigError::Unresolvable {
+                host: host.to_string(),
+                why: e.to_string(),
+            })?;
         let v4 = addrs
             .into_iter()
             .find(SocketAddr::is_ipv4)
@@ -124,6 +175,29 @@ pub fn check_tube(tube: &str) -> Result<(), ConfigError> {
         return Err(ConfigError::BadTube(tube.to_string()));
     }
     Ok(())
+}
+
+/// A campaign is named by its name or its id, so a name must not look like
+/// an id (it would shadow the campaign with that id); it is shown on one
+/// line in `status` and logs.
+pub fn check_campaign_name(name: &str) -> Result<(), ConfigError> {
+    let bad = |why| {
+        Err(ConfigError::BadCampaignName {
+            name: name.to_string(),
+            why,
+        })
+    };
+    if name.trim().is_empty() {
+        bad("it is empty")
+    } else if name.chars().all(|c| c.is_ascii_digit()) {
+        bad("all digits would shadow the campaign with that id; add a letter, e.g. \"spring-2025\"")
+    } else if name.chars().any(char::is_control) {
+        bad("it holds a control character (newline, tab, …)")
+    } else if name.chars().count() > MAX_CAMPAIGN_NAME {
+        bad("longer than 100 characters")
+    } else {
+        Ok(())
+    }
 }
 
 /// Check a count option against sane bounds.
@@ -155,15 +229,43 @@ pub enum Tls {
     Implicit,
 }
 
-/// A parsed SMTP relay URL.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A parsed SMTP relay URL. `Debug` hides the password.
+#[derive(Clone, PartialEq, Eq)]
 pub struct SmtpUrl {
     pub host: String,
     pub port: u16,
     pub tls: Tls,
+    /// User and password, percent-decoded.
     pub credentials: Option<(String, String)>,
+    /// `auth=plain-insecure`: the URL allows AUTH without TLS (a relay on
+    /// this machine only). Otherwise a session that is not encrypted never
+    /// sends the password, whatever the relay offers.
+    pub auth_in_clear: bool,
     /// PEM file of an extra root certificate to trust (a private CA).
     pub ca: Option<String>,
+}
+
+impl fmt::Debug for SmtpUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SmtpUrl")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("tls", &self.tls)
+            .field(
+                "credentials",
+                &self.credentials.as_ref().map(|(user, _)| (user, redact::Hidden)),
+            )
+            .field("auth_in_clear", &self.auth_in_clear)
+            .field("ca", &self.ca)
+            .finish()
+    }
+}
+
+/// Whether `host` is this machine: the only place a password may travel in
+/// clear text (`auth=plain-insecure`).
+fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 impl SmtpUrl {
@@ -186,9 +288,16 @@ impl SmtpUrl {
             .trim_end_matches(']')
             .to_string();
         let mut ca = None;
+        let mut auth_in_clear = false;
         for (key, value) in url.query_pairs() {
             match (key.as_ref(), value.as_ref(), tls) {
                 ("ca", path, _) => ca = Some(path.to_string()),
+                ("auth", "plain-insecure", _) => auth_in_clear = true,
+                ("auth", v, _) => {
+                    return Err(bad(&format!(
+                        "auth={v:?}: the only choice is auth=plain-insecure (AUTH without TLS, loopback relays only)"
+                    )))
+                }
                 ("tls", "required", Tls::None) => tls = Tls::StartTls { required: true },
                 ("tls", "opportunistic", Tls::None) => tls = Tls::StartTls { required: false },
                 ("tls", "none", Tls::None) => {}
@@ -201,27 +310,42 @@ impl SmtpUrl {
                 (k, _, _) => return Err(bad(&format!("unknown parameter {k:?}"))),
             }
         }
+        // User-info is percent-encoded (RFC 3986), not form-encoded: a
+        // literal '+' in a password is a '+', never a space.
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8()
+                .map(|s| s.into_owned())
+                .map_err(|_| bad("the user or password is not UTF-8 once percent-decoded"))
+        };
         let credentials = if url.username().is_empty() {
             None
         } else {
-            let decode = |s: &str| {
-                url::form_urlencoded::parse(format!("x={s}").as_bytes())
-                    .next()
-                    .map(|(_, v)| v.into_owned())
-                    .unwrap_or_default()
-            };
-            Some((decode(url.username()), decode(url.password().unwrap_or(""))))
+            Some((
+                decode(url.username())?,
+                decode(url.password().unwrap_or(""))?,
+            ))
         };
+        if ca.is_some() && tls == Tls::None {
+            return Err(bad("ca= needs TLS: add tls=required or use smtps://"));
+        }
+        if auth_in_clear && !is_loopback(&host) {
+            return Err(bad(&format!(
+                "auth=plain-insecure sends the password in clear text and is allowed only for a relay on this machine (localhost, 127.0.0.1, ::1), not {host:?}: use tls=required or smtps://"
+            )));
+        }
+        if credentials.is_some() && tls == Tls::None && !auth_in_clear {
+            return Err(ConfigError::AuthInClear {
+                url: redact::url(raw),
+            });
+        }
         Ok(SmtpUrl {
             host,
             port: url.port().unwrap_or(default_port),
             tls,
             credentials,
+            auth_in_clear,
             ca,
-        })
-        .and_then(|u| match (&u.ca, u.tls) {
-            (Some(_), Tls::None) => Err(bad("ca= needs TLS: add tls=required or use smtps://")),
-            _ => Ok(u),
         })
     }
 }
@@ -311,12 +435,99 @@ mod tests {
     }
 
     #[test]
+    fn passwords_are_percent_decoded_not_form_decoded() {
+        let u = SmtpUrl::parse("smtps://me:a+b%2Bc%20d%25@relay.example").unwrap();
+        assert_eq!(u.credentials, Some(("me".into(), "a+b+c d%".into())));
+        let err = SmtpUrl::parse("smtps://me:%FF@relay.example").unwrap_err();
+        assert!(err.to_string().contains("UTF-8"), "{err}");
+    }
+
+    #[test]
+    fn a_password_needs_tls_or_an_explicit_loopback_exception() {
+        let err = SmtpUrl::parse("smtp://u:s3cr3t@relay.example:587").unwrap_err();
+        assert!(matches!(err, ConfigError::AuthInClear { .. }), "{err}");
+        let shown = err.to_string();
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+        assert!(shown.contains("tls=required"), "{shown}");
+        assert!(SmtpUrl::parse("smtp://u:p@relay.example:587?tls=none").is_err());
+        // Opportunistic parses; the session refuses AUTH if TLS does not happen.
+        let opp = SmtpUrl::parse("smtp://u:p@relay.example:587?tls=opportunistic").unwrap();
+        assert!(!opp.auth_in_clear);
+        for loopback in ["127.0.0.1", "localhost", "[::1]"] {
+            let u = SmtpUrl::parse(&format!(
+                "smtp://u:p@{loopback}:25?tls=none&auth=plain-insecure"
+            ))
+            .unwrap();
+            assert!(u.auth_in_clear, "{loopback}");
+        }
+        let err = SmtpUrl::parse("smtp://u:p@relay.example:25?tls=none&auth=plain-insecure")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("relay.example"), "{err}");
+        assert!(SmtpUrl::parse("smtp://127.0.0.1:25?auth=maybe").is_err());
+        // No password, no AUTH: plain text stays fine for a local relay.
+        assert!(SmtpUrl::parse("smtp://relay.example:25").is_ok());
+    }
+
+    #[test]
+    fn debug_prints_hide_secrets() {
+        let smtp = SmtpUrl::parse("smtps://user:Pa55word@relay.example").unwrap();
+        let worker = WorkerSettings {
+            database_url: "postgres://me:DbPa55@db/x".into(),
+            servers: vec![],
+            tube: "t".into(),
+            smtp: smtp.clone(),
+            concurrency: 1,
+            max_attempts: 1,
+            grace: DEFAULT_GRACE,
+            smtp_timeout: DEFAULT_SMTP_TIMEOUT,
+        };
+        let serve = ServeSettings {
+            database_url: "postgres://me:DbPa55@db/x".into(),
+            servers: vec![],
+            tube: "t".into(),
+            listen: "127.0.0.1:1".parse().unwrap(),
+            admin_listen: "127.0.0.1:2".parse().unwrap(),
+            admin_token: Some("T0ken".into()),
+        };
+        for shown in [
+            format!("{smtp:?}"),
+            format!("{worker:?}"),
+            format!("{worker:#?}"),
+            format!("{serve:?}"),
+        ] {
+            for secret in ["Pa55word", "DbPa55", "T0ken"] {
+                assert!(!shown.contains(secret), "{shown}");
+            }
+            assert!(shown.contains("***"), "{shown}");
+        }
+    }
+
+    #[test]
+    fn campaign_names() {
+        assert!(check_campaign_name("spring-2025").is_ok());
+        assert!(check_campaign_name("Frühling").is_ok());
+        for bad in ["", "  ", "3", "0042", "a\nb", "tab\there", &"x".repeat(101)] {
+            assert!(check_campaign_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_campaign_name(&"é".repeat(100)).is_ok());
+    }
+
+    #[test]
     fn beanstalkd_lists() {
         let two = parse_beanstalkd("127.0.0.1:1, localhost:2").unwrap();
         assert_eq!(two.len(), 2);
         assert_eq!(two[1].port(), 2);
         assert!(parse_beanstalkd("nohost").is_err());
         assert!(parse_beanstalkd("").is_err());
+        assert!(matches!(
+            parse_beanstalkd("127.0.0.1:notaport"),
+            Err(ConfigError::BadBeanstalkd(_))
+        ));
+        assert!(matches!(
+            parse_beanstalkd("no-such-host.invalid:11300"),
+            Err(ConfigError::Unresolvable { .. })
+        ));
     }
 
     #[test]

@@ -33,9 +33,9 @@ pub enum ImportError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path} has no header row")]
+    #[error("{path} is empty: its first line must be a header row naming the columns, one of them `email` (e.g. `email,name`)")]
     NoHeader { path: String },
-    #[error("{path}: the header row has no `email` column (found: {found}); add one")]
+    #[error("{path}: the header row has no `email` column (found: {found}); name the column that holds the addresses `email` (e.g. `email,name`)")]
     NoEmailColumn { path: String, found: String },
     #[error("{path}: cannot read the header row")]
     BadHeader {
@@ -52,6 +52,17 @@ pub enum ImportError {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl ImportError {
+    /// The file is not what `import` takes (exit code 2), as opposed to
+    /// one that cannot be read or stored.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            ImportError::NoHeader { .. } | ImportError::NoEmailColumn { .. }
+        )
+    }
 }
 
 /// Passes bytes through and notes the offset of every CR and LF, so a

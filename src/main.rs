@@ -5,8 +5,7 @@
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use clap::Parser;
-use mailsplit::cli::{exit_code, run, Cli};
+use mailsplit::cli::{exit_code, parse, run};
 
 /// mimalloc instead of glibc malloc: a worker allocates per message (MIME
 /// parts, SMTP buffers) from many threads, and glibc's arena locks and
@@ -15,7 +14,14 @@ use mailsplit::cli::{exit_code, run, Cli};
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Whatever this process creates (the SQLite database and its -wal and
+    // -shm files, hold recipients' personal data) is its owner's alone.
+    // SAFETY: umask only replaces the process's file-creation mask.
+    unsafe { libc::umask(0o077) };
+    let cli = match parse() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("MAILSPLIT_LOG")
@@ -27,7 +33,10 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("mailsplit: error: {err:#}");
+            // Every URL in the chain is shown redacted already; this is
+            // the last line of defence for one that is not.
+            let shown = mailsplit::redact::text(&format!("{err:#}"));
+            eprintln!("mailsplit: error: {shown}");
             ExitCode::from(exit_code(&err))
         }
     }

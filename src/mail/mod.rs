@@ -24,6 +24,14 @@ pub enum MailError {
     },
     #[error("SMTP relay {0} does not offer STARTTLS, and the URL says tls=required")]
     NoStartTls(String),
+    #[error("SMTP relay {0}: the session is not encrypted (no STARTTLS offered), so the password is not sent; fix the relay's TLS, or for a relay on this machine add auth=plain-insecure to the URL")]
+    AuthInClear(String),
+    #[error("SMTP relay {target} refused the login of user {user:?}: {reason}; check the user and password in the SMTP URL (write a literal % as %25, @ as %40, / as %2F)")]
+    Auth {
+        target: String,
+        user: String,
+        reason: String,
+    },
     #[error("cannot set up TLS with CA file {path:?}")]
     TlsSetup {
         path: String,

@@ -130,13 +130,25 @@ impl Relay {
             }
         }
         if let Some((user, pass)) = &self.url.credentials {
+            // Whatever the relay offers (or a man in the middle stripped):
+            // no password over a session that is not encrypted, unless the
+            // URL says so for a loopback relay.
+            if !conn.is_encrypted() && !self.url.auth_in_clear {
+                conn.abort().await;
+                return Err(MailError::AuthInClear(self.shown.clone()));
+            }
             let creds = Credentials::new(user.clone(), pass.clone());
             timed(
                 self.timeout,
                 conn.auth(&[Mechanism::Plain, Mechanism::Login], &creds),
             )
             .await
-            .map_err(self.connect_err())?;
+            .map_err(|e| MailError::Auth {
+                target: self.shown.clone(),
+                user: user.clone(),
+                // A relay's reply could echo what it was sent.
+                reason: crate::redact::hide(&e.to_string(), pass),
+            })?;
         }
         Ok(conn)
     }

@@ -220,10 +220,19 @@ pub fn control(conn: &mut Conn, name_or_id: &str, action: Control) -> Result<Cam
             state: shown,
         };
         let now = now_ms();
+        // "done" is not stored: every recipient is enqueued and has an
+        // outcome. Pausing or cancelling it would only relabel history.
+        let done = action != Control::Resume
+            && state == CampaignState::Queued
+            && counters(conn, campaign.id)?.pending() <= 0;
+        const DONE: &str = "done (every recipient has an outcome)";
         match action {
             Control::Pause => {
                 if state == CampaignState::Cancelled {
                     return Err(illegal("pause", state.to_string()));
+                }
+                if done {
+                    return Err(illegal("pause", DONE.into()));
                 }
                 if campaign.paused {
                     return Err(illegal("pause", "already paused".into()));
@@ -259,6 +268,9 @@ pub fn control(conn: &mut Conn, name_or_id: &str, action: Control) -> Result<Cam
             Control::Cancel => {
                 if state == CampaignState::Cancelled {
                     return Err(illegal("cancel", "already cancelled".into()));
+                }
+                if done {
+                    return Err(illegal("cancel", DONE.into()));
                 }
                 on!(conn, |c| diesel::update(campaigns::table.find(campaign.id))
                     .set((

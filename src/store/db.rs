@@ -36,7 +36,9 @@ impl Db {
         let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         let conn = match guard.as_mut() {
             Some(c) => c,
-            None => guard.insert(Conn::open(&self.url)?),
+            // Never `Conn::open`: a reconnect must not create an empty
+            // SQLite file where the database was.
+            None => guard.insert(Conn::open_with(&self.url, super::Access::ReadWrite)?),
         };
         let result = f(conn);
         if let Err(e) = &result {

@@ -51,12 +51,19 @@ pub enum StoreError {
     /// Holds the URL already redacted.
     #[error("unsupported database URL {0:?}: use sqlite://PATH or postgres://USER@HOST/DB")]
     BadUrl(String),
-    /// `url` is already redacted.
-    #[error("cannot open database {url}")]
-    Connect {
-        url: String,
+    /// `url` is already redacted, and `reason` (the driver's message, which
+    /// may quote the password: libpq does on a bad percent-encoding) too.
+    #[error("cannot open database {url}: {reason}")]
+    Connect { url: String, reason: String },
+    /// Every command but `migrate` opens an existing SQLite file, never
+    /// creates one (an empty database would hide a typo in the path).
+    #[error("database file {0} does not exist: run `mailsplit migrate` to create it, or check --database-url / DATABASE_URL")]
+    NoDatabaseFile(String),
+    #[error("cannot create database file {path}")]
+    CreateFile {
+        path: String,
         #[source]
-        source: diesel::ConnectionError,
+        source: std::io::Error,
     },
     #[error("migration failed: {0}")]
     Migrate(String),
@@ -80,6 +87,8 @@ pub enum StoreError {
         selector: String,
         algorithm: String,
     },
+    #[error("bad rate group {0:?}: use relay:HOST:PORT (a worker's --smtp relay), campaign:NAME, domain:DOMAIN or domain:* (every other domain), e.g. domain:gmail.com")]
+    BadRateGroup(String),
     #[error("stored value {value:?} is not a valid {what}")]
     BadValue { what: &'static str, value: String },
     #[error("database task failed: {0}")]
@@ -95,11 +104,13 @@ impl StoreError {
         matches!(
             self,
             StoreError::BadUrl(_)
+                | StoreError::NoDatabaseFile(_)
                 | StoreError::UnknownCampaign(_)
                 | StoreError::UnknownList { .. }
                 | StoreError::CampaignExists(_)
                 | StoreError::IllegalTransition { .. }
                 | StoreError::DkimKeyExists { .. }
+                | StoreError::BadRateGroup(_)
         )
     }
 
@@ -178,22 +189,107 @@ fn sqlite_path(url: &str) -> &str {
     rest.strip_prefix("//").unwrap_or(rest)
 }
 
+/// How a command uses the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// `migrate`: a missing SQLite file is created, readable by its owner
+    /// only (it holds recipients' personal data; SQLite gives its -wal and
+    /// -shm files the database file's mode).
+    Create,
+    /// Read and write an existing database; never create one.
+    ReadWrite,
+    /// Commands that only read (`status`, `campaign list`, `preview`, `rate
+    /// list`): SQLite opened read-only, PostgreSQL sessions read-only.
+    ReadOnly,
+}
+
+/// Mode of a SQLite file `migrate` creates.
+const SQLITE_FILE_MODE: u32 = 0o600;
+
+/// Whether SQLite gets `path` as it is: an in-memory database or the
+/// user's own `file:` URI, which name no file to check or create.
+fn sqlite_special(path: &str) -> bool {
+    path == ":memory:" || path.is_empty() || path.starts_with("file:")
+}
+
+/// What SQLite opens for `path` with `access`: the path itself (created
+/// first, owner-only, if missing) or a `file:` URI whose `mode=` forbids
+/// creating it (`rw`) or writing it (`ro`).
+fn sqlite_target(path: &str, access: Access) -> Result<String> {
+    if sqlite_special(path) {
+        return Ok(path.to_string());
+    }
+    if access == Access::Create {
+        use std::os::unix::fs::OpenOptionsExt;
+        let created = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(SQLITE_FILE_MODE)
+            .open(path);
+        return match created {
+            Ok(_) => Ok(path.to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(path.to_string()),
+            Err(source) => Err(StoreError::CreateFile {
+                path: path.to_string(),
+                source,
+            }),
+        };
+    }
+    if !std::path::Path::new(path).exists() {
+        let shown = std::path::absolute(path).map_or_else(
+            |_| path.to_string(),
+            |p| p.display().to_string(),
+        );
+        return Err(StoreError::NoDatabaseFile(shown));
+    }
+    // In a URI '%', '?' and '#' are syntax; everything else goes as is.
+    let escaped = path
+        .replace('%', "%25")
+        .replace('?', "%3f")
+        .replace('#', "%23");
+    let mode = if access == Access::ReadOnly { "ro" } else { "rw" };
+    Ok(format!("file:{escaped}?mode={mode}"))
+}
+
+/// The path and mode of a SQLite database file that users other than its
+/// owner may read: `migrate` says so (it never changes an existing file's
+/// mode by itself).
+pub fn exposed_sqlite_file(url: &str) -> Option<(String, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = sqlite_path(url);
+    if backend_of(url).ok()? != Backend::Sqlite || sqlite_special(path) {
+        return None;
+    }
+    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+    (mode & 0o077 != 0).then(|| (path.to_string(), mode))
+}
+
 impl Conn {
-    /// Open a connection. SQLite gets WAL mode, a busy timeout and
-    /// `synchronous=NORMAL` (durable at each checkpoint, safe against a crash
-    /// of the process) so several worker processes can share the file.
+    /// Open a connection, creating a missing SQLite file (what `migrate`
+    /// does; see [`Conn::open_with`]).
     pub fn open(url: &str) -> Result<Conn> {
-        let connect_err = |source| StoreError::Connect {
+        Conn::open_with(url, Access::Create)
+    }
+
+    /// Open a connection for `access`. SQLite gets WAL mode, a busy timeout
+    /// and `synchronous=NORMAL` (durable at each checkpoint, safe against a
+    /// crash of the process) so several worker processes can share the file.
+    pub fn open_with(url: &str, access: Access) -> Result<Conn> {
+        let connect_err = |e: diesel::ConnectionError| StoreError::Connect {
             url: crate::redact::url(url),
-            source,
+            reason: crate::redact::scrub(&e.to_string(), url),
         };
         let inner = match backend_of(url)? {
             Backend::Sqlite => {
-                let mut c = SqliteConnection::establish(sqlite_path(url)).map_err(connect_err)?;
+                let target = sqlite_target(sqlite_path(url), access)?;
+                let mut c = SqliteConnection::establish(&target).map_err(connect_err)?;
                 c.batch_execute(&format!(
-                    "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;",
+                    "PRAGMA busy_timeout = {};",
                     SQLITE_BUSY_TIMEOUT.as_millis()
                 ))?;
+                if access != Access::ReadOnly {
+                    c.batch_execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")?;
+                }
                 Inner::Sqlite(c)
             }
             Backend::Postgres => {
@@ -203,6 +299,9 @@ impl Conn {
                 // stay in use as it grows to millions of rows, all the more
                 // where autovacuum is off; plan each statement for its data.
                 c.batch_execute("SET plan_cache_mode = force_custom_plan")?;
+                if access == Access::ReadOnly {
+                    c.batch_execute("SET default_transaction_read_only = on")?;
+                }
                 Inner::Pg(c)
             }
         };
@@ -379,10 +478,18 @@ fn migrations_of(backend: Backend) -> EmbeddedMigrations {
     }
 }
 
-/// Open a connection and check that the schema is current (the fix named
-/// when it is not): what every command but `migrate` starts with.
+/// Open an existing database and check that the schema is current (the
+/// fix named when it is not): what every command but `migrate` starts with.
 pub fn open_migrated(url: &str) -> Result<Conn> {
-    let mut conn = Conn::open(url)?;
+    let mut conn = Conn::open_with(url, Access::ReadWrite)?;
+    conn.check_migrated()?;
+    Ok(conn)
+}
+
+/// [`open_migrated`] for commands that only read: nothing they do can
+/// write, and a missing SQLite file is named, never created.
+pub fn open_read_only(url: &str) -> Result<Conn> {
+    let mut conn = Conn::open_with(url, Access::ReadOnly)?;
     conn.check_migrated()?;
     Ok(conn)
 }

@@ -58,10 +58,7 @@ pub fn check_name(name: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(StoreError::BadValue {
-            what: "rate group name (relay:HOST:PORT, campaign:NAME, domain:DOMAIN or domain:*)",
-            value: name.to_string(),
-        })
+        Err(StoreError::BadRateGroup(name.to_string()))
     }
 }
 

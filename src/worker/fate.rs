@@ -1,7 +1,8 @@
 //! A job's fate: a [`Tracker`] follows one reserved job until every claimed
 //! recipient's outcome is durably recorded, then [`finish`] decides — delete
 //! it, or release it with a delay (retries due, paused campaign, rate
-//! tokens due, another worker still holding some of its recipients).
+//! tokens due, another worker still holding some of its recipients) — and
+//! says so in one log line per job with what happened to its recipients.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -39,11 +40,44 @@ pub fn retry_delay(attempt: i32) -> Duration {
         .min(RETRY_DELAY_MAX)
 }
 
+/// What happened to a job's claimed recipients: its summary line.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Tally {
+    pub claimed: usize,
+    pub sent: usize,
+    /// Failed for good: a permanent reply, or the last allowed attempt.
+    pub failed: usize,
+    /// Transient failure: tried again later.
+    pub retried: usize,
+    pub skipped: usize,
+    /// Handed back unsent (paused, stopping, rate tokens far off).
+    pub handed_back: usize,
+    /// The claim had lapsed and another worker held the row.
+    pub lost: usize,
+}
+
+impl Tally {
+    fn count(&mut self, kind: &OutcomeKind, recorded: Recorded) {
+        let slot = match (kind, recorded) {
+            (_, Recorded::Lost) => &mut self.lost,
+            (OutcomeKind::Sent, _) => &mut self.sent,
+            (OutcomeKind::Failed(_), _) | (OutcomeKind::Retry(_), Recorded::Final) => {
+                &mut self.failed
+            }
+            (OutcomeKind::Retry(_), _) => &mut self.retried,
+            (OutcomeKind::Skipped(_), _) => &mut self.skipped,
+            (OutcomeKind::Unclaim, _) => &mut self.handed_back,
+        };
+        *slot += 1;
+    }
+}
+
 /// How far a job has come: outcomes still to record, and what the recorded
 /// ones ask for.
 #[derive(Default)]
 pub struct Progress {
     outstanding: usize,
+    tally: Tally,
     /// Highest attempt among recipients left to retry.
     retry_attempt: Option<i32>,
     /// Some recipients were handed back unsent.
@@ -57,6 +91,10 @@ impl Progress {
     pub fn new(outstanding: usize) -> Progress {
         Progress {
             outstanding,
+            tally: Tally {
+                claimed: outstanding,
+                ..Tally::default()
+            },
             ..Progress::default()
         }
     }
@@ -87,6 +125,7 @@ impl Tracker {
     /// Note a recorded outcome; returns true when it was the job's last.
     pub fn complete(&self, kind: &OutcomeKind, recorded: Recorded, attempt: i32) -> bool {
         let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        p.tally.count(kind, recorded);
         if recorded == Recorded::Open {
             match kind {
                 OutcomeKind::Unclaim => p.unclaimed = true,
@@ -101,9 +140,9 @@ impl Tracker {
 /// Decide the fate of a job whose outcomes are all recorded, tell its server
 /// thread, and free its slot.
 pub async fn finish(shared: &Shared, t: &Tracker) {
-    let (retry_attempt, unclaimed, throttled) = {
+    let (retry_attempt, unclaimed, throttled, tally) = {
         let p = t.progress.lock().unwrap_or_else(|e| e.into_inner());
-        (p.retry_attempt, p.unclaimed, p.throttled)
+        (p.retry_attempt, p.unclaimed, p.throttled, p.tally)
     };
     let flags = shared.campaigns.flag_state(t.campaign_id).await;
     let release = |delay: Duration| Cmd::Release {
@@ -125,8 +164,56 @@ pub async fn finish(shared: &Shared, t: &Tracker) {
             (None, false, None) => Cmd::Delete(t.job_id),
         },
     };
-    tracing::debug!(job = t.job_id, ?cmd, "job finished");
+    let then = match &cmd {
+        Cmd::Delete(_) => "deleted".to_string(),
+        Cmd::Release { delay, .. } => format!("released for {delay:?}"),
+        other => format!("{other:?}"),
+    };
+    tracing::info!(
+        job = t.job_id,
+        campaign = t.campaign_id,
+        claimed = tally.claimed,
+        sent = tally.sent,
+        failed = tally.failed,
+        retried = tally.retried,
+        skipped = tally.skipped,
+        handed_back = tally.handed_back,
+        lost = tally.lost,
+        then = %then,
+        "job finished"
+    );
     shared.cmd(t.server, cmd);
     t.done.cancel();
     drop(t.permit.lock().unwrap_or_else(|e| e.into_inner()).take());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tally_counts_each_outcome_once_by_what_it_became() {
+        let mut t = Tally::default();
+        let reply = || "550 5.1.1 no".to_string();
+        t.count(&OutcomeKind::Sent, Recorded::Final);
+        t.count(&OutcomeKind::Failed(reply()), Recorded::Final);
+        // The last allowed attempt of a transient failure is a failure.
+        t.count(&OutcomeKind::Retry(reply()), Recorded::Final);
+        t.count(&OutcomeKind::Retry(reply()), Recorded::Open);
+        t.count(&OutcomeKind::Skipped("unsubscribed".into()), Recorded::Final);
+        t.count(&OutcomeKind::Unclaim, Recorded::Open);
+        t.count(&OutcomeKind::Sent, Recorded::Lost);
+        assert_eq!(
+            t,
+            Tally {
+                claimed: 0,
+                sent: 1,
+                failed: 2,
+                retried: 1,
+                skipped: 1,
+                handed_back: 1,
+                lost: 1,
+            }
+        );
+    }
 }

@@ -1,17 +1,19 @@
 //! The report stage: outcomes are written to the ledger in batches (one
 //! transaction each, counters moved by affected rows), retried until the
 //! database takes them, never dropped. When the last outcome of a job is
-//! recorded, the job is finished (deleted or released).
+//! recorded, the job is finished (deleted or released). Each permanent
+//! failure is logged with the relay's reply, within a budget (see
+//! [`FailureLog`]).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::fate::finish;
 use super::pipeline::{Report, Shared};
-use crate::store::deliveries::{self, Outcome, OutcomeKind};
+use crate::store::deliveries::{self, Outcome, OutcomeKind, Recorded};
 
 /// Most outcomes written in one transaction.
 pub const MAX_BATCH: usize = 2_000;
@@ -22,6 +24,98 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// often (an auto-pause takes effect within it, not within the regular
 /// refresh).
 const FAILURE_LOOK_INTERVAL: Duration = Duration::from_millis(50);
+/// Permanent failures logged one by one before the budget applies...
+const FAILURE_LOG_BURST: f64 = 20.0;
+/// ...which then allows one line per this long; the rest are counted.
+const FAILURE_LOG_EVERY: Duration = Duration::from_secs(1);
+
+/// The log of permanent failures: one line per failure with the campaign,
+/// the recipient's id (not the address: logs travel further than the
+/// database, and the id finds the row) and the relay's reply, with the
+/// local part of any address in it masked. A token bucket bounds it, so a
+/// relay that refuses everything cannot flood the log; failures held back
+/// are counted in the next line that is written, and when the worker stops.
+struct FailureLog {
+    budget: f64,
+    refilled: Instant,
+    held_back: u64,
+}
+
+impl FailureLog {
+    fn new() -> FailureLog {
+        FailureLog {
+            budget: FAILURE_LOG_BURST,
+            refilled: Instant::now(),
+            held_back: 0,
+        }
+    }
+
+    /// Log `kind` for `recipient` if it is a failure for good.
+    fn note(&mut self, campaign: i64, recipient: i64, attempt: i32, kind: &OutcomeKind, state: Recorded) {
+        let (reply, gave_up) = match (kind, state) {
+            (OutcomeKind::Failed(reply), Recorded::Final) => (reply, false),
+            (OutcomeKind::Retry(reply), Recorded::Final) => (reply, true),
+            _ => return,
+        };
+        let now = Instant::now();
+        let refill = now.duration_since(self.refilled).as_secs_f64() / FAILURE_LOG_EVERY.as_secs_f64();
+        self.budget = (self.budget + refill).min(FAILURE_LOG_BURST);
+        self.refilled = now;
+        if self.budget < 1.0 {
+            self.held_back += 1;
+            return;
+        }
+        self.budget -= 1.0;
+        let reply = mask_addresses(reply);
+        let not_logged = std::mem::take(&mut self.held_back);
+        if gave_up {
+            tracing::warn!(campaign, recipient, attempts = attempt, %reply, not_logged, "failed for good: temporary failures up to --max-attempts");
+        } else {
+            tracing::warn!(campaign, recipient, %reply, not_logged, "failed for good: permanent failure");
+        }
+    }
+}
+
+impl Drop for FailureLog {
+    fn drop(&mut self) {
+        if self.held_back > 0 {
+            tracing::warn!(
+                not_logged = self.held_back,
+                "more permanent failures than the log budget; `mailsplit status` counts them all and the ledger has each reply"
+            );
+        }
+    }
+}
+
+/// `reply` with the local part of every address in it replaced by `***`
+/// (relays often quote the recipient: `550 5.1.1 <ada@example.com>: …`).
+/// The domain stays: it is what tells a misconfiguration apart.
+fn mask_addresses(reply: &str) -> String {
+    let local = |c: char| !(c.is_whitespace() || "<>()[]\",;:'\"".contains(c));
+    let mut out = String::with_capacity(reply.len());
+    let mut rest = reply;
+    while let Some(at) = rest.find('@') {
+        let before = &rest[..at];
+        let start = match before.strip_suffix('"').and_then(|b| b.rfind('"')) {
+            // A quoted local part: `"ada lovelace"@example.com`.
+            Some(open) => open,
+            None => before
+                .char_indices()
+                .rev()
+                .take_while(|&(_, c)| local(c))
+                .last()
+                .map_or(at, |(i, _)| i),
+        };
+        out.push_str(&rest[..start]);
+        if start < at {
+            out.push_str(crate::redact::HIDDEN);
+        }
+        out.push('@');
+        rest = &rest[at + 1..];
+    }
+    out.push_str(rest);
+    out
+}
 
 /// Runs until `drained` (every job finished) and nothing is left to write.
 /// `gather` is the batch size worth waiting [`GATHER_WINDOW`] for; a sender
@@ -36,6 +130,7 @@ pub async fn reporter(
     let mut batch: Vec<Report> = Vec::with_capacity(MAX_BATCH);
     let now = tokio::time::Instant::now();
     let mut last_look = now.checked_sub(FAILURE_LOOK_INTERVAL).unwrap_or(now);
+    let mut failure_log = FailureLog::new();
     loop {
         // Take what is waiting, up to MAX_BATCH: under load batches grow by
         // themselves while the previous one is being written.
@@ -100,9 +195,34 @@ pub async fn reporter(
             }
         }
         for (report, state) in batch.drain(..).zip(recorded) {
+            failure_log.note(
+                report.tracker.campaign_id,
+                report.recipient_id,
+                report.attempt,
+                &report.kind,
+                state,
+            );
             if report.tracker.complete(&report.kind, state, report.attempt) {
                 finish(&shared, &report.tracker).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_in_replies_keep_only_their_domain() {
+        assert_eq!(
+            mask_addresses("550 5.1.1 <ada.l+x@example.com>: Recipient address rejected"),
+            "550 5.1.1 <***@example.com>: Recipient address rejected"
+        );
+        assert_eq!(
+            mask_addresses("550 user \"bob\"@x.test unknown, also eve@y.test"),
+            "550 user ***@x.test unknown, also ***@y.test"
+        );
+        assert_eq!(mask_addresses("452 4.2.2 @ mailbox full"), "452 4.2.2 @ mailbox full");
     }
 }
