@@ -31,6 +31,10 @@ done
 
 # why: every path below is relative to the repository, wherever we are called from
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# why: the demo database, CSV, logs and run directory are the user's alone (0700/0600)
+umask 077
+# shellcheck source=scripts/redact.sh
+source scripts/redact.sh
 run=.mailsplit-run
 BIN=target/release/mailsplit
 timeout_s=300
@@ -81,7 +85,7 @@ scripts/services.sh start --dir "$run"
 source "$run/env"
 # why: absolute, because the workers run with $run as their working directory
 export DATABASE_URL="sqlite://$PWD/$run/demo.db"
-echo "    DATABASE_URL=$DATABASE_URL BEANSTALKD=$BEANSTALKD SMTP_URL=$SMTP_URL"
+echo "    DATABASE_URL=$(redact_url "$DATABASE_URL") BEANSTALKD=$BEANSTALKD SMTP_URL=$(redact_url "$SMTP_URL")"
 
 step "generate $run/demo.csv with $n recipients (email,name,city)"
 awk -v n="$n" 'BEGIN {

@@ -30,9 +30,13 @@ Example:
   scripts/services.sh stop
 
 Files in DIR: beanstalkd.pid, beanstalkd.log, binlog/ (kept across restarts, so
-queued jobs survive), smtp-sink.pid, smtp-sink.log, env.
+queued jobs survive), smtp-sink.pid, smtp-sink.log, env. Whatever start creates
+is private to the user (directories 0700, files 0600).
 EOF
 }
+
+# why: the run directory (binlog with queued jobs, logs, env) is the operator's alone (0700/0600)
+umask 077
 
 die() { echo "services.sh: $*" >&2; exit 1; }
 usage_error() { echo "services.sh: $* (see --help)" >&2; exit 2; }

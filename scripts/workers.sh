@@ -26,15 +26,22 @@ scripts/services.sh start), it is sourced. A relative sqlite:// DATABASE_URL
 (or none, i.e. sqlite://mailsplit.db) is made absolute against the current
 directory, because the workers run in DIR.
 
-Logs: DIR/mailsplit-worker-NN.log, DIR/supervisord.log.
+Logs: DIR/mailsplit-worker-NN.log, DIR/supervisord.log. DIR and everything in
+it are created private to the user (0700/0600); URLs are printed without their
+passwords.
 EOF
 }
+
+# why: the run directory, its logs and pids are the operator's alone (0700/0600)
+umask 077
 
 die() { echo "workers.sh: $*" >&2; exit 1; }
 usage_error() { echo "workers.sh: $* (see --help)" >&2; exit 2; }
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 conf="$here/supervisord.conf"
+# shellcheck source=scripts/redact.sh
+source "$here/redact.sh"
 
 cmd=""
 workers=2
@@ -160,6 +167,7 @@ case "$cmd" in
             if pid=$(supervisord_pid); then shutdown_and_wait "$pid"; fi
             die "workers did not start (see $dir/mailsplit-worker-NN.log and $dir/supervisord.log)"
         fi
-        echo "workers: $workers x $bin worker (DATABASE_URL=$DATABASE_URL BEANSTALKD=${BEANSTALKD:-default} SMTP_URL=${SMTP_URL:-default}); logs in $dir"
+        # why: both URLs may carry a password; a banner ends up in terminals and CI logs
+        echo "workers: $workers x $bin worker (DATABASE_URL=$(redact_url "$DATABASE_URL") BEANSTALKD=${BEANSTALKD:-default} SMTP_URL=$(redact_url "${SMTP_URL:-default}")); logs in $dir"
         ;;
 esac

@@ -99,7 +99,10 @@ impl fmt::Debug for ServeSettings {
             .field("tube", &self.tube)
             .field("listen", &self.listen)
             .field("admin_listen", &self.admin_listen)
-            .field("admin_token", &self.admin_token.as_ref().map(|_| redact::Hidden))
+            .field(
+                "admin_token",
+                &self.admin_token.as_ref().map(|_| redact::Hidden),
+            )
             .finish()
     }
 }
@@ -108,7 +111,9 @@ impl fmt::Debug for ServeSettings {
 pub enum ConfigError {
     #[error("bad beanstalkd address {0:?}: expected HOST:PORT (several separated by commas)")]
     BadBeanstalkd(String),
-    #[error("beanstalkd host {host:?} does not resolve ({why}): check the name, or give an IP address")]
+    #[error(
+        "beanstalkd host {host:?} does not resolve ({why}): check the name, or give an IP address"
+    )]
     Unresolvable { host: String, why: String },
     #[error("beanstalkd address {0:?} does not resolve to an IPv4 address")]
     NoIpv4(String),
@@ -253,7 +258,10 @@ impl fmt::Debug for SmtpUrl {
             .field("tls", &self.tls)
             .field(
                 "credentials",
-                &self.credentials.as_ref().map(|(user, _)| (user, redact::Hidden)),
+                &self
+                    .credentials
+                    .as_ref()
+                    .map(|(user, _)| (user, redact::Hidden)),
             )
             .field("auth_in_clear", &self.auth_in_clear)
             .field("ca", &self.ca)

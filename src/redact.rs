@@ -115,7 +115,11 @@ fn secrets(raw: &str) -> Vec<String> {
     let parts = Parts::of(raw);
     let mut written: Vec<&str> = parts.userinfo().map(|(_, p, _)| p).into_iter().collect();
     if let Some((_, pairs, _)) = parts.query() {
-        written.extend(pairs.into_iter().filter_map(|p| secret_param(p).map(|(_, v)| v)));
+        written.extend(
+            pairs
+                .into_iter()
+                .filter_map(|p| secret_param(p).map(|(_, v)| v)),
+        );
     }
     let mut out = Vec::new();
     for secret in written.into_iter().filter(|s| !s.is_empty()) {
@@ -272,7 +276,10 @@ mod tests {
                 "relay smtp://u:***@h:25 and db postgres://a:***@c/d.",
             ),
             ("no urls here: a@b, c:d", "no urls here: a@b, c:d"),
-            ("ünïcode before smtp://u:pw@h", "ünïcode before smtp://u:***@h"),
+            (
+                "ünïcode before smtp://u:pw@h",
+                "ünïcode before smtp://u:***@h",
+            ),
             ("://odd", "://odd"),
         ] {
             assert_eq!(text(raw), shown, "{raw}");

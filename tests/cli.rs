@@ -436,7 +436,7 @@ fn import_without_email_column_names_the_column() {
     env.ok(&["migrate"]);
     let path = env.dir.path().join("noemail.csv");
     write_lines(&path, b"mail,name\na@example.test,A\n", false);
-    let err = fails(&import(&env, &path, "x"), 1);
+    let err = fails(&import(&env, &path, "x"), 2);
     assert!(err.contains("`email`"), "{err}");
     assert!(err.contains("found: mail, name"), "{err}");
     // Nothing was written.

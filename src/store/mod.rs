@@ -104,7 +104,6 @@ impl StoreError {
         matches!(
             self,
             StoreError::BadUrl(_)
-                | StoreError::NoDatabaseFile(_)
                 | StoreError::UnknownCampaign(_)
                 | StoreError::UnknownList { .. }
                 | StoreError::CampaignExists(_)
@@ -236,10 +235,8 @@ fn sqlite_target(path: &str, access: Access) -> Result<String> {
         };
     }
     if !std::path::Path::new(path).exists() {
-        let shown = std::path::absolute(path).map_or_else(
-            |_| path.to_string(),
-            |p| p.display().to_string(),
-        );
+        let shown = std::path::absolute(path)
+            .map_or_else(|_| path.to_string(), |p| p.display().to_string());
         return Err(StoreError::NoDatabaseFile(shown));
     }
     // In a URI '%', '?' and '#' are syntax; everything else goes as is.
@@ -247,7 +244,11 @@ fn sqlite_target(path: &str, access: Access) -> Result<String> {
         .replace('%', "%25")
         .replace('?', "%3f")
         .replace('#', "%23");
-    let mode = if access == Access::ReadOnly { "ro" } else { "rw" };
+    let mode = if access == Access::ReadOnly {
+        "ro"
+    } else {
+        "rw"
+    };
     Ok(format!("file:{escaped}?mode={mode}"))
 }
 

@@ -200,7 +200,10 @@ mod tests {
         // The last allowed attempt of a transient failure is a failure.
         t.count(&OutcomeKind::Retry(reply()), Recorded::Final);
         t.count(&OutcomeKind::Retry(reply()), Recorded::Open);
-        t.count(&OutcomeKind::Skipped("unsubscribed".into()), Recorded::Final);
+        t.count(
+            &OutcomeKind::Skipped("unsubscribed".into()),
+            Recorded::Final,
+        );
         t.count(&OutcomeKind::Unclaim, Recorded::Open);
         t.count(&OutcomeKind::Sent, Recorded::Lost);
         assert_eq!(

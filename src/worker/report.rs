@@ -51,14 +51,22 @@ impl FailureLog {
     }
 
     /// Log `kind` for `recipient` if it is a failure for good.
-    fn note(&mut self, campaign: i64, recipient: i64, attempt: i32, kind: &OutcomeKind, state: Recorded) {
+    fn note(
+        &mut self,
+        campaign: i64,
+        recipient: i64,
+        attempt: i32,
+        kind: &OutcomeKind,
+        state: Recorded,
+    ) {
         let (reply, gave_up) = match (kind, state) {
             (OutcomeKind::Failed(reply), Recorded::Final) => (reply, false),
             (OutcomeKind::Retry(reply), Recorded::Final) => (reply, true),
             _ => return,
         };
         let now = Instant::now();
-        let refill = now.duration_since(self.refilled).as_secs_f64() / FAILURE_LOG_EVERY.as_secs_f64();
+        let refill =
+            now.duration_since(self.refilled).as_secs_f64() / FAILURE_LOG_EVERY.as_secs_f64();
         self.budget = (self.budget + refill).min(FAILURE_LOG_BURST);
         self.refilled = now;
         if self.budget < 1.0 {
@@ -223,6 +231,9 @@ mod tests {
             mask_addresses("550 user \"bob\"@x.test unknown, also eve@y.test"),
             "550 user ***@x.test unknown, also ***@y.test"
         );
-        assert_eq!(mask_addresses("452 4.2.2 @ mailbox full"), "452 4.2.2 @ mailbox full");
+        assert_eq!(
+            mask_addresses("452 4.2.2 @ mailbox full"),
+            "452 4.2.2 @ mailbox full"
+        );
     }
 }

@@ -228,6 +228,20 @@ pub struct Script {
     /// The reply to rejected recipients (`reject`, `reject_every`) instead
     /// of `550 5.1.1 no such user here`, e.g. a relay's policy refusal.
     pub reject_reply: Option<String>,
+    /// Offer AUTH (PLAIN, LOGIN) and accept only this user and password;
+    /// MAIL before a successful AUTH gets 530. Every try is kept in
+    /// `auths`.
+    pub auth: Option<(String, String)>,
+}
+
+/// One AUTH exchange the scripted peer saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuthTry {
+    pub user: String,
+    pub password: String,
+    /// Over TLS (implicit or after STARTTLS).
+    pub encrypted: bool,
+    pub accepted: bool,
 }
 
 /// Whether the fault `salt`, applied to every `every`-th address, hits
@@ -278,6 +292,8 @@ pub struct ScriptedSmtp {
     /// The envelope sender (MAIL FROM) of each accepted recipient's last
     /// message.
     pub senders: Arc<Mutex<HashMap<String, String>>>,
+    /// Every AUTH exchange, in order.
+    pub auths: Arc<Mutex<Vec<AuthTry>>>,
 }
 
 impl ScriptedSmtp {
@@ -295,7 +311,9 @@ impl ScriptedSmtp {
             faults: Default::default(),
             messages: Default::default(),
             senders: Default::default(),
+            auths: Default::default(),
         };
+        let auths = peer.auths.clone();
         let (unanswered, faults, messages, senders) = (
             peer.unanswered.clone(),
             peer.faults.clone(),
@@ -321,6 +339,7 @@ impl ScriptedSmtp {
                     faults: faults.clone(),
                     messages: messages.clone(),
                     senders: senders.clone(),
+                    auths: auths.clone(),
                 };
                 sessions.fetch_add(1, Ordering::SeqCst);
                 std::thread::spawn(move || {
@@ -359,9 +378,76 @@ struct Peer {
     faults: Arc<AtomicUsize>,
     messages: Arc<Mutex<Vec<Accepted>>>,
     senders: Arc<Mutex<HashMap<String, String>>>,
+    auths: Arc<Mutex<Vec<AuthTry>>>,
+}
+
+/// Base64 text from an AUTH exchange, decoded (empty when it is not).
+fn unbase64(text: &str) -> String {
+    data_encoding::BASE64
+        .decode(text.trim().as_bytes())
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
 }
 
 impl Peer {
+    /// One AUTH exchange after the `AUTH …` line: read the credentials
+    /// (PLAIN, inline or after a 334; LOGIN), answer 235 or 535, and keep
+    /// the try. True when accepted.
+    fn auth<S: std::io::Read + Write>(
+        &self,
+        io: &mut BufReader<S>,
+        line: &str,
+        encrypted: bool,
+    ) -> std::io::Result<bool> {
+        let mut words = line.split_whitespace().skip(1);
+        let mechanism = words.next().unwrap_or_default().to_ascii_uppercase();
+        let ask = |io: &mut BufReader<S>, prompt: &[u8]| -> std::io::Result<String> {
+            io.get_mut().write_all(prompt)?;
+            io.get_mut().flush()?;
+            let mut answer = String::new();
+            io.read_line(&mut answer)?;
+            Ok(unbase64(&answer))
+        };
+        let (user, password) = match mechanism.as_str() {
+            "PLAIN" => {
+                let plain = match words.next() {
+                    Some(inline) => unbase64(inline),
+                    None => ask(io, b"334 \r\n")?,
+                };
+                let mut parts = plain.split('\0').skip(1);
+                (
+                    parts.next().unwrap_or_default().to_string(),
+                    parts.next().unwrap_or_default().to_string(),
+                )
+            }
+            "LOGIN" => {
+                let user = ask(io, b"334 VXNlcm5hbWU6\r\n")?;
+                (user, ask(io, b"334 UGFzc3dvcmQ6\r\n")?)
+            }
+            _ => {
+                io.get_mut().write_all(b"504 5.5.4 unknown mechanism\r\n")?;
+                return Ok(false);
+            }
+        };
+        let accepted = self
+            .script
+            .auth
+            .as_ref()
+            .is_some_and(|(u, p)| *u == user && *p == password);
+        self.auths.lock().unwrap().push(AuthTry {
+            user,
+            password,
+            encrypted,
+            accepted,
+        });
+        io.get_mut().write_all(if accepted {
+            b"235 2.7.0 authenticated\r\n"
+        } else {
+            b"535 5.7.8 authentication failed\r\n"
+        })?;
+        Ok(accepted)
+    }
+
     /// If the peer is told to hang, wait (answering nothing, keeping the
     /// connection) until it is told to stop; true when it waited, and the
     /// session should then be dropped.
@@ -421,6 +507,7 @@ impl Peer {
         }
         let mut rcpts: Vec<String> = Vec::new();
         let mut sender = String::new();
+        let mut authenticated = false;
         // Which try of its address each accepted recipient is.
         let mut rcpt_tries: Vec<u32> = Vec::new();
         let mut line = String::new();
@@ -438,11 +525,18 @@ impl Peer {
                 if offer_starttls {
                     out.write_all(b"250-scripted\r\n250-STARTTLS\r\n")?;
                 }
+                if script.auth.is_some() {
+                    out.write_all(b"250-AUTH PLAIN LOGIN\r\n")?;
+                }
                 out.write_all(b"250-scripted\r\n250-8BITMIME\r\n250 SMTPUTF8\r\n")?;
             } else if upper.starts_with("STARTTLS") && offer_starttls {
                 out.write_all(b"220 ready to start TLS\r\n")?;
                 out.flush()?;
                 return Ok(End::StartTls);
+            } else if upper.starts_with("AUTH ") && script.auth.is_some() {
+                authenticated = self.auth(io, &line.clone(), encrypted)?;
+            } else if upper.starts_with("MAIL FROM") && script.auth.is_some() && !authenticated {
+                out.write_all(b"530 5.7.0 authentication required\r\n")?;
             } else if upper.starts_with("MAIL FROM") {
                 rcpts.clear();
                 rcpt_tries.clear();

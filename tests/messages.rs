@@ -1,0 +1,340 @@
+//! Messages that must not mislead: permanent failures are logged (within a
+//! budget, with the relay's reply, never the address) with a summary line
+//! per job; a finished campaign cannot be paused or cancelled into another
+//! state; no command creates a missing SQLite database; usage errors name
+//! the fix. Against the real binary, beanstalkd, smtp-sink, the scripted
+//! SMTP peer, SQLite and PostgreSQL.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn setup(kind: Kind) -> (tempfile::TempDir, Beanstalkd, Env) {
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = Beanstalkd::start(tmp.path());
+    let env = Env::new(kind, &bs.addr());
+    (tmp, bs, env)
+}
+
+/// Assert the exit code; returns stderr.
+fn fails(out: &std::process::Output, code: i32) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "expected exit {code}\nstdout: {}\nstderr: {}",
+        stdout(out),
+        stderr(out)
+    );
+    stderr(out)
+}
+
+/// Stop a worker and return what it logged.
+fn stop_worker(mut w: Proc) -> String {
+    signal(&w.0, "TERM");
+    assert!(wait_exit(&mut w.0, 30).success());
+    let mut log = String::new();
+    std::io::Read::read_to_string(w.0.stderr.as_mut().unwrap(), &mut log).unwrap();
+    log
+}
+
+/// The number after `key=` in a log line (tracing's field format).
+fn field(line: &str, key: &str) -> Option<u64> {
+    let at = line.find(&format!(" {key}="))? + key.len() + 2;
+    let digits: String = line[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+// ------------------------------------------------------------- item 15
+
+#[test]
+fn permanent_failures_are_logged_within_a_budget_with_a_summary_per_job() {
+    let (_tmp, _bs, mut env) = setup(Kind::Sqlite);
+    // Every address refused: what a misconfigured relay does.
+    let peer = ScriptedSmtp::start(Script {
+        reject: Some("@example.test".into()),
+        ..Script::default()
+    });
+    env.smtp = peer.url();
+    env.campaign("news", 300);
+    let started = Instant::now();
+    let w = env.worker(&["--concurrency", "20"]);
+    wait_for(60, "every recipient to fail", || {
+        env.status("news")["failed"] == 300
+    });
+    let log = stop_worker(w);
+    let elapsed = started.elapsed().as_secs() + 1;
+
+    let failures: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("failed for good: permanent failure"))
+        .collect();
+    // The budget: a burst of 20, then one a second.
+    assert!(failures.len() >= 20, "{log}");
+    assert!(
+        failures.len() as u64 <= 20 + elapsed,
+        "{} lines in {elapsed} s",
+        failures.len()
+    );
+    for line in &failures {
+        assert!(line.contains("550 5.1.1 no such user here"), "{line}");
+        assert!(field(line, "recipient").is_some(), "{line}");
+        assert!(field(line, "campaign") == Some(1), "{line}");
+        assert!(!line.contains("@example.test"), "address logged: {line}");
+    }
+    // What the budget held back is counted, exactly.
+    let held_back: u64 = log
+        .lines()
+        .filter(|l| l.contains("failed for good") || l.contains("log budget"))
+        .filter_map(|l| field(l, "not_logged"))
+        .sum();
+    assert_eq!(failures.len() as u64 + held_back, 300, "{log}");
+
+    // One summary line per job, adding up to the campaign.
+    let jobs: Vec<&str> = log.lines().filter(|l| l.contains("job finished")).collect();
+    assert_eq!(jobs.len(), 3, "{log}");
+    let sum = |key| jobs.iter().filter_map(|l| field(l, key)).sum::<u64>();
+    assert_eq!((sum("claimed"), sum("failed"), sum("sent")), (300, 300, 0));
+    assert!(jobs.iter().all(|l| l.contains("then=deleted")), "{jobs:?}");
+}
+
+#[test]
+fn giving_up_after_max_attempts_is_logged_with_the_last_reply() {
+    let (_tmp, _bs, mut env) = setup(Kind::Sqlite);
+    let peer = ScriptedSmtp::start(Script {
+        tempfail: Some(("user2@".into(), 100)),
+        ..Script::default()
+    });
+    env.smtp = peer.url();
+    env.campaign("news", 3);
+    let w = env.worker(&["--max-attempts", "1"]);
+    wait_for(60, "the campaign to finish", || {
+        env.status("news")["pending"] == 0
+    });
+    let log = stop_worker(w);
+    let gave_up: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("failed for good: temporary failures"))
+        .collect();
+    assert_eq!(gave_up.len(), 1, "{log}");
+    assert!(
+        gave_up[0].contains("451 4.3.0 try again later"),
+        "{}",
+        gave_up[0]
+    );
+    assert_eq!(field(gave_up[0], "attempts"), Some(1), "{}", gave_up[0]);
+    let job = log.lines().find(|l| l.contains("job finished")).unwrap();
+    assert_eq!(
+        (field(job, "sent"), field(job, "failed")),
+        (Some(2), Some(1)),
+        "{job}"
+    );
+}
+
+// ------------------------------------------------------------- item 16
+
+fn a_done_campaign_cannot_be_paused_or_cancelled(kind: Kind) {
+    let (_tmp, _bs, mut env) = setup(kind);
+    let sink = SmtpSink::start(&[]);
+    env.smtp = sink.url();
+    env.campaign("news", 10);
+    let w = env.worker(&[]);
+    wait_for(60, "the campaign to be done", || {
+        env.status("news")["state"] == "done"
+    });
+    drop(w);
+    for cmd in ["pause", "cancel"] {
+        let err = fails(&env.run(&[cmd, "news"]), 2);
+        assert!(
+            err.contains(&format!("cannot {cmd} campaign \"news\"")),
+            "{err}"
+        );
+        assert!(err.contains("it is done"), "{err}");
+    }
+    let status = env.status("news");
+    assert_eq!(status["state"], "done");
+    assert_eq!(status["sent"], 10);
+    // A campaign that is not finished still pauses and cancels.
+    env.campaign("later", 5);
+    env.ok(&["pause", "later"]);
+    env.ok(&["cancel", "later"]);
+    assert_eq!(env.status("later")["state"], "cancelled");
+}
+
+#[test]
+fn a_done_campaign_cannot_be_paused_or_cancelled_sqlite() {
+    a_done_campaign_cannot_be_paused_or_cancelled(Kind::Sqlite);
+}
+
+#[test]
+fn a_done_campaign_cannot_be_paused_or_cancelled_postgres() {
+    a_done_campaign_cannot_be_paused_or_cancelled(Kind::Postgres);
+}
+
+#[test]
+fn no_command_creates_a_missing_sqlite_database() {
+    let (_tmp, _bs, env) = setup(Kind::Sqlite);
+    let csv = env.dir.path().join("people.csv");
+    write_csv(&csv, 2);
+    let csv = csv.to_str().unwrap();
+    // A typo in the file name, relative to the working directory.
+    let typo = env.dir.path().join("mailsplt.db");
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["status"],
+        vec!["status", "news", "--json"],
+        vec!["campaign", "list"],
+        vec!["preview", "news"],
+        vec!["rate", "list"],
+        vec!["import", csv, "--list", "people"],
+        vec![
+            "campaign",
+            "create",
+            "news",
+            "--list",
+            "people",
+            "--template",
+            "newsletter",
+            "--subject",
+            "Hi",
+            "--from",
+            "news@example.test",
+        ],
+        vec!["enqueue", "news"],
+        vec!["pause", "news"],
+        vec!["rate", "set", "domain:example.test", "10/s"],
+        vec!["worker"],
+    ];
+    for args in commands {
+        let out = env
+            .cmd(&args)
+            .env("DATABASE_URL", "sqlite://mailsplt.db")
+            .output()
+            .unwrap();
+        let err = fails(&out, 1);
+        assert!(err.contains(&typo.display().to_string()), "{args:?}: {err}");
+        assert!(err.contains("does not exist"), "{args:?}: {err}");
+        assert!(err.contains("mailsplit migrate"), "{args:?}: {err}");
+        assert!(!typo.exists(), "{args:?} created {}", typo.display());
+    }
+    let out = env
+        .cmd(&["templates"])
+        .env("DATABASE_URL", "sqlite://mailsplt.db")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(!typo.exists());
+    // Only migrate creates it.
+    let out = env
+        .cmd(&["migrate"])
+        .env("DATABASE_URL", "sqlite://mailsplt.db")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(typo.exists());
+}
+
+#[test]
+fn read_only_commands_read_a_database_another_process_is_writing() {
+    let (_tmp, _bs, env) = setup(Kind::Sqlite);
+    env.campaign("news", 20);
+    // Another process holds SQLite's write lock: a read-only command still
+    // reads (WAL), at once, and changes nothing.
+    let mut writer = env.conn();
+    writer.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let started = Instant::now();
+    for args in [
+        &["status", "news", "--json"][..],
+        &["campaign", "list"],
+        &["rate", "list"],
+        &["preview", "news"],
+    ] {
+        env.ok(args);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "read-only commands waited for the writer"
+    );
+    writer.execute_batch("ROLLBACK").unwrap();
+}
+
+#[test]
+fn usage_errors_name_the_fix() {
+    let (_tmp, bs, env) = setup(Kind::Sqlite);
+    env.campaign_without_enqueue("news", 3);
+
+    let err = fails(&env.run(&["rate", "set", "bogus", "10/s"]), 2);
+    assert!(!err.contains("stored value"), "{err}");
+    for form in [
+        "relay:HOST:PORT",
+        "campaign:NAME",
+        "domain:DOMAIN",
+        "domain:*",
+    ] {
+        assert!(err.contains(form), "{err}");
+    }
+
+    for cmd in [&["enqueue", "news"][..], &["worker"], &["pause", "news"]] {
+        let out = env
+            .cmd(cmd)
+            .env("BEANSTALKD", "no-such-host.invalid:11300")
+            .output()
+            .unwrap();
+        let err = fails(&out, 2);
+        assert!(err.contains("does not resolve"), "{cmd:?}: {err}");
+        assert!(!err.contains("expected HOST:PORT"), "{cmd:?}: {err}");
+    }
+    let err = fails(
+        &env.run(&["enqueue", "news", "--beanstalkd", "127.0.0.1:notaport"]),
+        2,
+    );
+    assert!(err.contains("expected HOST:PORT"), "{err}");
+    assert_eq!(env.status("news")["state"], "draft");
+    assert_eq!(bs.tube_stat(&env.tube, "total-jobs"), 0);
+
+    let long = "x".repeat(101);
+    for name in [
+        "3",
+        "0042",
+        "",
+        "  ",
+        "two\nlines",
+        "tab\there",
+        long.as_str(),
+    ] {
+        let err = fails(&env.try_create_campaign(name, "news", &[]), 2);
+        assert!(err.contains("bad campaign name"), "{name:?}: {err}");
+    }
+    let err = fails(&env.try_create_campaign("3", "news", &[]), 2);
+    assert!(err.contains("id"), "{err}");
+    let listed = env.ok(&["campaign", "list"]);
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+    env.create_campaign(&"y".repeat(100), "news", &[]);
+
+    for (file, text, says) in [
+        ("empty.csv", "", "is empty"),
+        ("blank.csv", "\n\n", "`email`"),
+        (
+            "noemail.csv",
+            "name,city\nAda,London\n",
+            "no `email` column",
+        ),
+    ] {
+        let path = env.dir.path().join(file);
+        std::fs::write(&path, text).unwrap();
+        let err = fails(
+            &env.run(&["import", path.to_str().unwrap(), "--list", "other"]),
+            2,
+        );
+        assert!(err.contains(says), "{file}: {err}");
+        assert!(err.contains("email,name"), "{file}: {err}");
+    }
+    let err = fails(&env.try_create_campaign("other", "other", &[]), 2);
+    assert!(
+        err.contains("unknown list"),
+        "nothing imported, no list: {err}"
+    );
+}
