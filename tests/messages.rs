@@ -209,11 +209,10 @@ fn no_command_creates_a_missing_sqlite_database() {
         vec!["worker"],
     ];
     for args in commands {
-        let out = env
-            .cmd(&args)
-            .env("DATABASE_URL", "sqlite://mailsplt.db")
-            .output()
-            .unwrap();
+        let out = output_within(
+            env.cmd(&args).env("DATABASE_URL", "sqlite://mailsplt.db"),
+            20,
+        );
         let err = fails(&out, 1);
         assert!(err.contains(&typo.display().to_string()), "{args:?}: {err}");
         assert!(err.contains("does not exist"), "{args:?}: {err}");
@@ -262,12 +261,12 @@ fn read_only_commands_read_a_database_another_process_is_writing() {
 }
 
 #[test]
-fn usage_errors_name_the_fix() {
-    let (_tmp, bs, env) = setup(Kind::Sqlite);
-    env.campaign_without_enqueue("news", 3);
-
+fn a_bad_rate_group_names_the_valid_forms() {
+    let (_tmp, _bs, env) = setup(Kind::Sqlite);
+    env.ok(&["migrate"]);
     let err = fails(&env.run(&["rate", "set", "bogus", "10/s"]), 2);
     assert!(!err.contains("stored value"), "{err}");
+    assert!(err.contains("bad rate group \"bogus\""), "{err}");
     for form in [
         "relay:HOST:PORT",
         "campaign:NAME",
@@ -276,17 +275,23 @@ fn usage_errors_name_the_fix() {
     ] {
         assert!(err.contains(form), "{err}");
     }
+}
 
+#[test]
+fn an_unresolvable_beanstalkd_host_is_named_as_such() {
+    let (_tmp, bs, env) = setup(Kind::Sqlite);
+    env.campaign_without_enqueue("news", 3);
     for cmd in [&["enqueue", "news"][..], &["worker"], &["pause", "news"]] {
-        let out = env
-            .cmd(cmd)
-            .env("BEANSTALKD", "no-such-host.invalid:11300")
-            .output()
-            .unwrap();
+        let out = output_within(
+            env.cmd(cmd).env("BEANSTALKD", "no-such-host.invalid:11300"),
+            20,
+        );
         let err = fails(&out, 2);
+        assert!(err.contains("no-such-host.invalid"), "{cmd:?}: {err}");
         assert!(err.contains("does not resolve"), "{cmd:?}: {err}");
         assert!(!err.contains("expected HOST:PORT"), "{cmd:?}: {err}");
     }
+    // A malformed address still says what form is expected.
     let err = fails(
         &env.run(&["enqueue", "news", "--beanstalkd", "127.0.0.1:notaport"]),
         2,
@@ -294,7 +299,12 @@ fn usage_errors_name_the_fix() {
     assert!(err.contains("expected HOST:PORT"), "{err}");
     assert_eq!(env.status("news")["state"], "draft");
     assert_eq!(bs.tube_stat(&env.tube, "total-jobs"), 0);
+}
 
+#[test]
+fn campaign_names_that_would_mislead_are_refused() {
+    let (_tmp, _bs, env) = setup(Kind::Sqlite);
+    env.import_n("news", 3);
     let long = "x".repeat(101);
     for name in [
         "3",
@@ -309,11 +319,18 @@ fn usage_errors_name_the_fix() {
         assert!(err.contains("bad campaign name"), "{name:?}: {err}");
     }
     let err = fails(&env.try_create_campaign("3", "news", &[]), 2);
-    assert!(err.contains("id"), "{err}");
-    let listed = env.ok(&["campaign", "list"]);
-    assert_eq!(listed.lines().count(), 1, "{listed}");
-    env.create_campaign(&"y".repeat(100), "news", &[]);
+    assert!(err.contains("shadow the campaign with that id"), "{err}");
+    assert!(env.ok(&["campaign", "list"]).contains("no campaigns yet"));
+    // At the limit, and with letters among the digits, names are fine.
+    env.create_campaign(&"é".repeat(100), "news", &[]);
+    env.create_campaign("2025-spring", "news", &[]);
+    assert_eq!(env.ok(&["campaign", "list"]).lines().count(), 2);
+}
 
+#[test]
+fn an_empty_csv_or_one_without_email_is_a_usage_error() {
+    let (_tmp, _bs, env) = setup(Kind::Sqlite);
+    env.ok(&["migrate"]);
     for (file, text, says) in [
         ("empty.csv", "", "is empty"),
         ("blank.csv", "\n\n", "`email`"),
@@ -326,13 +343,13 @@ fn usage_errors_name_the_fix() {
         let path = env.dir.path().join(file);
         std::fs::write(&path, text).unwrap();
         let err = fails(
-            &env.run(&["import", path.to_str().unwrap(), "--list", "other"]),
+            &env.run(&["import", path.to_str().unwrap(), "--list", "people"]),
             2,
         );
         assert!(err.contains(says), "{file}: {err}");
         assert!(err.contains("email,name"), "{file}: {err}");
     }
-    let err = fails(&env.try_create_campaign("other", "other", &[]), 2);
+    let err = fails(&env.try_create_campaign("news", "people", &[]), 2);
     assert!(
         err.contains("unknown list"),
         "nothing imported, no list: {err}"
