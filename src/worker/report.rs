@@ -75,11 +75,21 @@ impl FailureLog {
         }
         self.budget -= 1.0;
         let reply = mask_addresses(reply);
-        let not_logged = std::mem::take(&mut self.held_back);
-        if gave_up {
-            tracing::warn!(campaign, recipient, attempts = attempt, %reply, not_logged, "failed for good: temporary failures up to --max-attempts");
+        let what = if gave_up {
+            "failed for good: temporary failures up to --max-attempts"
         } else {
-            tracing::warn!(campaign, recipient, %reply, not_logged, "failed for good: permanent failure");
+            "failed for good: permanent failure"
+        };
+        match std::mem::take(&mut self.held_back) {
+            0 => tracing::warn!(campaign, recipient, attempts = attempt, %reply, "{what}"),
+            n => tracing::warn!(
+                campaign,
+                recipient,
+                attempts = attempt,
+                %reply,
+                not_logged = n,
+                "{what} (and {n} more since the last such line)"
+            ),
         }
     }
 }
