@@ -11,13 +11,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn setup(kind: Kind) -> (tempfile::TempDir, Beanstalkd, Env) {
-    let tmp = tempfile::tempdir().unwrap();
-    let bs = Beanstalkd::start(tmp.path());
-    let env = Env::new(kind, &bs.addr());
-    (tmp, bs, env)
-}
-
 /// Assert the exit code; returns stderr.
 fn fails(out: &std::process::Output, code: i32) -> String {
     assert_eq!(
@@ -28,15 +21,6 @@ fn fails(out: &std::process::Output, code: i32) -> String {
         stderr(out)
     );
     stderr(out)
-}
-
-/// Stop a worker and return what it logged.
-fn stop_worker(mut w: Proc) -> String {
-    signal(&w.0, "TERM");
-    assert!(wait_exit(&mut w.0, 30).success());
-    let mut log = String::new();
-    std::io::Read::read_to_string(w.0.stderr.as_mut().unwrap(), &mut log).unwrap();
-    log
 }
 
 /// The number after `key=` in a log line (tracing's field format).
@@ -53,7 +37,7 @@ fn field(line: &str, key: &str) -> Option<u64> {
 
 #[test]
 fn permanent_failures_are_logged_within_a_budget_with_a_summary_per_job() {
-    let (_tmp, _bs, mut env) = setup(Kind::Sqlite);
+    let (_tmp, _bs, mut env) = env_with_beanstalkd(Kind::Sqlite);
     // Every address refused: what a misconfigured relay does.
     let peer = ScriptedSmtp::start(Script {
         reject: Some("@example.test".into()),
@@ -104,7 +88,7 @@ fn permanent_failures_are_logged_within_a_budget_with_a_summary_per_job() {
 
 #[test]
 fn giving_up_after_max_attempts_is_logged_with_the_last_reply() {
-    let (_tmp, _bs, mut env) = setup(Kind::Sqlite);
+    let (_tmp, _bs, mut env) = env_with_beanstalkd(Kind::Sqlite);
     let peer = ScriptedSmtp::start(Script {
         tempfail: Some(("user2@".into(), 100)),
         ..Script::default()
@@ -138,7 +122,7 @@ fn giving_up_after_max_attempts_is_logged_with_the_last_reply() {
 // ------------------------------------------------------------- item 16
 
 fn a_done_campaign_cannot_be_paused_or_cancelled(kind: Kind) {
-    let (_tmp, _bs, mut env) = setup(kind);
+    let (_tmp, _bs, mut env) = env_with_beanstalkd(kind);
     let sink = SmtpSink::start(&[]);
     env.smtp = sink.url();
     env.campaign("news", 10);
@@ -177,7 +161,7 @@ fn a_done_campaign_cannot_be_paused_or_cancelled_postgres() {
 
 #[test]
 fn no_command_creates_a_missing_sqlite_database() {
-    let (_tmp, _bs, env) = setup(Kind::Sqlite);
+    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
     let csv = env.dir.path().join("people.csv");
     write_csv(&csv, 2);
     let csv = csv.to_str().unwrap();
@@ -238,7 +222,7 @@ fn no_command_creates_a_missing_sqlite_database() {
 
 #[test]
 fn read_only_commands_read_a_database_another_process_is_writing() {
-    let (_tmp, _bs, env) = setup(Kind::Sqlite);
+    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
     env.campaign("news", 20);
     // Another process holds SQLite's write lock: a read-only command still
     // reads (WAL), at once, and changes nothing.
@@ -262,7 +246,7 @@ fn read_only_commands_read_a_database_another_process_is_writing() {
 
 #[test]
 fn a_bad_rate_group_names_the_valid_forms() {
-    let (_tmp, _bs, env) = setup(Kind::Sqlite);
+    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
     env.ok(&["migrate"]);
     let err = fails(&env.run(&["rate", "set", "bogus", "10/s"]), 2);
     assert!(!err.contains("stored value"), "{err}");
@@ -279,7 +263,7 @@ fn a_bad_rate_group_names_the_valid_forms() {
 
 #[test]
 fn an_unresolvable_beanstalkd_host_is_named_as_such() {
-    let (_tmp, bs, env) = setup(Kind::Sqlite);
+    let (_tmp, bs, env) = env_with_beanstalkd(Kind::Sqlite);
     env.campaign_without_enqueue("news", 3);
     for cmd in [&["enqueue", "news"][..], &["worker"], &["pause", "news"]] {
         let out = output_within(
@@ -303,7 +287,7 @@ fn an_unresolvable_beanstalkd_host_is_named_as_such() {
 
 #[test]
 fn campaign_names_that_would_mislead_are_refused() {
-    let (_tmp, _bs, env) = setup(Kind::Sqlite);
+    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
     env.import_n("news", 3);
     let long = "x".repeat(101);
     for name in [
@@ -329,7 +313,7 @@ fn campaign_names_that_would_mislead_are_refused() {
 
 #[test]
 fn an_empty_csv_or_one_without_email_is_a_usage_error() {
-    let (_tmp, _bs, env) = setup(Kind::Sqlite);
+    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
     env.ok(&["migrate"]);
     for (file, text, says) in [
         ("empty.csv", "", "is empty"),

@@ -67,9 +67,7 @@ fn under_umask_022(program: &Path, args: &[&str]) -> Command {
 
 #[test]
 fn bad_smtp_urls_and_clap_errors_never_show_the_password() {
-    let tmp = tempfile::tempdir().unwrap();
-    let bs = Beanstalkd::start(tmp.path());
-    let env = Env::new(Kind::Sqlite, &bs.addr());
+    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
     env.ok(&["migrate"]);
     for url in [
         format!("smtp://mailer:{SECRET}@127.0.0.1:notaport"),
@@ -123,9 +121,7 @@ fn bad_smtp_urls_and_clap_errors_never_show_the_password() {
 
 #[test]
 fn database_urls_never_show_the_password() {
-    let tmp = tempfile::tempdir().unwrap();
-    let bs = Beanstalkd::start(tmp.path());
-    let env = Env::new(Kind::Sqlite, &bs.addr());
+    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
     let base = pg_base().replace("postgres://", "");
     let host = base.rsplit('@').next().unwrap().to_string();
     for url in [
@@ -162,9 +158,7 @@ fn database_urls_never_show_the_password() {
 /// workers' logs and the run directory are private (item 13).
 #[test]
 fn workers_script_banner_hides_passwords_and_its_files_are_private() {
-    let tmp = tempfile::tempdir().unwrap();
-    let bs = Beanstalkd::start(tmp.path());
-    let mut env = Env::new(Kind::Postgres, &bs.addr());
+    let (tmp, _bs, mut env) = env_with_beanstalkd(Kind::Postgres);
     // The server trusts loopback connections, so the password is ignored
     // and the workers really run.
     let db_url = env
@@ -240,20 +234,9 @@ fn wait_sent(env: &Env, n: i64) {
     });
 }
 
-/// Stop a worker and return what it logged.
-fn stop_worker(mut w: Proc) -> String {
-    signal(&w.0, "TERM");
-    wait_exit(&mut w.0, 30);
-    let mut log = String::new();
-    std::io::Read::read_to_string(w.0.stderr.as_mut().unwrap(), &mut log).unwrap();
-    log
-}
-
 #[test]
 fn a_password_never_travels_in_clear_text() {
-    let tmp = tempfile::tempdir().unwrap();
-    let bs = Beanstalkd::start(tmp.path());
-    let mut env = Env::new(Kind::Sqlite, &bs.addr());
+    let (tmp, _bs, mut env) = env_with_beanstalkd(Kind::Sqlite);
     env.campaign("news", 5);
 
     // No TLS asked for: refused before anything connects, naming the fixes.
@@ -308,9 +291,7 @@ fn a_password_never_travels_in_clear_text() {
 
 #[test]
 fn auth_in_clear_only_when_the_url_says_so_for_a_loopback_relay() {
-    let tmp = tempfile::tempdir().unwrap();
-    let bs = Beanstalkd::start(tmp.path());
-    let mut env = Env::new(Kind::Sqlite, &bs.addr());
+    let (_tmp, _bs, mut env) = env_with_beanstalkd(Kind::Sqlite);
     env.campaign("news", 5);
     let peer = auth_peer(PeerTls::None);
     let out = run(
@@ -343,8 +324,7 @@ fn auth_in_clear_only_when_the_url_says_so_for_a_loopback_relay() {
 
 #[test]
 fn the_password_reaches_the_relay_exactly_as_written() {
-    let tmp = tempfile::tempdir().unwrap();
-    let bs = Beanstalkd::start(tmp.path());
+    let (tmp, _bs, mut env) = env_with_beanstalkd(Kind::Sqlite);
     let (config, ca) = tls_identity(tmp.path());
     // A literal '+', and percent-escapes that must be decoded once.
     let password = "p+ss w%rd/@x";
@@ -353,7 +333,6 @@ fn the_password_reaches_the_relay_exactly_as_written() {
         auth: Some(("ada@example.test".into(), password.into())),
         ..Script::default()
     });
-    let mut env = Env::new(Kind::Sqlite, &bs.addr());
     env.campaign("news", 5);
     env.smtp = format!(
         "smtp://ada%40example.test:p+ss%20w%25rd%2F%40x@localhost:{}?tls=required&ca={}",
@@ -394,10 +373,8 @@ fn the_password_reaches_the_relay_exactly_as_written() {
 
 #[test]
 fn the_sqlite_database_and_its_wal_are_private() {
-    let tmp = tempfile::tempdir().unwrap();
-    let bs = Beanstalkd::start(tmp.path());
+    let (tmp, _bs, mut env) = env_with_beanstalkd(Kind::Sqlite);
     let sink = SmtpSink::start(&[]);
-    let mut env = Env::new(Kind::Sqlite, &bs.addr());
     env.smtp = sink.url();
     let db = tmp.path().join("people.db");
     env.db.url = format!("sqlite://{}", db.display());

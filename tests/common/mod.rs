@@ -1114,3 +1114,22 @@ pub fn output_within(cmd: &mut Command, secs: u64) -> Output {
         stderr: std::fs::read(&err_path).unwrap(),
     }
 }
+
+/// Stop a worker started by [`Env::worker`] with SIGTERM, insist on a
+/// clean exit, and return what it logged.
+pub fn stop_worker(mut w: Proc) -> String {
+    signal(&w.0, "TERM");
+    assert!(wait_exit(&mut w.0, 30).success(), "worker did not exit 0");
+    let mut log = String::new();
+    std::io::Read::read_to_string(w.0.stderr.as_mut().unwrap(), &mut log).unwrap();
+    log
+}
+
+/// A beanstalkd (with a binlog in a fresh directory) and an environment
+/// on it with a fresh database of `kind`.
+pub fn env_with_beanstalkd(kind: Kind) -> (tempfile::TempDir, Beanstalkd, Env) {
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = Beanstalkd::start(tmp.path());
+    let env = Env::new(kind, &bs.addr());
+    (tmp, bs, env)
+}
