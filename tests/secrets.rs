@@ -185,17 +185,28 @@ fn workers_script_banner_hides_passwords_and_its_files_are_private() {
     .env("SMTP_URL", &env.smtp)
     .output()
     .unwrap();
-    let stop = || {
-        let out = Command::new(&script)
-            .args(["stop", "--dir", dir])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", printed(&out));
-    };
-    if !start.status.success() {
-        stop();
-        panic!("workers.sh start failed: {}", printed(&start));
+    // Stopped whatever happens below, so a failing assertion leaves no
+    // supervisord behind.
+    struct Stop<'a>(&'a Path, &'a str);
+    impl Stop<'_> {
+        fn now(&self) -> Output {
+            Command::new(self.0)
+                .args(["stop", "--dir", self.1])
+                .output()
+                .unwrap()
+        }
     }
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            let _ = self.now();
+        }
+    }
+    let workers = Stop(&script, dir);
+    assert!(
+        start.status.success(),
+        "workers.sh start failed: {}",
+        printed(&start)
+    );
     assert_hidden("workers.sh start", &printed(&start));
     assert!(
         stdout(&start).contains("root:***@") && stdout(&start).contains("mailer:***@"),
@@ -203,7 +214,8 @@ fn workers_script_banner_hides_passwords_and_its_files_are_private() {
         printed(&start)
     );
     std::thread::sleep(Duration::from_millis(500));
-    stop();
+    let stopped = workers.now();
+    assert!(stopped.status.success(), "{}", printed(&stopped));
     assert_eq!(mode(&run), 0o700, "run directory");
     let mut logs = 0;
     for entry in std::fs::read_dir(&run).unwrap().flatten() {
