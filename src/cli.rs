@@ -677,7 +677,10 @@ fn deliverability_warnings(
 /// `dkim keygen | list | delete`.
 fn dkim(g: &Global, cmd: DkimCommand) -> Result<()> {
     use crate::dkim::{self as d, DkimAlgorithm, DkimError, StoredKey};
-    let mut conn = open_migrated(g)?;
+    let mut conn = match cmd {
+        DkimCommand::List => open_read_only(g)?,
+        _ => open_migrated(g)?,
+    };
     let domain_of =
         |raw: &str| compose::ascii_domain(raw).ok_or_else(|| DkimError::BadDomain(raw.to_string()));
     match cmd {

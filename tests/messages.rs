@@ -173,6 +173,7 @@ fn no_command_creates_a_missing_sqlite_database() {
         vec!["campaign", "list"],
         vec!["preview", "news"],
         vec!["rate", "list"],
+        vec!["dkim", "list"],
         vec!["import", csv, "--list", "people"],
         vec![
             "campaign",
@@ -233,6 +234,7 @@ fn read_only_commands_read_a_database_another_process_is_writing() {
         &["status", "news", "--json"][..],
         &["campaign", "list"],
         &["rate", "list"],
+        &["dkim", "list"],
         &["preview", "news"],
     ] {
         env.ok(args);
