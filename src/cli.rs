@@ -888,7 +888,8 @@ fn cmd_bounce(g: &Global, args: &BounceArgs) -> Result<ExitCode> {
         ),
     };
     let tempfail = |err: anyhow::Error| {
-        eprintln!("mailsplit: error: {err:#}; exit 75: try again later");
+        let shown = redact::text(&format!("{err:#}"));
+        eprintln!("mailsplit: error: {shown}; exit 75: try again later");
         Ok(ExitCode::from(EX_TEMPFAIL))
     };
     let show = |handled: &Handled| match handled {

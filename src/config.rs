@@ -57,7 +57,7 @@ pub struct WorkerSettings {
     pub smtp_timeout: Duration,
 }
 
-/// `mailsplit serve`'s settings, checked. `Debug` hides the token and the
+/// `mailsplit serve`'s settings, checked. `Debug` hides the tokens and the
 /// database URL's password.
 #[derive(Clone)]
 pub struct ServeSettings {
@@ -102,6 +102,10 @@ impl fmt::Debug for ServeSettings {
             .field(
                 "admin_token",
                 &self.admin_token.as_ref().map(|_| redact::Hidden),
+            )
+            .field(
+                "webhook_token",
+                &self.webhook_token.as_ref().map(|_| redact::Hidden),
             )
             .finish()
     }
@@ -497,6 +501,7 @@ mod tests {
             listen: "127.0.0.1:1".parse().unwrap(),
             admin_listen: "127.0.0.1:2".parse().unwrap(),
             admin_token: Some("T0ken".into()),
+            webhook_token: Some("W3bhook".into()),
         };
         for shown in [
             format!("{smtp:?}"),
@@ -504,7 +509,7 @@ mod tests {
             format!("{worker:#?}"),
             format!("{serve:?}"),
         ] {
-            for secret in ["Pa55word", "DbPa55", "T0ken"] {
+            for secret in ["Pa55word", "DbPa55", "T0ken", "W3bhook"] {
                 assert!(!shown.contains(secret), "{shown}");
             }
             assert!(shown.contains("***"), "{shown}");

@@ -38,13 +38,18 @@ fn field(line: &str, key: &str) -> Option<u64> {
 #[test]
 fn permanent_failures_are_logged_within_a_budget_with_a_summary_per_job() {
     let (_tmp, _bs, mut env) = env_with_beanstalkd(Kind::Sqlite);
-    // Every address refused: what a misconfigured relay does.
+    // Every address refused, with a reply that quotes an address: what a
+    // misconfigured relay does.
     let peer = ScriptedSmtp::start(Script {
         reject: Some("@example.test".into()),
+        reject_reply: Some("550 5.7.1 <postmaster@example.test>: relay access denied".into()),
         ..Script::default()
     });
     env.smtp = peer.url();
-    env.campaign("news", 300);
+    env.import_n("news", 300);
+    // Auto-pause off: every failure reaches the log stage.
+    env.create_campaign("news", "news", &["--max-failure-rate", "off"]);
+    env.ok(&["enqueue", "news"]);
     let started = Instant::now();
     let w = env.worker(&["--concurrency", "20"]);
     wait_for(60, "every recipient to fail", || {
@@ -65,10 +70,15 @@ fn permanent_failures_are_logged_within_a_budget_with_a_summary_per_job() {
         failures.len()
     );
     for line in &failures {
-        assert!(line.contains("550 5.1.1 no such user here"), "{line}");
+        // The reply, with the address in it masked; the recipient's id.
+        assert!(
+            line.contains("550 5.7.1 <***@example.test>: relay access denied"),
+            "{line}"
+        );
+        assert!(!line.contains("postmaster@"), "address logged: {line}");
+        assert!(!line.contains("user"), "recipient's address logged: {line}");
         assert!(field(line, "recipient").is_some(), "{line}");
         assert!(field(line, "campaign") == Some(1), "{line}");
-        assert!(!line.contains("@example.test"), "address logged: {line}");
     }
     // What the budget held back is counted, exactly.
     let held_back: u64 = log
@@ -87,10 +97,11 @@ fn permanent_failures_are_logged_within_a_budget_with_a_summary_per_job() {
 }
 
 #[test]
-fn giving_up_after_max_attempts_is_logged_with_the_last_reply() {
+fn giving_up_and_bounces_are_logged_with_the_last_reply() {
     let (_tmp, _bs, mut env) = env_with_beanstalkd(Kind::Sqlite);
     let peer = ScriptedSmtp::start(Script {
         tempfail: Some(("user2@".into(), 100)),
+        reject: Some("user3@".into()),
         ..Script::default()
     });
     env.smtp = peer.url();
@@ -111,10 +122,17 @@ fn giving_up_after_max_attempts_is_logged_with_the_last_reply() {
         gave_up[0]
     );
     assert_eq!(field(gave_up[0], "attempts"), Some(1), "{}", gave_up[0]);
+    // A 5.1.x refusal: failed, and the address is bounced for good.
+    let bounced: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("the recipient is now bounced"))
+        .collect();
+    assert_eq!(bounced.len(), 1, "{log}");
+    assert!(bounced[0].contains("550 5.1.1"), "{}", bounced[0]);
     let job = log.lines().find(|l| l.contains("job finished")).unwrap();
     assert_eq!(
         (field(job, "sent"), field(job, "failed")),
-        (Some(2), Some(1)),
+        (Some(1), Some(2)),
         "{job}"
     );
 }

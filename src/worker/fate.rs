@@ -61,9 +61,8 @@ impl Tally {
         let slot = match (kind, recorded) {
             (_, Recorded::Lost) => &mut self.lost,
             (OutcomeKind::Sent, _) => &mut self.sent,
-            (OutcomeKind::Failed(_), _) | (OutcomeKind::Retry(_), Recorded::Final) => {
-                &mut self.failed
-            }
+            (OutcomeKind::Failed(_) | OutcomeKind::Bounced(_), _)
+            | (OutcomeKind::Retry(_), Recorded::Final) => &mut self.failed,
             (OutcomeKind::Retry(_), _) => &mut self.retried,
             (OutcomeKind::Skipped(_), _) => &mut self.skipped,
             (OutcomeKind::Unclaim, _) => &mut self.handed_back,
@@ -197,6 +196,7 @@ mod tests {
         let reply = || "550 5.1.1 no".to_string();
         t.count(&OutcomeKind::Sent, Recorded::Final);
         t.count(&OutcomeKind::Failed(reply()), Recorded::Final);
+        t.count(&OutcomeKind::Bounced(reply()), Recorded::Final);
         // The last allowed attempt of a transient failure is a failure.
         t.count(&OutcomeKind::Retry(reply()), Recorded::Final);
         t.count(&OutcomeKind::Retry(reply()), Recorded::Open);
@@ -211,7 +211,7 @@ mod tests {
             Tally {
                 claimed: 0,
                 sent: 1,
-                failed: 2,
+                failed: 3,
                 retried: 1,
                 skipped: 1,
                 handed_back: 1,

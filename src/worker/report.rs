@@ -59,9 +59,18 @@ impl FailureLog {
         kind: &OutcomeKind,
         state: Recorded,
     ) {
-        let (reply, gave_up) = match (kind, state) {
-            (OutcomeKind::Failed(reply), Recorded::Final) => (reply, false),
-            (OutcomeKind::Retry(reply), Recorded::Final) => (reply, true),
+        let (reply, what) = match (kind, state) {
+            (OutcomeKind::Failed(reply), Recorded::Final) => {
+                (reply, "failed for good: permanent failure")
+            }
+            (OutcomeKind::Bounced(reply), Recorded::Final) => (
+                reply,
+                "failed for good: permanent failure; the address is bad, the recipient is now bounced",
+            ),
+            (OutcomeKind::Retry(reply), Recorded::Final) => (
+                reply,
+                "failed for good: temporary failures up to --max-attempts",
+            ),
             _ => return,
         };
         let now = Instant::now();
@@ -75,11 +84,6 @@ impl FailureLog {
         }
         self.budget -= 1.0;
         let reply = mask_addresses(reply);
-        let what = if gave_up {
-            "failed for good: temporary failures up to --max-attempts"
-        } else {
-            "failed for good: permanent failure"
-        };
         match std::mem::take(&mut self.held_back) {
             0 => tracing::warn!(campaign, recipient, attempts = attempt, %reply, "{what}"),
             n => tracing::warn!(

@@ -1082,6 +1082,9 @@ impl TcpProxy {
 impl Drop for TcpProxy {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
 /// Run `cmd` to completion like `Command::output`, but kill it and fail
 /// the test if it is still running after `secs` (a command that should
 /// refuse at once must not hang a test when it does not).
