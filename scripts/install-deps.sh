@@ -13,6 +13,9 @@ Installs, if any is missing, the Debian packages mailsplit needs:
                   (tests/common/postfix.rs, `postfix -c DIR`); postfix is
                   preseeded "No configuration", so no system mail server is set up
   supervisor      runs the workers (scripts/supervisord.conf)
+  chromium chromium-driver   the dashboard's browser tests (headless, driven
+                  over WebDriver by chromedriver; no browser is downloaded)
+  python3-prometheus-client  the metrics test parses /metrics with it
   pkg-config libsqlite3-dev libpq-dev   to build the SQLite and PostgreSQL drivers
   gcc libc6-dev   only if no C compiler/linker (cc) is present
 
@@ -57,6 +60,11 @@ missing=()
 command -v beanstalkd >/dev/null 2>&1 || missing+=(beanstalkd)
 [[ -x /usr/sbin/smtp-sink ]] || missing+=(postfix)
 command -v supervisord >/dev/null 2>&1 || missing+=(supervisor)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+# why: the tests run Debian's /usr/bin/python3 (a pyenv python3 on PATH lacks the module)
+[[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null ||
+    missing+=(python3-prometheus-client)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 have_pkg libsqlite3-dev || missing+=(libsqlite3-dev)
 have_pkg libpq-dev || missing+=(libpq-dev)
@@ -66,7 +74,8 @@ command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 if ((${#missing[@]} > 0)); then
     # why: the brief's fixed package set; install all (cheap when present) so
     # one run leaves a complete machine
-    pkgs=(beanstalkd postfix supervisor pkg-config libsqlite3-dev libpq-dev)
+    pkgs=(beanstalkd postfix supervisor pkg-config libsqlite3-dev libpq-dev
+        chromium chromium-driver python3-prometheus-client)
     command -v cc >/dev/null 2>&1 || pkgs+=(gcc libc6-dev)
     say "missing: ${missing[*]}; installing: ${pkgs[*]}"
 

@@ -14,12 +14,13 @@ use crate::config::{
     self, ServeSettings, SmtpUrl, WorkerSettings, DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY,
 };
 use crate::control;
+use crate::fleet;
 use crate::import;
 use crate::redact;
 use crate::splitter;
 use crate::status::CampaignStatus;
 use crate::store::campaigns::{self, Control, NewCampaign};
-use crate::store::{self, dkim_keys, rates, recipients, Conn};
+use crate::store::{self, dkim_keys, rates, recipients, workers, Conn};
 use crate::templates;
 
 /// Exit code for usage errors (unknown campaign, bad argument, bad URL).
@@ -204,6 +205,17 @@ pub enum Command {
         /// Recipients per job
         #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
         batch_size: usize,
+    },
+    /// The worker fleet: host, pid, binary, state, last heartbeat, rate
+    ///
+    /// Every worker writes a heartbeat row every 2 s and deletes it when it
+    /// exits cleanly. A worker silent for 15 s is shown as lost (killed, or
+    /// cut off from the database); its row is forgotten after a day. During
+    /// a deploy, the summary line counts the workers on the newest binary.
+    Workers {
+        /// One JSON object per worker, one per line
+        #[arg(long)]
+        json: bool,
     },
     /// Show counts, state, rate and ETA of one or all campaigns
     Status {
@@ -543,6 +555,18 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Pause { campaign } => control(g, &campaign, Control::Pause)?,
         Command::Resume { campaign } => control(g, &campaign, Control::Resume)?,
         Command::Cancel { campaign } => control(g, &campaign, Control::Cancel)?,
+        Command::Workers { json } => {
+            let mut conn = open_migrated(g)?;
+            let now = store::now_ms();
+            let fleet = fleet::view(workers::list(&mut conn)?, now);
+            if json {
+                for w in &fleet.workers {
+                    println!("{}", serde_json::to_string(w)?);
+                }
+            } else {
+                println!("{}", fleet.render(now));
+            }
+        }
         Command::Status { campaign, json } => {
             let mut conn = open_read_only(g)?;
             let rows = match campaign {

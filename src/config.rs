@@ -32,6 +32,15 @@ pub const DEFAULT_SMTP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often a worker reloads its campaigns' pause/cancel flags: a pause
 /// (by command or by SQL) takes effect within about this long.
 pub const FLAG_REFRESH: Duration = Duration::from_millis(500);
+/// How often a worker rewrites its heartbeat row (see `mailsplit workers`).
+pub const HEARTBEAT: Duration = Duration::from_secs(2);
+/// A worker whose heartbeat is older than this is shown as lost (killed,
+/// or its machine or database connection gone). Several heartbeats long,
+/// so a slow write or a little clock skew between machines is no alarm.
+pub const LOST_AFTER: Duration = Duration::from_secs(15);
+/// A lost worker's row is deleted once it has been silent this long (by
+/// the next worker that starts): long enough for anyone to notice it.
+pub const FORGET_LOST: Duration = Duration::from_secs(24 * 3600);
 /// `serve`'s public listener (one-click unsubscribe), and its admin one.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:8081";

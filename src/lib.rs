@@ -7,10 +7,11 @@
 //! ledger, [`compose`] with [`templates`], send with [`mail`] under the
 //! shared [`ratelimit`]s, record outcomes) → [`status`] (the O(1)
 //! counters). [`serve`] is the HTTP side (one-click unsubscribe, admin),
-//! [`control`] pauses, resumes and cancels.
+//! [`control`] pauses, resumes and cancels, [`fleet`] shows the workers'
+//! heartbeats.
 //!
 //! Imports point one way: [`cli`] → stages ([`import`], [`splitter`],
-//! [`worker`], [`serve`], [`control`], [`status`]) → [`compose`], [`mail`],
+//! [`worker`], [`serve`], [`control`], [`status`], [`fleet`]) → [`compose`], [`mail`],
 //! [`queue`], [`ratelimit`], [`tokens`], [`shutdown`] → [`store`]; [`config`]
 //! and [`redact`] sit beside them, importing no stage.
 
@@ -20,6 +21,7 @@ pub mod compose;
 pub mod config;
 pub mod control;
 pub mod dkim;
+pub mod fleet;
 pub mod import;
 pub mod mail;
 pub mod queue;

@@ -21,6 +21,15 @@ pub enum Phase {
 }
 
 impl Phase {
+    pub const ALL: [Phase; 6] = [
+        Phase::Draft,
+        Phase::Enqueuing,
+        Phase::Sending,
+        Phase::Paused,
+        Phase::Done,
+        Phase::Cancelled,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Draft => "draft",
@@ -197,12 +206,23 @@ impl CampaignStatus {
 
 /// One line per rate group: configured and observed rate.
 pub fn rate_line(g: &RateGroup) -> String {
-    // The observed figure is refreshed while tokens are leased; an idle group
-    // shows 0.
-    let idle = (now_ms() * 1_000 - g.window_at) > 2 * 5_000_000;
-    let observed = if idle { 0.0 } else { g.observed };
     format!(
         "{:<32} limit {:>9.1}/s  burst {:>5}  observed {:>9.1}/s  granted {}",
-        g.name, g.rate, g.burst, observed, g.leased
+        g.name,
+        g.rate,
+        g.burst,
+        observed_rate(g),
+        g.leased
     )
+}
+
+/// Tokens per second a group granted lately. The stored figure is
+/// refreshed only while tokens are leased, so an idle group shows 0.
+pub fn observed_rate(g: &RateGroup) -> f64 {
+    let idle = (now_ms() * 1_000 - g.window_at) > 2 * 5_000_000;
+    if idle {
+        0.0
+    } else {
+        g.observed
+    }
 }

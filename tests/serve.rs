@@ -7,39 +7,13 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{
-    free_port, signal, wait_exit, wait_for, wait_port, Beanstalkd, Env, Kind, Proc, Script,
-    ScriptedSmtp,
-};
+use common::{free_port, signal, wait_exit, wait_for, Beanstalkd, Env, Kind, Script, ScriptedSmtp};
 
 /// A running `serve` with its two ports.
-struct Serve {
-    proc: Proc,
-    public: u16,
-    admin: u16,
-}
+type Serve = common::Served;
 
 fn serve(env: &Env, token: Option<&str>) -> Serve {
-    let (public, admin) = (free_port(), free_port());
-    let mut cmd = env.cmd(&[
-        "serve",
-        "--listen",
-        &format!("127.0.0.1:{public}"),
-        "--admin-listen",
-        &format!("127.0.0.1:{admin}"),
-    ]);
-    cmd.env_remove("MAILSPLIT_ADMIN_TOKEN");
-    if let Some(t) = token {
-        cmd.env("MAILSPLIT_ADMIN_TOKEN", t);
-    }
-    let proc = Proc(cmd.spawn().unwrap());
-    wait_port(public);
-    wait_port(admin);
-    Serve {
-        proc,
-        public,
-        admin,
-    }
+    env.serve(token)
 }
 
 fn get(port: u16, path: &str, token: Option<&str>) -> (u16, String) {

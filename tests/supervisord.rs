@@ -39,6 +39,38 @@ fn worker_starts(dir: &std::path::Path) -> usize {
         .sum()
 }
 
+/// The repository's `scripts/supervisord.conf` running `workers` copies of
+/// a private copy of the binary (`RUN/bin/mailsplit`) with `concurrency`
+/// sessions each, for `env`. Returns supervisord and the binary's path.
+fn supervise(
+    env: &Env,
+    run: &std::path::Path,
+    workers: u32,
+    concurrency: u32,
+) -> (Supervisor, std::path::PathBuf) {
+    std::fs::create_dir_all(run.join("bin")).unwrap();
+    let bin = run.join("bin/mailsplit");
+    std::fs::copy(BIN, &bin).unwrap();
+    let conf = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/supervisord.conf");
+    let sup = Supervisor(
+        Command::new("supervisord")
+            .args(["-n", "-c", conf])
+            .env("MAILSPLIT_BIN", &bin)
+            .env("MAILSPLIT_WORKERS", workers.to_string())
+            .env("MAILSPLIT_DIR", run)
+            .env("DATABASE_URL", &env.db.url)
+            .env("BEANSTALKD", &env.beanstalkd)
+            .env("MAILSPLIT_TUBE", &env.tube)
+            .env("SMTP_URL", &env.smtp)
+            .env("MAILSPLIT_CONCURRENCY", concurrency.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("supervisord is not installed: run scripts/install-deps.sh"),
+    );
+    (sup, bin)
+}
+
 #[test]
 fn deploy_under_supervisord_completes_the_campaign() {
     let tmp = tempfile::tempdir().unwrap();
@@ -52,26 +84,7 @@ fn deploy_under_supervisord_completes_the_campaign() {
     env.campaign("news", 3_000);
 
     let run = tmp.path().join("run");
-    std::fs::create_dir_all(run.join("bin")).unwrap();
-    let bin = run.join("bin/mailsplit");
-    std::fs::copy(BIN, &bin).unwrap();
-    let conf = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/supervisord.conf");
-    let _sup = Supervisor(
-        Command::new("supervisord")
-            .args(["-n", "-c", conf])
-            .env("MAILSPLIT_BIN", &bin)
-            .env("MAILSPLIT_WORKERS", "2")
-            .env("MAILSPLIT_DIR", &run)
-            .env("DATABASE_URL", &env.db.url)
-            .env("BEANSTALKD", &env.beanstalkd)
-            .env("MAILSPLIT_TUBE", &env.tube)
-            .env("SMTP_URL", &env.smtp)
-            .env("MAILSPLIT_CONCURRENCY", "10")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("supervisord is not installed: run scripts/install-deps.sh"),
-    );
+    let (_sup, bin) = supervise(&env, &run, 2, 10);
     let sent = || env.status("news")["sent"].as_i64().unwrap();
     wait_for(60, "both workers to start", || worker_starts(&run) >= 2);
     wait_for(60, "some mail to go out", || sent() >= 300);
@@ -172,4 +185,99 @@ fn serve_runs_under_supervisord() {
     ctl("stop");
     let log = std::fs::read_to_string(run.join("mailsplit-serve.log")).unwrap();
     assert!(log.contains("serve stopped"), "{log}");
+}
+
+/// A deploy as `mailsplit workers` shows it: every old-binary worker says
+/// it is stopping and leaves, new-binary workers arrive, and it ends with
+/// all of them on the new binary, none lost, the campaign complete.
+#[test]
+fn a_deploy_shows_in_the_fleet_until_all_run_the_new_binary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = Beanstalkd::start(tmp.path());
+    let peer = ScriptedSmtp::start(Script {
+        data_delay: Duration::from_millis(100),
+        ..Script::default()
+    });
+    let mut env = Env::new(Kind::Sqlite, &bs.addr());
+    env.smtp = peer.url();
+    env.campaign("news", 4_000);
+
+    let run = tmp.path().join("run");
+    let (_sup, bin) = supervise(&env, &run, 3, 5);
+    let alive = |rows: &[serde_json::Value], binary: &str| {
+        rows.iter()
+            .filter(|w| w["binary"] == binary && w["state"] != "lost")
+            .count()
+    };
+    wait_for(60, "three workers to report", || {
+        let rows = env.workers();
+        rows.len() == 3 && rows.iter().all(|w| w["sent"].as_i64().unwrap() > 0)
+    });
+    let before = env.workers();
+    let old = before[0]["binary"].as_str().unwrap().to_string();
+    assert_eq!(alive(&before, &old), 3, "{before:?}");
+    let old_pids: Vec<_> = before.iter().map(|w| w["pid"].clone()).collect();
+
+    // The deploy: a new build (here: the same program with other bytes)
+    // renamed over the old file.
+    let staged = run.join("bin/mailsplit.new");
+    let mut new_binary = std::fs::read(BIN).unwrap();
+    new_binary.extend_from_slice(b"\0mailsplit test build 2\n");
+    std::fs::write(&staged, &new_binary).unwrap();
+    std::fs::set_permissions(&staged, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let new: String = <sha2::Sha256 as sha2::Digest>::digest(&new_binary)
+        .iter()
+        .take(6)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_ne!(new, old);
+    std::fs::rename(&staged, &bin).unwrap();
+
+    // Watch it happen: (old alive, new alive, old stopping) per look.
+    let mut seen: Vec<(usize, usize, usize)> = Vec::new();
+    wait_for(120, "every worker on the new binary", || {
+        let rows = env.workers();
+        let stopping = rows
+            .iter()
+            .filter(|w| w["binary"] == old.as_str() && w["state"] == "stopping")
+            .count();
+        let look = (alive(&rows, &old), alive(&rows, &new), stopping);
+        if seen.last() != Some(&look) {
+            seen.push(look);
+        }
+        look.0 == 0 && look.1 == 3
+    });
+    eprintln!("(old alive, new alive, old stopping) during the deploy: {seen:?}");
+    assert!(
+        seen.iter().any(|&(_, _, stopping)| stopping > 0),
+        "old workers said they were stopping: {seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|&(o, n, _)| (o, n) != (3, 0) && (o, n) != (0, 3)),
+        "a moment with workers leaving or arriving: {seen:?}"
+    );
+    for pair in seen.windows(2) {
+        assert!(pair[1].0 <= pair[0].0, "an old worker came back: {seen:?}");
+        assert!(pair[1].1 >= pair[0].1, "a new worker went away: {seen:?}");
+    }
+    let after = env.workers();
+    assert!(after
+        .iter()
+        .all(|w| w["newest"] == true && w["state"] == "running"));
+    assert!(after.iter().all(|w| !old_pids.contains(&w["pid"])));
+    let text = env.ok(&["workers"]);
+    assert!(
+        text.contains(&format!("3 of 3 alive on the newest binary {new}")),
+        "{text}"
+    );
+    assert!(
+        env.status("news")["pending"].as_i64().unwrap() > 0,
+        "the campaign finished before the deploy was over; slow the peer down"
+    );
+    wait_for(180, "the campaign to finish", || {
+        env.status("news")["pending"] == 0
+    });
+    assert_eq!(peer.total(), 4_000);
+    assert_eq!(peer.duplicates(), 0);
 }

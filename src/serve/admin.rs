@@ -1,54 +1,55 @@
-//! Admin routes: the operator's view and controls. Every request must carry
-//! `Authorization: Bearer <MAILSPLIT_ADMIN_TOKEN>`, checked in constant time
-//! by [`require_token`]; without a configured token `serve` binds this
-//! listener to loopback only (see `config::ServeSettings`). GET never
+//! Admin routes: the operator's view and controls, behind [`auth`]'s gate
+//! (bearer token or login session; CSRF proof on every POST). GET never
 //! changes anything.
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /` , `GET /live` | the [`dashboard`] and its live part |
+//! | `GET /login`, `POST /login`, `POST /logout` | the session cookie |
+//! | `POST /campaigns/NAME/ACTION` | the dashboard's buttons (303 back) |
+//! | `GET /api/campaigns` | the objects of `status --json` |
+//! | `POST /api/campaigns/NAME/pause\|resume\|cancel` | what the CLI does, as JSON |
+//! | `GET /api/workers` | the fleet, as `workers --json` plus totals |
+//! | `GET /metrics` | Prometheus/OpenMetrics text, see [`metrics`] |
 
-use axum::extract::{Request, State as Extract};
+use axum::extract::{Path, State as Extract};
 use axum::http::{header, StatusCode};
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
+use serde_json::json;
 
-use super::State;
+use super::{auth, dashboard, metrics, snapshot, State};
+use crate::control::{self, Controlled};
+use crate::fleet;
 use crate::status::CampaignStatus;
-use crate::store::campaigns;
+use crate::store::campaigns::{self, Control};
+use crate::store::{now_ms, workers, Conn, StoreError};
 
 pub fn router(state: State) -> Router {
     Router::new()
+        .route("/", get(dashboard::page))
+        .route("/live", get(dashboard::live))
+        .route("/login", get(auth::login_form).post(auth::login))
+        .route("/logout", post(auth::logout))
+        .route("/static/dashboard.css", get(dashboard::stylesheet))
+        .route("/static/dashboard.js", get(dashboard::script))
+        .route("/campaigns/{name}/{action}", post(dashboard::control))
         .route("/api/campaigns", get(api_campaigns))
-        .layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .route("/api/campaigns/{name}/{action}", post(api_control))
+        .route("/api/workers", get(api_workers))
+        .route("/metrics", get(get_metrics))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_admin,
+        ))
         .with_state(state)
 }
 
-/// Refuse any request without the admin token (when one is configured).
-async fn require_token(Extract(state): Extract<State>, req: Request, next: Next) -> Response {
-    let Some(expected) = state.settings.admin_token.as_deref() else {
-        return next.run(req).await;
-    };
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    if constant_time_eq(given.as_bytes(), expected.as_bytes()) {
-        next.run(req).await
-    } else {
-        (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            "admin token required\n",
-        )
-            .into_response()
-    }
-}
-
-/// Equality that takes as long whatever the position of the first
-/// difference (the length is not secret).
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+fn unavailable(e: &StoreError) -> Response {
+    tracing::warn!(error = %e, "cannot read the database");
+    (StatusCode::SERVICE_UNAVAILABLE, "database unavailable\n").into_response()
 }
 
 /// Every campaign as `status --json` prints it.
@@ -60,9 +61,116 @@ async fn api_campaigns(Extract(state): Extract<State>) -> Response {
                 .collect::<Vec<_>>(),
         )
         .into_response(),
+        Err(e) => unavailable(&e),
+    }
+}
+
+/// The fleet: every worker as `workers --json` prints it, and the totals.
+async fn api_workers(Extract(state): Extract<State>) -> Response {
+    match state.db.run(workers::list).await {
+        Ok(rows) => Json(fleet::view(rows, now_ms())).into_response(),
+        Err(e) => unavailable(&e),
+    }
+}
+
+/// `GET /metrics`.
+async fn get_metrics(Extract(state): Extract<State>) -> Response {
+    let snapshot = match snapshot::take(&state).await {
+        Ok(s) => s,
+        Err(e) => return unavailable(&e),
+    };
+    match metrics::encode(snapshot) {
+        Ok(text) => ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics\n").into_response(),
+    }
+}
+
+/// `pause`, `resume` or `cancel`.
+pub fn parse_action(action: &str) -> Option<Control> {
+    match action {
+        "pause" => Some(Control::Pause),
+        "resume" => Some(Control::Resume),
+        "cancel" => Some(Control::Cancel),
+        _ => None,
+    }
+}
+
+/// Why a control request did nothing, as an HTTP status and a message.
+pub struct ControlFailure {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+/// Pause, resume or cancel exactly as the CLI does ([`control::control`],
+/// including the resume's kick of delayed jobs), on a connection of its
+/// own: a resume waits for the workers' flag refresh, and the dashboard's
+/// reads should not wait behind it.
+pub async fn run_control(
+    state: &State,
+    name: &str,
+    action: Control,
+) -> Result<Controlled, ControlFailure> {
+    let settings = state.settings.clone();
+    let name = name.to_string();
+    let done = tokio::task::spawn_blocking(move || {
+        let mut conn = Conn::open(&settings.database_url)?;
+        control::control(&mut conn, &settings.servers, &settings.tube, &name, action)
+    })
+    .await
+    .unwrap_or_else(|e| Err(StoreError::Task(e.to_string())));
+    match done {
+        Ok(done) => {
+            tracing::info!(campaign = %done.campaign.name, ?action, "campaign controlled from the admin listener");
+            Ok(done)
+        }
         Err(e) => {
-            tracing::warn!(error = %e, "cannot read campaigns");
-            (StatusCode::SERVICE_UNAVAILABLE, "database unavailable\n").into_response()
+            let status = match &e {
+                StoreError::UnknownCampaign(_) => StatusCode::NOT_FOUND,
+                StoreError::IllegalTransition { .. } => StatusCode::CONFLICT,
+                e if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            if status.is_server_error() {
+                tracing::warn!(error = %e, "cannot control campaign");
+            }
+            Err(ControlFailure {
+                status,
+                message: e.to_string(),
+            })
         }
     }
+}
+
+/// `POST /api/campaigns/NAME/ACTION`: the campaign as `status --json`
+/// shows it afterwards, and after a resume how many delayed jobs each
+/// beanstalkd server made ready again.
+async fn api_control(
+    Extract(state): Extract<State>,
+    Path((name, action)): Path<(String, String)>,
+) -> Response {
+    let Some(action) = parse_action(&action) else {
+        let error = json!({"error": "unknown action: use pause, resume or cancel"});
+        return (StatusCode::NOT_FOUND, Json(error)).into_response();
+    };
+    let done = match run_control(&state, &name, action).await {
+        Ok(done) => done,
+        Err(f) => return (f.status, Json(json!({"error": f.message}))).into_response(),
+    };
+    let status = match state
+        .db
+        .run(move |c| campaigns::counters(c, done.campaign.id).map(|n| (done, n)))
+        .await
+    {
+        Ok((done, counters)) => (CampaignStatus::new(&done.campaign, &counters), done.kicked),
+        Err(e) => return unavailable(&e),
+    };
+    let kicked: Vec<_> = status
+        .1
+        .into_iter()
+        .map(|(server, result)| match result {
+            Ok(jobs) => json!({"server": server.to_string(), "kicked": jobs}),
+            Err(e) => json!({"server": server.to_string(), "error": e.to_string()}),
+        })
+        .collect();
+    Json(json!({"campaign": status.0, "kicked": kicked})).into_response()
 }

@@ -3,8 +3,9 @@
 //!
 //! - [`public`] on `--listen`: what a reverse proxy puts at the campaigns'
 //!   public URL (one-click unsubscribe, provider webhooks: [`webhook`]);
-//! - [`admin`] on `--admin-listen`: the operator's routes (dashboard, JSON
-//!   API, metrics), every request checked against `MAILSPLIT_ADMIN_TOKEN`.
+//! - [`admin`] on `--admin-listen`: the operator's routes ([`dashboard`],
+//!   JSON API, [`metrics`]), every request checked by [`auth`] against
+//!   `MAILSPLIT_ADMIN_TOKEN`; [`snapshot`] gathers what they show.
 //!
 //! Each side is one axum `Router` built from [`AppState`]; a new route is a
 //! line in its module. Both read the same database through one reconnecting
@@ -12,7 +13,11 @@
 //! flight finish.
 
 pub mod admin;
+pub mod auth;
+pub mod dashboard;
+pub mod metrics;
 pub mod public;
+pub mod snapshot;
 pub mod webhook;
 
 use std::net::SocketAddr;

@@ -19,7 +19,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde::Deserialize;
 
-use super::admin::constant_time_eq;
+use super::auth::constant_time_eq;
 use super::State;
 use crate::bounce;
 use crate::store::bounces::{self, BounceKind, BounceSource, NewBounce};

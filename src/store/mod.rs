@@ -22,6 +22,7 @@ pub mod optouts;
 pub mod rates;
 pub mod recipients;
 pub mod schema;
+pub mod workers;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -156,3 +156,22 @@ diesel::table! {
         received_at -> BigInt,
     }
 }
+
+diesel::table! {
+    workers (id) {
+        id -> Text,
+        host -> Text,
+        pid -> BigInt,
+        version -> Text,
+        binary_hash -> Text,
+        binary_size -> BigInt,
+        binary_mtime -> BigInt,
+        relay -> Text,
+        concurrency -> BigInt,
+        state -> Text,
+        started_at -> BigInt,
+        seen_at -> BigInt,
+        sent -> BigInt,
+        rate -> Double,
+    }
+}

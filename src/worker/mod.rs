@@ -11,13 +11,15 @@
 //!    job's outcomes are durable, [`fate`] deletes or releases it ([`touch`]
 //!    keeps it reserved meanwhile).
 //!
-//! [`pipeline`] holds the types that travel between the stages.
+//! [`pipeline`] holds the types that travel between the stages;
+//! [`heartbeat`] keeps this worker's row in the fleet table.
 //! [`crate::shutdown`] turns SIGTERM, SIGINT and "my binary was replaced" into one
 //! stop signal: no more reserving, jobs in flight finish within the grace
 //! period (or their unsent messages are handed back), then exit 0.
 
 pub mod fate;
 pub mod flags;
+pub mod heartbeat;
 pub mod job;
 pub mod optout;
 pub mod pipeline;
@@ -121,7 +123,14 @@ async fn pipeline_run(
         to_send: send_tx,
         to_report: report_tx.clone(),
         max_attempts: settings.max_attempts,
+        sent: Default::default(),
     });
+    let heartbeat = heartbeat::Heartbeat::start(
+        Arc::clone(&shared),
+        relay.target(),
+        settings.concurrency,
+        stop.clone(),
+    );
 
     let mut senders = Vec::new();
     for _ in 0..settings.concurrency {
@@ -211,6 +220,7 @@ async fn pipeline_run(
     dispatcher.abort();
     drop(shared);
     let _ = tokio::time::timeout(Duration::from_secs(5), reporter).await;
+    heartbeat.finish().await;
     tokio::task::spawn_blocking(move || {
         for t in threads {
             let _ = t.join();

@@ -1,6 +1,7 @@
 //! What travels between the worker's stages, and what they share.
 
 use std::collections::HashSet;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
@@ -58,6 +59,8 @@ pub struct Shared {
     pub unrecorded: Arc<tokio::sync::Semaphore>,
     /// Other databases whose jobs this worker has met (each logged once).
     pub foreign: Mutex<HashSet<String>>,
+    /// Messages this process recorded as sent (for its heartbeat).
+    pub sent: AtomicU64,
 }
 
 impl Shared {

@@ -5,6 +5,7 @@
 //! failure is logged with the relay's reply, within a budget (see
 //! [`FailureLog`]).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -203,6 +204,12 @@ pub async fn reporter(
                 }
             }
         };
+        let sent = batch
+            .iter()
+            .zip(&recorded)
+            .filter(|(r, s)| r.kind == OutcomeKind::Sent && **s == Recorded::Final)
+            .count();
+        shared.sent.fetch_add(sent as u64, Ordering::Relaxed);
         // A batch with failures may have auto-paused its campaign (see
         // `store::autopause`): look at once rather than at the next flag
         // refresh, so a relay refusing everything costs as few recipients

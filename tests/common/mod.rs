@@ -804,6 +804,13 @@ impl Env {
         let out = self.ok(&["status", name, "--json"]);
         serde_json::from_str(out.trim()).unwrap()
     }
+    /// `workers --json`: one object per heartbeat row.
+    pub fn workers(&self) -> Vec<serde_json::Value> {
+        self.ok(&["workers", "--json"])
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
     /// Start a worker in the background.
     pub fn worker(&self, extra: &[&str]) -> Proc {
         let mut args = vec!["worker", "--smtp", &self.smtp];
@@ -1135,4 +1142,110 @@ pub fn env_with_beanstalkd(kind: Kind) -> (tempfile::TempDir, Beanstalkd, Env) {
     let bs = Beanstalkd::start(tmp.path());
     let env = Env::new(kind, &bs.addr());
     (tmp, bs, env)
+}
+
+/// A running `mailsplit serve` (public and admin listeners), killed when
+/// dropped.
+pub struct Served {
+    pub proc: Proc,
+    pub public: u16,
+    pub admin: u16,
+}
+
+impl Env {
+    /// `mailsplit serve` on free ports, with `token` as
+    /// MAILSPLIT_ADMIN_TOKEN (none: loopback-only, open).
+    pub fn serve(&self, token: Option<&str>) -> Served {
+        let (public, admin) = (free_port(), free_port());
+        let mut cmd = self.cmd(&[
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{public}"),
+            "--admin-listen",
+            &format!("127.0.0.1:{admin}"),
+        ]);
+        cmd.env_remove("MAILSPLIT_ADMIN_TOKEN")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(t) = token {
+            cmd.env("MAILSPLIT_ADMIN_TOKEN", t);
+        }
+        let proc = Proc(cmd.spawn().unwrap());
+        wait_port(public);
+        wait_port(admin);
+        Served {
+            proc,
+            public,
+            admin,
+        }
+    }
+}
+
+/// One HTTP answer.
+#[derive(Debug)]
+pub struct Http {
+    pub status: u16,
+    pub body: String,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Http {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One request to `127.0.0.1:port` (redirects are not followed; a body is
+/// sent as a form unless a Content-Type header says otherwise).
+pub fn http(
+    method: &str,
+    port: u16,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Http {
+    let agent = ureq::AgentBuilder::new()
+        .redirects(0)
+        .timeout(Duration::from_secs(20))
+        .build();
+    let mut req = agent.request(method, &format!("http://127.0.0.1:{port}{path}"));
+    for (k, v) in headers {
+        req = req.set(k, v);
+    }
+    let sent = match body {
+        Some(b)
+            if headers
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case("content-type")) =>
+        {
+            req.send_string(b)
+        }
+        Some(b) => req
+            .set("Content-Type", "application/x-www-form-urlencoded")
+            .send_string(b),
+        None => req.call(),
+    };
+    let resp = match sent {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("{method} {path}: {e}"),
+    };
+    let status = resp.status();
+    let headers = resp
+        .headers_names()
+        .into_iter()
+        .flat_map(|name| {
+            resp.all(&name)
+                .into_iter()
+                .map(|v| (name.clone(), v.to_string()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    Http {
+        status,
+        headers,
+        body: resp.into_string().unwrap_or_default(),
+    }
 }

@@ -1,0 +1,402 @@
+//! Who may use the admin listener, and protection of its state-changing
+//! requests against cross-site forgery.
+//!
+//! A request is let in with `Authorization: Bearer <MAILSPLIT_ADMIN_TOKEN>`
+//! (scripts, Prometheus), or with the session cookie the login form sets
+//! after it was given the same token (browsers). The cookie holds no
+//! token: it is `EXPIRES.NONCE.MAC`, an HMAC under the admin token, so it
+//! survives a restart of `serve` and dies with a change of the token. It is
+//! `HttpOnly` and `SameSite=Strict`.
+//!
+//! Every POST (and any other method but GET and HEAD) must also prove it
+//! was not forged by another site: either it carries the bearer header
+//! (which a browser never attaches on its own, and which another site's
+//! script cannot add without a CORS preflight this server never grants),
+//! or the CSRF token of its session, as form field `csrf` or header
+//! `X-CSRF-Token`. A POST marked `Sec-Fetch-Site: cross-site` is refused
+//! outright.
+//!
+//! Without a configured token the listener is loopback-only (see
+//! `cli::serve_settings`) and open; it then answers only requests whose
+//! `Host` is a loopback name, so a web page cannot reach it through a DNS
+//! name rebound to 127.0.0.1, and POSTs still need the bearer header (any
+//! value: its presence is what no cross-site request can have) or the
+//! page's CSRF token, made with a random key of this process.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use askama::Template;
+use axum::body::Body;
+use axum::extract::{Request, State as Extract};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::Form;
+use data_encoding::BASE64URL_NOPAD;
+use hmac::{Hmac, Mac};
+use rand::RngCore;
+use serde::Deserialize;
+use sha2::Sha256;
+
+use super::State;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// Name of the session cookie.
+pub const COOKIE: &str = "mailsplit_admin";
+/// How long a login lasts.
+pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+/// Largest form body read to find its CSRF field.
+const MAX_FORM: usize = 16 * 1024;
+
+/// How a request got in; handlers read it to put the right CSRF token
+/// into the forms they render.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Access {
+    /// No token configured: a loopback-only listener.
+    Open,
+    /// The bearer header carried the token.
+    Bearer,
+    /// The session cookie, with the session's nonce.
+    Session(String),
+}
+
+/// Key for MACs when no token is configured: random, per process.
+static OPEN_KEY: LazyLock<[u8; 32]> = LazyLock::new(|| {
+    let mut key = [0u8; 32];
+    rand::rng().fill_bytes(&mut key);
+    key
+});
+
+fn key(state: &State) -> &[u8] {
+    match &state.settings.admin_token {
+        Some(token) => token.as_bytes(),
+        None => &OPEN_KEY[..],
+    }
+}
+
+fn mac(state: &State, label: &str, data: &str) -> HmacSha256 {
+    // HMAC takes keys of any length.
+    let mut m = HmacSha256::new_from_slice(key(state))
+        .unwrap_or_else(|_| HmacSha256::new_from_slice(&[0]).expect("HMAC key"));
+    m.update(label.as_bytes());
+    m.update(b"\0");
+    m.update(data.as_bytes());
+    m
+}
+
+impl Access {
+    /// The CSRF token forms rendered for this request must carry.
+    pub fn csrf(&self, state: &State) -> String {
+        let nonce = match self {
+            Access::Session(nonce) => nonce.as_str(),
+            Access::Open | Access::Bearer => "",
+        };
+        let tag = mac(state, "mailsplit admin csrf", nonce)
+            .finalize()
+            .into_bytes();
+        BASE64URL_NOPAD.encode(&tag[..18])
+    }
+
+    fn csrf_ok(&self, state: &State, given: &str) -> bool {
+        let Ok(tag) = BASE64URL_NOPAD.decode(given.as_bytes()) else {
+            return false;
+        };
+        let nonce = match self {
+            Access::Session(nonce) => nonce.as_str(),
+            Access::Open | Access::Bearer => "",
+        };
+        tag.len() == 18
+            && mac(state, "mailsplit admin csrf", nonce)
+                .verify_truncated_left(&tag)
+                .is_ok()
+    }
+}
+
+/// A new session cookie's value: `EXPIRES.NONCE.MAC`.
+fn new_session(state: &State) -> String {
+    let mut nonce = [0u8; 16];
+    rand::rng().fill_bytes(&mut nonce);
+    let expires = crate::store::now_ms() / 1000 + SESSION_TTL.as_secs() as i64;
+    let body = format!("{expires}.{}", BASE64URL_NOPAD.encode(&nonce));
+    let tag = mac(state, "mailsplit admin session", &body)
+        .finalize()
+        .into_bytes();
+    format!("{body}.{}", BASE64URL_NOPAD.encode(&tag))
+}
+
+/// The nonce of a valid, unexpired session cookie value.
+fn read_session(state: &State, value: &str) -> Option<String> {
+    let (body, tag) = value.rsplit_once('.')?;
+    let (expires, nonce) = body.split_once('.')?;
+    let tag = BASE64URL_NOPAD.decode(tag.as_bytes()).ok()?;
+    mac(state, "mailsplit admin session", body)
+        .verify_slice(&tag)
+        .ok()?;
+    let expires: i64 = expires.parse().ok()?;
+    (expires > crate::store::now_ms() / 1000).then(|| nonce.to_string())
+}
+
+fn cookie_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+/// Equality that takes as long whatever the position of the first
+/// difference (the length is not secret).
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Why a request is turned away.
+enum Refusal {
+    /// No or wrong credentials.
+    Unauthorized,
+    /// An open listener asked under a name that is not loopback.
+    NotLoopback,
+}
+
+/// Whether `host` (a `Host` header) names this machine's loopback.
+fn loopback_host(host: &str) -> bool {
+    let name = match host.rsplit_once(':') {
+        // `[::1]:8081`, `127.0.0.1:8081`, `localhost:8081`
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    };
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+fn authenticate(state: &State, headers: &HeaderMap) -> Result<Access, Refusal> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let Some(expected) = state.settings.admin_token.as_deref() else {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        return match (loopback_host(host), bearer) {
+            (false, _) => Err(Refusal::NotLoopback),
+            (true, Some(_)) => Ok(Access::Bearer),
+            (true, None) => Ok(Access::Open),
+        };
+    };
+    if let Some(given) = bearer {
+        return if constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+            Ok(Access::Bearer)
+        } else {
+            Err(Refusal::Unauthorized)
+        };
+    }
+    cookie_value(headers, COOKIE)
+        .and_then(|v| read_session(state, v))
+        .map(Access::Session)
+        .ok_or(Refusal::Unauthorized)
+}
+
+/// Routes anyone may fetch: the login form and the stylesheet it uses.
+fn is_public(path: &str) -> bool {
+    matches!(path, "/login" | "/static/dashboard.css")
+}
+
+/// The admin listener's gate: see the module documentation.
+pub async fn require_admin(Extract(state): Extract<State>, req: Request, next: Next) -> Response {
+    if is_public(req.uri().path()) {
+        return next.run(req).await;
+    }
+    let access = match authenticate(&state, req.headers()) {
+        Ok(access) => access,
+        Err(Refusal::NotLoopback) => {
+            return (
+                StatusCode::FORBIDDEN,
+                "this admin listener has no token and answers only to loopback names (127.0.0.1, localhost); set MAILSPLIT_ADMIN_TOKEN to reach it by another name\n",
+            )
+                .into_response()
+        }
+        Err(Refusal::Unauthorized) => return unauthorized(&req, None),
+    };
+    let mut req = if matches!(*req.method(), Method::GET | Method::HEAD) {
+        req
+    } else {
+        match check_forgery(&state, &access, req).await {
+            Ok(req) => req,
+            Err(refused) => return refused,
+        }
+    };
+    req.extensions_mut().insert(access);
+    next.run(req).await
+}
+
+/// Refuse a state-changing request that another site could have made.
+async fn check_forgery(state: &State, access: &Access, req: Request) -> Result<Request, Response> {
+    let forbidden = |why: &'static str| (StatusCode::FORBIDDEN, why).into_response();
+    let headers = req.headers();
+    if headers
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes() == b"cross-site")
+    {
+        return Err(forbidden("cross-site request refused\n"));
+    }
+    if *access == Access::Bearer {
+        return Ok(req);
+    }
+    if let Some(given) = headers.get("x-csrf-token").and_then(|v| v.to_str().ok()) {
+        return if access.csrf_ok(state, given) {
+            Ok(req)
+        } else {
+            Err(forbidden("wrong CSRF token: reload the page\n"))
+        };
+    }
+    let is_form = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+    if !is_form {
+        return Err(forbidden(
+            "a POST needs the bearer token or the page's CSRF token\n",
+        ));
+    }
+    // The form's own `csrf` field: read the (small) body, then hand it on.
+    let (parts, body) = req.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_FORM).await else {
+        return Err((StatusCode::PAYLOAD_TOO_LARGE, "form too large\n").into_response());
+    };
+    let ok = url::form_urlencoded::parse(&bytes)
+        .find(|(k, _)| k == "csrf")
+        .is_some_and(|(_, v)| access.csrf_ok(state, &v));
+    if !ok {
+        return Err(forbidden("missing or wrong CSRF token: reload the page\n"));
+    }
+    Ok(Request::from_parts(parts, Body::from(bytes)))
+}
+
+/// 401: the login form for a browser, a short text for anything else.
+fn unauthorized(req: &Request, error: Option<&str>) -> Response {
+    let browser = req.method() == Method::GET
+        && req
+            .headers()
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("text/html"));
+    if browser {
+        return (StatusCode::UNAUTHORIZED, login_page(error)).into_response();
+    }
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer")],
+        "admin token required\n",
+    )
+        .into_response()
+}
+
+#[derive(Template)]
+#[template(path = "admin/login.html")]
+struct LoginPage<'a> {
+    error: Option<&'a str>,
+}
+
+fn login_page(error: Option<&str>) -> Response {
+    match (LoginPage { error }).render() {
+        Ok(html) => super::dashboard::secure(Html(html).into_response()),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot render the login page");
+            (StatusCode::INTERNAL_SERVER_ERROR, "cannot render page\n").into_response()
+        }
+    }
+}
+
+/// `GET /login`: the form (or, when there is no token to ask for, the
+/// dashboard).
+pub async fn login_form(Extract(state): Extract<State>) -> Response {
+    if state.settings.admin_token.is_none() {
+        return Redirect::to("/").into_response();
+    }
+    login_page(None)
+}
+
+#[derive(Deserialize)]
+pub struct Login {
+    token: String,
+}
+
+/// `POST /login`: the token for a session cookie.
+pub async fn login(Extract(state): Extract<State>, Form(form): Form<Login>) -> Response {
+    let Some(expected) = state.settings.admin_token.as_deref() else {
+        return Redirect::to("/").into_response();
+    };
+    if !constant_time_eq(form.token.trim().as_bytes(), expected.as_bytes()) {
+        tracing::warn!("admin login with a wrong token");
+        let mut page = login_page(Some("That is not the admin token."));
+        *page.status_mut() = StatusCode::UNAUTHORIZED;
+        return page;
+    }
+    let cookie = format!(
+        "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
+        new_session(&state),
+        SESSION_TTL.as_secs()
+    );
+    set_cookie(Redirect::to("/").into_response(), &cookie)
+}
+
+/// `POST /logout`: forget the session cookie.
+pub async fn logout() -> Response {
+    let cookie = format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+    set_cookie(Redirect::to("/login").into_response(), &cookie)
+}
+
+fn set_cookie(mut response: Response, cookie: &str) -> Response {
+    if let Ok(value) = HeaderValue::from_str(cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_names() {
+        for ok in [
+            "127.0.0.1:8081",
+            "localhost:1",
+            "LOCALHOST",
+            "[::1]:8081",
+            "127.9.9.9",
+        ] {
+            assert!(loopback_host(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example:8081",
+            "10.0.0.1:80",
+            "",
+            "127.0.0.1.evil.example",
+            "[::2]:1",
+        ] {
+            assert!(!loopback_host(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cookies_are_found_by_name() {
+        let mut h = HeaderMap::new();
+        h.append(
+            header::COOKIE,
+            HeaderValue::from_static("a=1; mailsplit_admin=x.y.z"),
+        );
+        assert_eq!(cookie_value(&h, COOKIE), Some("x.y.z"));
+        assert_eq!(cookie_value(&h, "mailsplit"), None);
+    }
+}

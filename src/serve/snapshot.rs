@@ -1,0 +1,169 @@
+//! One look at everything the admin routes show (dashboard, `/metrics`,
+//! `/api/…`): the campaigns with their counters, the rate groups, the
+//! worker fleet (three small database reads, O(campaigns + groups +
+//! workers), never a scan of the ledger), and the tube's counts on every
+//! beanstalkd server (`stats-tube`, asked of all servers at once, each
+//! bounded by [`QUEUE_TIMEOUT`]).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::State;
+use crate::fleet::{self, Fleet};
+use crate::queue::Server;
+use crate::status::{self, CampaignStatus};
+use crate::store::{campaigns, now_ms, rates, workers, StoreError};
+
+/// Longest a snapshot waits for one beanstalkd server's answer.
+pub const QUEUE_TIMEOUT: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Snapshot {
+    /// When it was taken, ms since the epoch.
+    pub at: i64,
+    pub campaigns: Vec<CampaignStatus>,
+    pub rates: Vec<RateView>,
+    pub fleet: Fleet,
+    pub queues: Vec<QueueView>,
+}
+
+/// A rate group: its configured and observed rate.
+#[derive(Debug, Clone, Serialize)]
+pub struct RateView {
+    pub name: String,
+    /// Configured tokens per second.
+    pub limit: f64,
+    pub burst: i64,
+    /// Tokens granted per second lately (0 when idle).
+    pub observed: f64,
+    /// Tokens granted in total.
+    pub granted: i64,
+}
+
+/// The tube on one beanstalkd server.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueueView {
+    pub server: SocketAddr,
+    pub tube: String,
+    /// `None` when the server could not be asked; see `error`.
+    pub counts: Option<TubeCounts>,
+    pub error: Option<String>,
+}
+
+/// A tube's `stats-tube` counts (all 0 when the tube does not exist yet).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TubeCounts {
+    pub ready: u64,
+    pub reserved: u64,
+    pub delayed: u64,
+    pub buried: u64,
+    /// Connections watching the tube: roughly, workers attached.
+    pub watching: u64,
+}
+
+impl TubeCounts {
+    /// The job states, as `/metrics` labels them.
+    pub fn by_state(&self) -> [(&'static str, u64); 4] {
+        [
+            ("ready", self.ready),
+            ("reserved", self.reserved),
+            ("delayed", self.delayed),
+            ("buried", self.buried),
+        ]
+    }
+}
+
+/// Take a snapshot.
+pub async fn take(state: &State) -> Result<Snapshot, StoreError> {
+    let db = state
+        .db
+        .run(|c| Ok((campaigns::list(c)?, rates::list(c)?, workers::list(c)?)));
+    let (db, queues) = tokio::join!(db, queues(state));
+    let (campaigns, groups, workers) = db?;
+    let at = now_ms();
+    Ok(Snapshot {
+        at,
+        campaigns: campaigns
+            .iter()
+            .map(|(c, counters)| CampaignStatus::new(c, counters))
+            .collect(),
+        rates: groups
+            .iter()
+            .map(|g| RateView {
+                name: g.name.clone(),
+                limit: g.rate,
+                burst: g.burst,
+                observed: (status::observed_rate(g) * 10.0).round() / 10.0,
+                granted: g.leased,
+            })
+            .collect(),
+        fleet: fleet::view(workers, at),
+        queues,
+    })
+}
+
+async fn queues(state: &State) -> Vec<QueueView> {
+    let tube = &state.settings.tube;
+    // All servers at once: one slow server costs QUEUE_TIMEOUT, not one each.
+    let asks: Vec<_> = state
+        .settings
+        .servers
+        .iter()
+        .map(|&addr| (addr, tokio::spawn(ask(addr, tube.clone()))))
+        .collect();
+    let mut out = Vec::with_capacity(asks.len());
+    for (server, ask) in asks {
+        let (counts, error) = ask
+            .await
+            .unwrap_or_else(|e| (None, Some(format!("task failed: {e}"))));
+        out.push(QueueView {
+            server,
+            tube: tube.clone(),
+            counts,
+            error,
+        });
+    }
+    out
+}
+
+/// One server's counts for the tube, or why there are none.
+async fn ask(addr: SocketAddr, tube: String) -> (Option<TubeCounts>, Option<String>) {
+    let stats = tokio::task::spawn_blocking(move || {
+        Server::connect(addr).and_then(|mut s| s.stats_tube(&tube))
+    });
+    match tokio::time::timeout(QUEUE_TIMEOUT, stats).await {
+        Ok(Ok(Ok(stats))) => (Some(counts(&stats)), None),
+        Ok(Ok(Err(e))) => (None, Some(cause_chain(&e))),
+        Ok(Err(e)) => (None, Some(format!("task failed: {e}"))),
+        Err(_) => (None, Some(format!("no answer within {QUEUE_TIMEOUT:?}"))),
+    }
+}
+
+/// `error: cause: cause`, as the command line prints errors.
+fn cause_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}
+
+fn counts(stats: &std::collections::HashMap<String, String>) -> TubeCounts {
+    let get = |key: &str| {
+        stats
+            .get(key)
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    TubeCounts {
+        ready: get("current-jobs-ready"),
+        reserved: get("current-jobs-reserved"),
+        delayed: get("current-jobs-delayed"),
+        buried: get("current-jobs-buried"),
+        watching: get("current-watching"),
+    }
+}

@@ -1,0 +1,202 @@
+//! The worker's row in the fleet table (`store::workers`): who it is (host,
+//! pid, which binary), written when it starts, refreshed every
+//! [`HEARTBEAT`] with its sent count and rate, marked `stopping` the moment
+//! it is told to stop, and deleted after a clean exit. A worker killed with
+//! `-9` leaves its row behind, which readers then show as lost.
+//!
+//! The binary is identified by the SHA-256 of the file the process really
+//! runs (`/proc/self/exe`, which still opens the old file after a deploy
+//! renamed a new one over it), so `mailsplit workers` can tell old-binary
+//! workers from new ones on every machine.
+
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::pipeline::Shared;
+use crate::config::{FORGET_LOST, HEARTBEAT};
+use crate::store::now_ms;
+use crate::store::workers::{self, WorkerRow, WorkerState};
+
+/// Hex characters of the binary's SHA-256 kept in the row.
+const HASH_CHARS: usize = 32;
+
+/// The running heartbeat; [`Heartbeat::finish`] removes the row.
+pub struct Heartbeat {
+    shared: Arc<Shared>,
+    done: CancellationToken,
+    task: JoinHandle<Option<String>>,
+}
+
+impl Heartbeat {
+    /// Start beating. `stop` is the worker's stop signal: the row says
+    /// `stopping` from then on.
+    pub fn start(
+        shared: Arc<Shared>,
+        relay: &str,
+        concurrency: usize,
+        stop: CancellationToken,
+    ) -> Heartbeat {
+        let done = CancellationToken::new();
+        let started_at = now_ms();
+        let host = hostname();
+        let pid = i64::from(std::process::id());
+        let row = WorkerRow {
+            id: format!("{host}/{pid}/{started_at}"),
+            host,
+            pid,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            binary_hash: String::new(),
+            binary_size: 0,
+            binary_mtime: 0,
+            relay: relay.to_string(),
+            concurrency: concurrency as i64,
+            state: WorkerState::Running,
+            started_at,
+            seen_at: started_at,
+            sent: 0,
+            rate: 0.0,
+        };
+        let task = tokio::spawn(beat(Arc::clone(&shared), row, stop, done.clone()));
+        Heartbeat { shared, done, task }
+    }
+
+    /// Stop beating and delete the row: the worker leaves the fleet. Called
+    /// after the reporter flushed, so the last beat had the final count.
+    pub async fn finish(self) {
+        self.done.cancel();
+        let Ok(Some(id)) = self.task.await else {
+            return;
+        };
+        let removed = {
+            let id = id.clone();
+            self.shared.db.run(move |c| workers::remove(c, &id))
+        };
+        match tokio::time::timeout(Duration::from_secs(5), removed).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, worker = %id, "cannot remove this worker's heartbeat row; it will show as lost")
+            }
+            Err(_) => {
+                tracing::warn!(worker = %id, "database too slow to remove this worker's heartbeat row; it will show as lost")
+            }
+        }
+    }
+}
+
+/// The heartbeat task; returns the row's id once it has been written.
+async fn beat(
+    shared: Arc<Shared>,
+    mut row: WorkerRow,
+    stop: CancellationToken,
+    done: CancellationToken,
+) -> Option<String> {
+    // Hashing a large binary takes a moment: off the async threads, and
+    // before the first beat, so every row names its binary.
+    let identity = tokio::task::spawn_blocking(binary_identity);
+    let identity = tokio::select! {
+        found = identity => found.ok().flatten(),
+        _ = done.cancelled() => return None,
+    };
+    let (hash, size, mtime) = identity.unwrap_or_else(|| ("unknown".into(), 0, 0));
+    row.binary_hash = hash;
+    row.binary_size = size;
+    row.binary_mtime = mtime;
+    let cutoff = now_ms() - FORGET_LOST.as_millis() as i64;
+    match shared
+        .db
+        .run(move |c| workers::forget_silent_since(c, cutoff))
+        .await
+    {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(rows = n, "forgot workers lost for over a day"),
+        Err(e) => tracing::warn!(error = %e, "cannot prune lost workers' rows"),
+    }
+    let mut last = (Instant::now(), 0i64);
+    let mut failing = false;
+    loop {
+        let sent = shared.sent.load(Ordering::Relaxed) as i64;
+        let elapsed = last.0.elapsed().as_secs_f64();
+        if elapsed > 0.5 {
+            row.rate = ((sent - last.1) as f64 / elapsed * 10.0).round() / 10.0;
+            last = (Instant::now(), sent);
+        }
+        row.sent = sent;
+        row.seen_at = now_ms();
+        row.state = if stop.is_cancelled() {
+            WorkerState::Stopping
+        } else {
+            WorkerState::Running
+        };
+        let written = {
+            let row = row.clone();
+            shared.db.run(move |c| workers::beat(c, &row)).await
+        };
+        match written {
+            Ok(()) if failing => {
+                failing = false;
+                tracing::info!("heartbeat written again");
+            }
+            Ok(()) => {}
+            // Logged once per outage: the worker keeps sending regardless.
+            Err(e) if !failing => {
+                failing = true;
+                tracing::warn!(error = %e, "cannot write this worker's heartbeat; it may show as lost");
+            }
+            Err(_) => {}
+        }
+        let stopping = row.state == WorkerState::Stopping;
+        tokio::select! {
+            _ = done.cancelled() => return Some(row.id),
+            // Say "stopping" at once, not at the next beat.
+            _ = stop.cancelled(), if !stopping => {}
+            _ = tokio::time::sleep(HEARTBEAT) => {}
+        }
+    }
+}
+
+/// SHA-256 (hex prefix), size and modification time (ms) of the
+/// executable this process runs.
+fn binary_identity() -> Option<(String, i64, i64)> {
+    let running = Path::new("/proc/self/exe");
+    let path = if running.exists() {
+        running.to_path_buf()
+    } else {
+        std::env::current_exe().ok()?
+    };
+    let mut file = std::fs::File::open(&path).ok()?;
+    let meta = file.metadata().ok()?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => hasher.update(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    let hex: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let mtime = meta.mtime() * 1000 + meta.mtime_nsec() / 1_000_000;
+    Some((hex[..HASH_CHARS].to_string(), meta.len() as i64, mtime))
+}
+
+/// This machine's name (Linux), else `localhost`.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
