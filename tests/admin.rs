@@ -505,7 +505,8 @@ fn metrics_parse_as_prometheus_text_and_equal_status_json() {
     let tmp = tempfile::tempdir().unwrap();
     let bs = Beanstalkd::start(tmp.path());
     let peer = ScriptedSmtp::start(Script {
-        reject_every: Some(5),
+        // About one in ten refused: failures to count, far from auto-pause.
+        reject_every: Some(10),
         data_delay: Duration::from_millis(20),
         ..Script::default()
     });
@@ -601,6 +602,8 @@ fn metrics_parse_as_prometheus_text_and_equal_status_json() {
     assert_eq!(status["state"], "done");
     assert_eq!(status["skipped"], 40);
     assert!(status["failed"].as_i64().unwrap() > 0);
+    // The peer's 550 5.1.1 is a hard bounce at send time.
+    assert!(status["bounced"].as_i64().unwrap() > 0, "{status}");
     assert_eq!(peer.total() as i64, status["sent"].as_i64().unwrap());
     for state in ["ready", "reserved", "delayed", "buried"] {
         let want = bs.tube_stat(&env.tube, &format!("current-jobs-{state}")) as f64;
