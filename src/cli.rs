@@ -556,7 +556,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Resume { campaign } => control(g, &campaign, Control::Resume)?,
         Command::Cancel { campaign } => control(g, &campaign, Control::Cancel)?,
         Command::Workers { json } => {
-            let mut conn = open_migrated(g)?;
+            let mut conn = open_read_only(g)?;
             let now = store::now_ms();
             let fleet = fleet::view(workers::list(&mut conn)?, now);
             if json {

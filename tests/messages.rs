@@ -192,6 +192,7 @@ fn no_command_creates_a_missing_sqlite_database() {
         vec!["preview", "news"],
         vec!["rate", "list"],
         vec!["dkim", "list"],
+        vec!["workers"],
         vec!["import", csv, "--list", "people"],
         vec![
             "campaign",
