@@ -62,7 +62,11 @@ pub fn parse_from(raw: &str) -> Result<Mailbox, ComposeError> {
     if raw.chars().any(char::is_control) {
         return Err(ComposeError::BadFrom(raw.to_string()));
     }
-    Mailbox::from_str(raw.trim()).map_err(|_| ComposeError::BadFrom(raw.to_string()))
+    let mailbox =
+        Mailbox::from_str(raw.trim()).map_err(|_| ComposeError::BadFrom(raw.to_string()))?;
+    // The domain must have an A-label: that is how it goes on the wire.
+    on_the_wire(mailbox.clone()).map_err(|_| ComposeError::BadFrom(raw.to_string()))?;
+    Ok(mailbox)
 }
 
 /// The From domain of a sender as DKIM keys are filed under and headers
@@ -199,7 +203,7 @@ impl CampaignMail {
             name: c.name.clone(),
             template: c.template.clone(),
             subject: c.subject.clone(),
-            from,
+            from: on_the_wire(from).map_err(|_| ComposeError::BadFrom(c.from_addr.clone()))?,
             domain,
             list_id: c.list_id,
             list_name: recipients::list_name(conn, c.list_id)?,
@@ -209,6 +213,16 @@ impl CampaignMail {
             verp: c.return_path.as_deref().map(Verp::parse).transpose()?,
         })
     }
+}
+
+/// `mailbox` with its domain as an A-label (`news@exämple.com` →
+/// `news@xn--exmple-cua.com`), the spelling every relay takes in MAIL FROM,
+/// RCPT TO and the headers; see [`crate::mailbox`].
+fn on_the_wire(mailbox: Mailbox) -> Result<Mailbox, crate::mailbox::MailboxError> {
+    Ok(Mailbox::new(
+        mailbox.name,
+        crate::mailbox::for_transport(&mailbox.email)?,
+    ))
 }
 
 /// Why a recipient gets no message.
@@ -321,13 +335,12 @@ fn mime(
     rendered: Rendered,
     extra: Vec<HeaderValue>,
 ) -> Result<Composed, Unsendable> {
-    let address = Address::from_str(to_email)
-        .map_err(|_| Unsendable::Invalid(format!("invalid recipient address {to_email:?}")))?;
+    let invalid = || Unsendable::Invalid(format!("invalid recipient address {to_email:?}"));
+    let address = Address::from_str(to_email).map_err(|_| invalid())?;
+    let address = crate::mailbox::for_transport(&address).map_err(|_| invalid())?;
     let build_err =
         |e: lettre::error::Error| Unsendable::Invalid(format!("cannot build the message: {e}"));
-    // Control characters never reach a header: lettre's encoder refuses
-    // (panics on) a display name with CR/LF, and they have no business there.
-    let name = one_line(to_name);
+    let name = display_name(to_name);
     // The envelope is given, not derived from the headers: lettre's own
     // derivation fails on a quoted local part ("john q. public"@…).
     let envelope =
@@ -361,6 +374,25 @@ fn mime(
         envelope: message.envelope().clone(),
         bytes: message.formatted(),
     })
+}
+
+/// Longest display name put in a To: header, in characters.
+pub const MAX_DISPLAY_NAME: usize = 200;
+
+/// A recipient's name as it goes into the To: header: one line (lettre's
+/// encoder refuses, by panicking, a display name with CR/LF, and control
+/// characters have no business there), cut to [`MAX_DISPLAY_NAME`]
+/// characters. lettre folds a header only between words and encodes
+/// non-ASCII text in short encoded-words, but a long ASCII word stays on
+/// one line: a 2,000-character name made a 2,018-character To: line, over
+/// RFC 5322's limit of 998. At 200 characters (each quote escaped at
+/// worst) plus an address of at most 254, the line stays far below it.
+fn display_name(name: &str) -> String {
+    let line = one_line(name);
+    match line.char_indices().nth(MAX_DISPLAY_NAME) {
+        Some((cut, _)) => line[..cut].trim_end().to_string(),
+        None => line,
+    }
 }
 
 /// `text` with every control character (CR, LF, TAB, …) turned into a
@@ -497,5 +529,39 @@ mod tests {
         assert_eq!(read_message_id(&id, "db-ffffffffffffffff"), None);
         assert_eq!(read_message_id("<3.77.other@example.test>", db), None);
         assert_eq!(read_message_id("<x.77.y@example.test>", db), None);
+    }
+
+    /// RFC 5322: no line over 998 characters, whatever the name holds.
+    #[test]
+    fn long_names_keep_every_line_within_the_limit() {
+        let from = parse_from("Shop <news@example.test>").unwrap();
+        let names = [
+            "a".repeat(2_000),
+            "ü".repeat(2_000),
+            "\"".repeat(2_000),
+            format!("{}x", "a".repeat(30)).repeat(60),
+            format!("Ada {}", "\\".repeat(1_999)),
+        ];
+        for name in names {
+            let msg = mime(
+                &from,
+                "Hi",
+                "<1.2@m>".into(),
+                &name,
+                "ada@example.test",
+                Rendered {
+                    html: "h".into(),
+                    text: "t".into(),
+                },
+                Vec::new(),
+            )
+            .unwrap();
+            let text = String::from_utf8(msg.bytes).unwrap();
+            let longest = text.split("\r\n").map(str::len).max().unwrap();
+            assert!(longest <= 998, "a {longest}-character line for {name:.20}…");
+            assert!(text.contains("ada@example.test>"), "{text}");
+        }
+        assert_eq!(display_name(&"x".repeat(500)).len(), MAX_DISPLAY_NAME);
+        assert_eq!(display_name(" Ada\r\nLovelace "), "Ada  Lovelace");
     }
 }

@@ -17,6 +17,8 @@ pub const DEFAULT_TUBE: &str = "mailsplit";
 pub const DEFAULT_SMTP_URL: &str = "smtp://127.0.0.1:25";
 /// Recipients per job (the design's "jobs of 100").
 pub const DEFAULT_BATCH_SIZE: usize = 100;
+/// How long `enqueue` waits while another run enqueues the same campaign.
+pub const DEFAULT_ENQUEUE_WAIT: Duration = Duration::from_secs(600);
 /// Upper bound on ids in one job a worker accepts; larger bodies are buried.
 pub const MAX_JOB_RECIPIENTS: usize = 1_000;
 /// Concurrent SMTP sessions per worker process.

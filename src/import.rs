@@ -37,6 +37,8 @@ pub enum ImportError {
     NoHeader { path: String },
     #[error("{path}: the header row has no `email` column (found: {found}); name the column that holds the addresses `email` (e.g. `email,name`)")]
     NoEmailColumn { path: String, found: String },
+    #[error("{path}: the header row is {bytes} bytes long, over the limit of {MAX_RECORD_BYTES} bytes for any row; is the first line really a header of column names?")]
+    HeaderTooLong { path: String, bytes: usize },
     #[error("{path}: cannot read the header row")]
     BadHeader {
         path: String,
@@ -60,7 +62,9 @@ impl ImportError {
     pub fn is_usage(&self) -> bool {
         matches!(
             self,
-            ImportError::NoHeader { .. } | ImportError::NoEmailColumn { .. }
+            ImportError::NoHeader { .. }
+                | ImportError::NoEmailColumn { .. }
+                | ImportError::HeaderTooLong { .. }
         )
     }
 }
@@ -166,6 +170,14 @@ fn import_reader(
             path: shown.to_string(),
         });
     }
+    // The row limit holds for the header too: its column names are copied
+    // into every row's attributes.
+    if headers.as_slice().len() > MAX_RECORD_BYTES {
+        return Err(ImportError::HeaderTooLong {
+            path: shown.to_string(),
+            bytes: headers.as_slice().len(),
+        });
+    }
     let columns: Vec<String> = headers
         .iter()
         .map(|h| {
@@ -187,8 +199,8 @@ fn import_reader(
     let list_id = recipients::get_or_create_list(conn, list)?;
     let mut summary = Summary::default();
     // In file order (new recipients get ids in that order), with an index by
-    // email so a batch never names one recipient twice: the last row wins, as
-    // it would across batches.
+    // mailbox so a batch never names one recipient twice: the last row wins,
+    // as it would across batches.
     let mut batch = Batch::default();
     let mut record = csv::ByteRecord::new();
     let mut rows = 0u64;
@@ -251,15 +263,20 @@ fn add(summary: &mut Summary, counts: UpsertCounts) {
 #[derive(Default)]
 struct Batch {
     rows: Vec<NewRecipient>,
-    by_email: HashMap<String, usize>,
+    by_key: HashMap<String, usize>,
 }
 
 impl Batch {
     fn push(&mut self, row: NewRecipient) {
-        match self.by_email.get(&row.email) {
-            Some(&i) => self.rows[i] = row,
+        match self.by_key.get(&row.email_key) {
+            // Another spelling of a mailbox seen earlier in this batch: its
+            // data, the first spelling (as across batches).
+            Some(&i) => {
+                let email = std::mem::take(&mut self.rows[i].email);
+                self.rows[i] = NewRecipient { email, ..row };
+            }
             None => {
-                self.by_email.insert(row.email.clone(), self.rows.len());
+                self.by_key.insert(row.email_key.clone(), self.rows.len());
                 self.rows.push(row);
             }
         }
@@ -275,7 +292,7 @@ fn flush(
     if batch.rows.is_empty() {
         return Ok(UpsertCounts::default());
     }
-    batch.by_email.clear();
+    batch.by_key.clear();
     let rows = std::mem::take(&mut batch.rows);
     conn.transaction(|conn| {
         let mut total = UpsertCounts::default();
@@ -316,6 +333,8 @@ fn parse_row(
             .map_err(|_| format!("column {:?} is not valid UTF-8", columns[i]))
     };
     let email = normalise_email(field(email_col)?)?;
+    let email_key =
+        crate::mailbox::key(&email).map_err(|e| format!("invalid email {email:?}: {e}"))?;
     let name = match name_col {
         Some(i) => field(i)?,
         None => "",
@@ -344,6 +363,7 @@ fn parse_row(
     }
     Ok(NewRecipient {
         email,
+        email_key,
         name: name.to_string(),
         attributes: Value::Object(attributes).to_string(),
         status,

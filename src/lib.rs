@@ -13,7 +13,8 @@
 //! Imports point one way: [`cli`] → stages ([`import`], [`splitter`],
 //! [`worker`], [`serve`], [`control`], [`status`], [`fleet`]) → [`compose`], [`mail`],
 //! [`queue`], [`ratelimit`], [`tokens`], [`shutdown`] → [`store`]; [`config`]
-//! and [`redact`] sit beside them, importing no stage.
+//! and [`redact`] (and [`logging`]) sit beside them, importing no stage; [`mailbox`] (which
+//! spellings are one mailbox, and the wire spelling) sits below the store.
 
 pub mod bounce;
 pub mod cli;
@@ -23,7 +24,9 @@ pub mod control;
 pub mod dkim;
 pub mod fleet;
 pub mod import;
+pub mod logging;
 pub mod mail;
+pub mod mailbox;
 pub mod queue;
 pub mod ratelimit;
 pub mod redact;

@@ -2,7 +2,7 @@
 //! whole cause chain, and exit with the documented code (0 success,
 //! 1 runtime failure, 2 usage error).
 
-use std::io::IsTerminal;
+use std::io::Write;
 use std::process::ExitCode;
 
 use mailsplit::cli::{exit_code, parse, run};
@@ -22,21 +22,15 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(code) => return code,
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MAILSPLIT_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    mailsplit::logging::init();
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
             // Every URL in the chain is shown redacted already; this is
             // the last line of defence for one that is not.
             let shown = mailsplit::redact::text(&format!("{err:#}"));
-            eprintln!("mailsplit: error: {shown}");
+            // Not eprintln!: it panics when stderr is a closed pipe.
+            let _ = writeln!(std::io::stderr(), "mailsplit: error: {shown}");
             ExitCode::from(exit_code(&err))
         }
     }

@@ -8,6 +8,13 @@
 //! the process dies in between, the next run looks for the job on that server
 //! by id (ids only grow) and in the ledger, and puts it again only if it is in
 //! neither. So a re-run never enqueues a recipient twice and never skips one.
+//!
+//! One run at a time: a run takes the campaign with a lease in the database
+//! (`campaigns.enqueue_owner`, `enqueue_lease_until`), renewed by every step
+//! and given up at the end. A second run waits for it (saying so) and then
+//! finds the campaign enqueued; a run killed with -9 gives the campaign up
+//! when its lease runs out (at once to a run on the same host, which sees
+//! its process gone), and the next run continues from the cursor.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -15,12 +22,49 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::queue::{self, JobBody, QueueError, Server};
-use crate::store::campaigns::{self, Confirm, Intent};
+use crate::store::campaigns::{self, Confirm, Intent, LeaseHolder, ENQUEUE_LEASE_RENEW};
 use crate::store::{
     deliveries, installation, recipients, Campaign, CampaignState, Conn, RecipientStatus,
     StoreError,
 };
 use crate::tokens::Identity;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_names_round_trip_and_tell_dead_local_runs() {
+        let me = RunName::this_run();
+        assert_eq!(RunName::parse(&me.to_string()), Some(me.clone()));
+        assert!(!me.is_dead_here() || me.pid == std::process::id());
+        let odd = RunName {
+            host: "a, run b".into(),
+            ..me.clone()
+        };
+        assert_eq!(RunName::parse(&odd.to_string()), Some(odd));
+        // Our parent is alive; a pid beyond pid_max never is.
+        let parent = RunName {
+            pid: std::os::unix::process::parent_id(),
+            ..me.clone()
+        };
+        assert!(!parent.is_dead_here());
+        let gone = RunName {
+            pid: 4_194_305,
+            ..me.clone()
+        };
+        assert!(gone.is_dead_here());
+        let elsewhere = RunName {
+            host: format!("not-{}", me.host),
+            ..gone
+        };
+        assert!(
+            !elsewhere.is_dead_here(),
+            "another machine's pids say nothing"
+        );
+        assert_eq!(RunName::parse("somebody"), None);
+    }
+}
 
 /// Recipients read per database round trip.
 pub const PAGE_SIZE: i64 = 10_000;
@@ -37,6 +81,13 @@ pub enum EnqueueError {
     Cancelled(String),
     #[error("the last job of an interrupted run may be on beanstalkd {0}, which is not reachable: start it (or add it to --beanstalkd) and run enqueue again")]
     InDoubt(String),
+    #[error("campaign {campaign:?} is still being enqueued by another run ({owner}) after waiting {waited:?}: let that run finish and run `mailsplit enqueue {campaign}` again (it will find the campaign enqueued, or continue where a dead run stopped: a killed run gives the campaign up within {lease_secs} s), or wait longer with --wait")]
+    Busy {
+        campaign: String,
+        owner: String,
+        waited: Duration,
+        lease_secs: i64,
+    },
 }
 
 impl EnqueueError {
@@ -55,9 +106,11 @@ pub struct Options {
     pub tube: String,
     /// Draw a progress bar (only when stderr is a terminal).
     pub progress: bool,
+    /// How long to wait for another run of the same campaign to finish.
+    pub wait: Duration,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Report {
     /// Jobs put by this run.
     pub jobs: u64,
@@ -98,26 +151,154 @@ impl Fanout {
 
 pub fn enqueue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Report, EnqueueError> {
     let started = Instant::now();
-    let mut campaign = campaigns::find(conn, name)?;
-    let mut report = Report {
-        jobs: 0,
-        recipients: 0,
-        skipped: 0,
-        already_done: false,
-        recovered: false,
-        elapsed: Duration::ZERO,
-    };
+    let campaign = campaigns::find(conn, name)?;
+    // Nothing to wait for when there is nothing to do.
+    match campaign.state {
+        CampaignState::Cancelled => return Err(EnqueueError::Cancelled(campaign.name)),
+        CampaignState::Queued => {
+            return Ok(Report {
+                already_done: true,
+                ..Report::default()
+            })
+        }
+        CampaignState::Draft | CampaignState::Enqueuing => {}
+    }
+    let owner = RunName::this_run().to_string();
+    wait_for_lease(conn, &campaign, &owner, opts.wait)?;
+    let result = enqueue_leased(conn, campaign.id, &owner, opts, started);
+    // Give the campaign up at once, also after a failure, so that a re-run
+    // need not wait for the lease to run out.
+    if let Err(e) = campaigns::release_enqueue_lease(conn, campaign.id, &owner) {
+        tracing::warn!(error = %e, "cannot give up the enqueue lease; it runs out by itself");
+    }
+    result
+}
+
+/// How a run names itself in the lease (and in another run's message):
+/// `pid 4242 on host-a, run 3f9c01d2`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RunName {
+    pid: u32,
+    host: String,
+    run: u32,
+}
+
+impl RunName {
+    fn this_run() -> RunName {
+        RunName {
+            pid: std::process::id(),
+            host: this_host(),
+            run: rand::random(),
+        }
+    }
+
+    fn parse(text: &str) -> Option<RunName> {
+        let rest = text.strip_prefix("pid ")?;
+        let (pid, rest) = rest.split_once(" on ")?;
+        let (host, run) = rest.rsplit_once(", run ")?;
+        Some(RunName {
+            pid: pid.parse().ok()?,
+            host: host.to_string(),
+            run: u32::from_str_radix(run, 16).ok()?,
+        })
+    }
+
+    /// A run on this machine whose process is gone (killed, crashed,
+    /// Ctrl-C): its campaign need not wait for the lease to run out.
+    fn is_dead_here(&self) -> bool {
+        self.host == this_host()
+            && (self.pid == std::process::id()
+                || !std::path::Path::new(&format!("/proc/{}", self.pid)).exists())
+    }
+}
+
+impl std::fmt::Display for RunName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pid {} on {}, run {:08x}", self.pid, self.host, self.run)
+    }
+}
+
+fn this_host() -> String {
+    hostname::get()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown host".into())
+}
+
+/// Take the campaign's enqueue lease, waiting up to `wait` while another
+/// live run holds it.
+fn wait_for_lease(
+    conn: &mut Conn,
+    campaign: &Campaign,
+    owner: &str,
+    wait: Duration,
+) -> Result<(), EnqueueError> {
+    let started = Instant::now();
+    let mut said: Option<String> = None;
+    loop {
+        let Some(LeaseHolder {
+            owner: holder,
+            until,
+        }) = campaigns::take_enqueue_lease(conn, campaign.id, owner)?
+        else {
+            if said.is_some() {
+                tracing::info!(campaign = %campaign.name, waited = ?started.elapsed(), "the other run is done; going on");
+            }
+            return Ok(());
+        };
+        if RunName::parse(&holder).is_some_and(|run| run.is_dead_here())
+            && campaigns::take_enqueue_lease_from(conn, campaign.id, owner, &holder)?
+        {
+            tracing::info!(campaign = %campaign.name, other = %holder, "the run that held the campaign is gone; going on where it stopped");
+            return Ok(());
+        }
+        if started.elapsed() >= wait {
+            return Err(EnqueueError::Busy {
+                campaign: campaign.name.clone(),
+                owner: holder,
+                waited: started.elapsed(),
+                lease_secs: campaigns::ENQUEUE_LEASE_MS / 1000,
+            });
+        }
+        if said.as_deref() != Some(holder.as_str()) {
+            tracing::warn!(
+                campaign = %campaign.name,
+                other = %holder,
+                lease_left = ?Duration::from_millis((until - crate::store::now_ms()).max(0) as u64),
+                "waiting: another `enqueue` run of this campaign is under way, and only one may run at a time (two would put recipients twice); it is given up when that run ends, or when its lease runs out if it died on another machine"
+            );
+            said = Some(holder);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The run proper, holding the campaign's lease as `owner`.
+fn enqueue_leased(
+    conn: &mut Conn,
+    campaign_id: i64,
+    owner: &str,
+    opts: &Options,
+    started: Instant,
+) -> Result<Report, EnqueueError> {
+    // Read again under the lease: a run we waited for may have finished it.
+    let mut campaign = campaigns::find(conn, &campaign_id.to_string())?;
+    let mut report = Report::default();
+    let total = recipients::list_size(conn, campaign.list_id)?;
     match campaign.state {
         CampaignState::Cancelled => return Err(EnqueueError::Cancelled(campaign.name)),
         CampaignState::Queued => {
             report.already_done = true;
             return Ok(report);
         }
-        CampaignState::Draft => campaigns::start_enqueue(conn, campaign.id)?,
+        CampaignState::Draft => campaigns::start_enqueue(conn, campaign.id, total)?,
         CampaignState::Enqueuing => {}
     }
     let identity = Identity::from(&installation::load(conn)?);
-    let mut fanout = Fanout::connect(&opts.servers, &opts.tube, identity)?;
+    let mut run = Run {
+        fanout: Fanout::connect(&opts.servers, &opts.tube, identity)?,
+        owner: owner.to_string(),
+        renewed: Instant::now(),
+    };
     // One small transaction per job: on PostgreSQL each would otherwise wait
     // for its own WAL flush (~0.3 ms here, 3 s of a million-recipient
     // enqueue). If the database server (not this process) crashed and lost
@@ -125,11 +306,10 @@ pub fn enqueue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Report, En
     // still sends each recipient once, so nobody is mailed twice or skipped.
     conn.defer_commit_flush()?;
     if campaign.pending_upto.is_some() {
-        report.recovered = resolve_in_doubt(conn, &campaign, &mut fanout, &opts.tube)?;
+        report.recovered = resolve_in_doubt(conn, &campaign, &mut run, &opts.tube)?;
         campaign = campaigns::find(conn, &campaign.id.to_string())?;
     }
 
-    let total = recipients::list_size(conn, campaign.list_id)?;
     let bar = progress_bar(opts.progress, total as u64);
     let priority = queue::priority(campaign.priority);
     let mut scan_pos = campaign.enqueue_cursor;
@@ -139,6 +319,9 @@ pub fn enqueue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Report, En
     let mut unconfirmed: Option<Confirm> = None;
 
     loop {
+        // Pages of recipients that are all skipped put nothing, so nothing
+        // renews the lease on the way: renew it here.
+        run.renew_if_due(conn, &campaign)?;
         let page = recipients::member_page(conn, campaign.list_id, scan_pos, PAGE_SIZE)?;
         let Some(&(last, _)) = page.last() else { break };
         let read = page.len() as u64;
@@ -153,7 +336,7 @@ pub fn enqueue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Report, En
                 put_batch(
                     conn,
                     &campaign,
-                    &mut fanout,
+                    &mut run,
                     &mut batch,
                     &mut skipped,
                     &mut unconfirmed,
@@ -172,7 +355,7 @@ pub fn enqueue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Report, En
         put_batch(
             conn,
             &campaign,
-            &mut fanout,
+            &mut run,
             &mut batch,
             &mut skipped,
             &mut unconfirmed,
@@ -183,37 +366,81 @@ pub fn enqueue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Report, En
     let mut last = unconfirmed.take().unwrap_or_default();
     last.cursor = last.cursor.max(scan_pos);
     last.skipped.append(&mut skipped);
-    campaigns::enqueue_step(conn, campaign.id, Some(&last), None)?;
-    campaigns::finish_enqueue(conn, campaign.id)?;
+    run.step(conn, &campaign, Some(&last), None)?;
+    campaigns::finish_enqueue(conn, campaign.id, owner)?;
     bar.finish_and_clear();
     report.elapsed = started.elapsed();
     Ok(report)
 }
 
+/// One run's connections and its hold on the campaign.
+struct Run {
+    fanout: Fanout,
+    /// This run's name in the lease.
+    owner: String,
+    /// When the lease was last renewed.
+    renewed: Instant,
+}
+
+impl Run {
+    /// One enqueue step under this run's lease (renewing it). A step that
+    /// fails because another run took the campaign over says so.
+    fn step(
+        &mut self,
+        conn: &mut Conn,
+        campaign: &Campaign,
+        confirm: Option<&Confirm>,
+        intent: Option<&Intent>,
+    ) -> Result<(), EnqueueError> {
+        match campaigns::enqueue_step(conn, campaign.id, &self.owner, confirm, intent) {
+            Ok(()) => {
+                self.renewed = Instant::now();
+                Ok(())
+            }
+            Err(e) => match campaigns::holds_enqueue_lease(conn, campaign.id, &self.owner) {
+                Ok(false) => Err(StoreError::LeaseLost(campaign.name.clone()).into()),
+                _ => Err(e.into()),
+            },
+        }
+    }
+
+    fn renew_if_due(&mut self, conn: &mut Conn, campaign: &Campaign) -> Result<(), EnqueueError> {
+        if self.renewed.elapsed() >= ENQUEUE_LEASE_RENEW {
+            campaigns::renew_enqueue_lease(conn, campaign.id, &self.owner).map_err(
+                |e| match e {
+                    StoreError::LeaseLost(_) => StoreError::LeaseLost(campaign.name.clone()),
+                    other => other,
+                },
+            )?;
+            self.renewed = Instant::now();
+        }
+        Ok(())
+    }
+}
+
 /// Record the intent, put one job, and remember what to confirm.
-#[allow(clippy::too_many_arguments)]
 fn put_batch(
     conn: &mut Conn,
     campaign: &Campaign,
-    fanout: &mut Fanout,
+    run: &mut Run,
     batch: &mut Vec<i64>,
     skipped: &mut Vec<i64>,
     unconfirmed: &mut Option<Confirm>,
     priority: u32,
 ) -> Result<(), EnqueueError> {
     let upto = *batch.last().unwrap_or(&0);
-    let slot = fanout.next % fanout.servers.len();
-    fanout.next += 1;
-    let (server, newest) = &mut fanout.servers[slot];
+    let slot = run.fanout.next % run.fanout.servers.len();
+    run.fanout.next += 1;
     let intent = Intent {
         upto,
-        server: server.addr.to_string(),
-        after_job: *newest as i64,
+        server: run.fanout.servers[slot].0.addr.to_string(),
+        after_job: run.fanout.servers[slot].1 as i64,
     };
-    campaigns::enqueue_step(conn, campaign.id, unconfirmed.as_ref(), Some(&intent))?;
+    run.step(conn, campaign, unconfirmed.as_ref(), Some(&intent))?;
     let body = JobBody::new(campaign.id, std::mem::take(batch));
-    let id = server.put(&body.encode(&fanout.identity), priority)?;
-    *newest = id;
+    let encoded = body.encode(&run.fanout.identity);
+    let (server, newest) = &mut run.fanout.servers[slot];
+    *newest = server.put(&encoded, priority)?;
     *unconfirmed = Some(Confirm {
         cursor: upto,
         enqueued: body.recipients.len() as i64,
@@ -230,7 +457,7 @@ fn put_batch(
 fn resolve_in_doubt(
     conn: &mut Conn,
     campaign: &Campaign,
-    fanout: &mut Fanout,
+    run: &mut Run,
     tube: &str,
 ) -> Result<bool, EnqueueError> {
     let (Some(upto), Some(server_addr), Some(after_job)) = (
@@ -244,7 +471,7 @@ fn resolve_in_doubt(
         .parse()
         .map_err(|_| EnqueueError::InDoubt(server_addr.clone()))?;
     let mut own;
-    let server = match fanout.servers.iter_mut().find(|(s, _)| s.addr == addr) {
+    let server = match run.fanout.servers.iter_mut().find(|(s, _)| s.addr == addr) {
         Some((s, _)) => s,
         None => {
             own = Server::connect(addr).map_err(|_| EnqueueError::InDoubt(server_addr.clone()))?;
@@ -256,7 +483,7 @@ fn resolve_in_doubt(
     let mut found = false;
     for id in (after_job + 1)..newest.min(after_job + MAX_PEEK_SCAN) {
         if let Some(body) = server.peek(id)? {
-            if let Ok(job) = JobBody::decode(&body, &fanout.identity) {
+            if let Ok(job) = JobBody::decode(&body, &run.fanout.identity) {
                 if job.campaign == campaign.id && job.recipients.last() == Some(&upto) {
                     found = true;
                     break;
@@ -268,7 +495,7 @@ fn resolve_in_doubt(
     found = found || deliveries::any_in_range(conn, campaign.id, campaign.enqueue_cursor, upto)?;
     if !found {
         tracing::info!(upto, server = %addr, "interrupted job never reached beanstalkd; putting it again");
-        campaigns::enqueue_step(conn, campaign.id, None, None)?;
+        run.step(conn, campaign, None, None)?;
         return Ok(false);
     }
     // Rebuild what the interrupted run would have confirmed.
@@ -297,7 +524,7 @@ fn resolve_in_doubt(
         }
     }
     tracing::info!(upto, server = %addr, "interrupted job found in the queue; not putting it again");
-    campaigns::enqueue_step(conn, campaign.id, Some(&confirm), None)?;
+    run.step(conn, campaign, Some(&confirm), None)?;
     Ok(true)
 }
 

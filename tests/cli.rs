@@ -53,17 +53,6 @@ fn fails(out: &Output, code: i32) -> String {
     lines[0].to_string()
 }
 
-/// Recipient ids of a list, in id order.
-fn member_ids(env: &Env, list: &str) -> Vec<i64> {
-    let mut conn = env.conn();
-    let list_id = recipients::find_list(&mut conn, list).unwrap();
-    recipients::member_page(&mut conn, list_id, 0, i64::MAX)
-        .unwrap()
-        .into_iter()
-        .map(|(id, _)| id)
-        .collect()
-}
-
 /// The members of a list, with name, attributes and status, by email.
 fn members(env: &Env, list: &str) -> BTreeMap<String, Recipient> {
     let ids = member_ids(env, list);

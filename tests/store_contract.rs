@@ -50,6 +50,8 @@ contract!(
     upsert_counts_inserted_then_updated,
     reimport_keeps_status_unless_asked,
     membership_is_not_duplicated,
+    one_recipient_per_mailbox,
+    migrate_merges_mailboxes_imported_twice,
     member_page_is_keyset_paginated,
     campaign_create_and_find,
     duplicate_campaign_is_a_usage_error,
@@ -58,6 +60,8 @@ contract!(
     flags_see_a_raw_sql_pause,
     enqueue_step_moves_cursor_and_counters,
     finish_enqueue_makes_recipient_count_exact,
+    enqueue_lease_admits_one_run_at_a_time,
+    a_run_whose_lease_ran_out_changes_nothing,
     fresh_claim_owns_everything,
     second_token_owns_nothing_and_sees_busy_until,
     sent_is_final_for_every_later_claim,
@@ -87,6 +91,7 @@ fn migrated(kind: Kind) -> (TestDb, Conn) {
 fn person(email: &str, name: &str, status: &str) -> NewRecipient {
     NewRecipient {
         email: email.to_string(),
+        email_key: mailsplit::mailbox::key(email).unwrap(),
         name: name.to_string(),
         attributes: r#"{"city":"Paris"}"#.to_string(),
         status: status.parse().unwrap(),
@@ -173,6 +178,17 @@ fn fixture(kind: Kind, n: usize) -> Fixture {
         campaign,
         ids,
     }
+}
+
+/// The name the enqueue tests hold a campaign's lease under.
+const RUN: &str = "pid 1 on test, run 1";
+
+/// Take the campaign's enqueue lease as [`RUN`] (what `enqueue` does first).
+fn lease(conn: &mut Conn, campaign: i64) {
+    assert_eq!(
+        campaigns::take_enqueue_lease(conn, campaign, RUN).unwrap(),
+        None
+    );
 }
 
 fn outcome(f: &Fixture, rid: i64, token: i64, kind: OutcomeKind) -> Outcome {
@@ -616,12 +632,190 @@ fn flags_see_a_raw_sql_pause(kind: Kind) {
     assert!(!flags[0].1.paused);
 }
 
+/// `Ada@Example.com` and `ada@example.com`, `user@bücher.de` and
+/// `user@xn--bcher-kva.de`: one recipient each, keeping the first spelling.
+fn one_recipient_per_mailbox(kind: Kind) {
+    let (_db, mut conn) = migrated(kind);
+    let first = [
+        person("Ada@Example.com", "Ada", "active"),
+        person("user@bücher.de", "Jo", "active"),
+    ];
+    let (a, counts) = import(&mut conn, "a", &first, false);
+    assert_eq!((counts.inserted, counts.updated), (2, 0));
+    let again = [
+        person("ada@example.com", "Ada L.", "unsubscribed"),
+        person("USER@xn--bcher-kva.DE", "Jo B.", "active"),
+    ];
+    let (b, counts) = import(&mut conn, "b", &again, true);
+    assert_eq!((counts.inserted, counts.updated), (0, 2));
+    let ids = member_ids(&mut conn, a);
+    assert_eq!(member_ids(&mut conn, b), ids, "one recipient on both lists");
+    let mut people = recipients::load(&mut conn, &ids).unwrap();
+    people.sort_by_key(|r| r.id);
+    let got: Vec<(&str, &str, RecipientStatus)> = people
+        .iter()
+        .map(|r| (r.email.as_str(), r.name.as_str(), r.status))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("Ada@Example.com", "Ada L.", RecipientStatus::Unsubscribed),
+            ("user@bücher.de", "Jo B.", RecipientStatus::Active),
+        ]
+    );
+    for spelling in ["ADA@example.COM", "ada@Example.com"] {
+        assert_eq!(
+            recipients::find_by_email(&mut conn, spelling).unwrap(),
+            Some(ids[0])
+        );
+    }
+    assert_eq!(
+        recipients::find_by_email(&mut conn, "user@xn--bcher-kva.de").unwrap(),
+        Some(ids[1])
+    );
+    // A bounce report names the address as it went out (domain as an
+    // A-label), or lower-cased by an MTA: still the same recipient.
+    for (spelling, id) in [
+        ("<USER@XN--BCHER-KVA.DE>", ids[1]),
+        ("ada@example.com", ids[0]),
+    ] {
+        let found = mailsplit::store::bounces::find_recipient(&mut conn, spelling).unwrap();
+        assert_eq!(found.map(|(rid, _)| rid), Some(id), "{spelling}");
+    }
+}
+
+/// A database at migration 3 (as `migrate` of the previous release left
+/// it): the SQL of migrations 1 to 3 and diesel's record of them.
+fn database_at_migration_3(kind: Kind) -> (TestDb, Conn) {
+    let db = TestDb::new(kind);
+    let mut conn = Conn::open(&db.url).unwrap();
+    let flavour = match kind {
+        Kind::Sqlite => "sqlite",
+        Kind::Postgres => "postgres",
+    };
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("migrations")
+        .join(flavour);
+    let mut versions: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.as_str() < "00000000000004")
+        .collect();
+    versions.sort();
+    assert_eq!(versions.len(), 3, "{versions:?}");
+    conn.execute_batch(
+        "CREATE TABLE __diesel_schema_migrations (version VARCHAR(50) PRIMARY KEY NOT NULL, \
+         run_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP)",
+    )
+    .unwrap();
+    for name in versions {
+        let sql = std::fs::read_to_string(dir.join(&name).join("up.sql")).unwrap();
+        conn.execute_batch(&sql).unwrap();
+        let version = name.split('_').next().unwrap();
+        conn.execute_batch(&format!(
+            "INSERT INTO __diesel_schema_migrations (version) VALUES ('{version}')"
+        ))
+        .unwrap();
+    }
+    (db, conn)
+}
+
+/// Recipients imported before mailbox keys existed, some twice under two
+/// spellings: after `migrate` each mailbox is mailed once, an unsubscribe
+/// under either spelling holds, and re-importing any spelling works.
+fn migrate_merges_mailboxes_imported_twice(kind: Kind) {
+    let (_db, mut conn) = database_at_migration_3(kind);
+    let now = now_ms();
+    conn.execute_batch(&format!(
+        "INSERT INTO lists (id, name, created_at) VALUES (1, 'one', {now}), (2, 'two', {now});
+         INSERT INTO recipients (id, email, name, status, status_reason, updated_at) VALUES
+           (1, 'Ada@example.com', 'Ada', 'active', NULL, {now}),
+           (2, 'ada@example.com', 'ada', 'unsubscribed', 'one-click unsubscribe', {now}),
+           (3, 'ADA@EXAMPLE.COM', 'ADA', 'active', NULL, {now}),
+           (4, 'user@bücher.de', 'Jo', 'active', NULL, {now}),
+           (5, 'User@xn--bcher-kva.de', 'Jo', 'active', NULL, {now}),
+           (6, 'bob@example.com', 'Bob', 'active', NULL, {now}),
+           (7, 'zoë@bücher.de', 'Zoë', 'active', NULL, {now});
+         INSERT INTO list_members (list_id, recipient_id) VALUES
+           (1, 1), (2, 2), (2, 3), (1, 4), (2, 5), (1, 6), (2, 7);"
+    ))
+    .unwrap();
+    if kind == Kind::Postgres {
+        // Rows inserted with explicit ids: move the sequences past them.
+        conn.execute_batch(
+            "SELECT setval('recipients_id_seq', 100); SELECT setval('lists_id_seq', 100)",
+        )
+        .unwrap();
+    }
+    conn.migrate().unwrap();
+    conn.check_migrated().unwrap();
+
+    let row = |conn: &mut Conn, id: i64| {
+        let r = recipients::load(conn, &[id]).unwrap().pop().unwrap();
+        (r.email, r.status)
+    };
+    let key = |conn: &mut Conn, email: &str| recipients::find_by_email(conn, email).unwrap();
+    // Ada: the oldest row holds the mailbox and inherits the unsubscribe.
+    assert_eq!(key(&mut conn, "ada@EXAMPLE.com"), Some(1));
+    assert_eq!(
+        row(&mut conn, 1),
+        ("Ada@example.com".into(), RecipientStatus::Unsubscribed)
+    );
+    assert_eq!(row(&mut conn, 2).1, RecipientStatus::Unsubscribed);
+    assert_eq!(row(&mut conn, 3).1, RecipientStatus::Unsubscribed);
+    // bücher.de: keyed by IDNA; the row keyed first holds it.
+    assert_eq!(key(&mut conn, "user@bücher.de"), Some(5));
+    assert_eq!(row(&mut conn, 5).1, RecipientStatus::Active);
+    assert_eq!(row(&mut conn, 4).1, RecipientStatus::Unsubscribed);
+    // The holders joined their twins' lists; every list mails each
+    // mailbox at most once.
+    assert_eq!(member_ids(&mut conn, 1), [1, 4, 5, 6]);
+    assert_eq!(member_ids(&mut conn, 2), [1, 2, 3, 5, 7]);
+    for list in [1, 2] {
+        let ids = member_ids(&mut conn, list);
+        let active: Vec<String> = recipients::load(&mut conn, &ids)
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.status == RecipientStatus::Active)
+            .map(|r| mailsplit::mailbox::key(&r.email).unwrap())
+            .collect();
+        let distinct: BTreeSet<&String> = active.iter().collect();
+        assert_eq!(distinct.len(), active.len(), "list {list}: {active:?}");
+    }
+    assert_eq!(key(&mut conn, "ZOË@bücher.de"), Some(7));
+    assert_eq!(key(&mut conn, "bob@example.com"), Some(6));
+
+    // Importing any spelling again updates the holder, never a twin.
+    let (_, counts) = import(
+        &mut conn,
+        "one",
+        &[
+            person("ADA@example.com", "Ada Lovelace", "active"),
+            person("user@XN--BCHER-KVA.de", "Jo", "active"),
+        ],
+        false,
+    );
+    assert_eq!((counts.inserted, counts.updated), (0, 2));
+    let (_, counts) = import(
+        &mut conn,
+        "three",
+        &[person("new@bücher.de", "New", "active")],
+        false,
+    );
+    assert_eq!((counts.inserted, counts.updated), (1, 0));
+    // Idempotent.
+    conn.migrate().unwrap();
+    assert_eq!(key(&mut conn, "ada@example.com"), Some(1));
+    assert_eq!(member_ids(&mut conn, 1), [1, 4, 5, 6]);
+}
+
 // ---------------------------------------------------------------- enqueue
 
 fn enqueue_step_moves_cursor_and_counters(kind: Kind) {
     let mut f = fixture(kind, 10);
     let (c, ids) = (f.campaign, f.ids.clone());
-    campaigns::start_enqueue(&mut f.conn, c).unwrap();
+    lease(&mut f.conn, c);
+    campaigns::start_enqueue(&mut f.conn, c, 10).unwrap();
     let camp = campaigns::get(&mut f.conn, c).unwrap().unwrap();
     assert_eq!(camp.state, CampaignState::Enqueuing);
 
@@ -631,7 +825,7 @@ fn enqueue_step_moves_cursor_and_counters(kind: Kind) {
         server: "127.0.0.1:11300".into(),
         after_job: 17,
     };
-    campaigns::enqueue_step(&mut f.conn, c, None, Some(&intent)).unwrap();
+    campaigns::enqueue_step(&mut f.conn, c, RUN, None, Some(&intent)).unwrap();
     let camp = campaigns::get(&mut f.conn, c).unwrap().unwrap();
     assert_eq!(
         camp.enqueue_cursor, 0,
@@ -655,7 +849,7 @@ fn enqueue_step_moves_cursor_and_counters(kind: Kind) {
         jobs: 1,
         skipped: vec![ids[4]],
     };
-    campaigns::enqueue_step(&mut f.conn, c, Some(&confirm), Some(&next)).unwrap();
+    campaigns::enqueue_step(&mut f.conn, c, RUN, Some(&confirm), Some(&next)).unwrap();
     let camp = campaigns::get(&mut f.conn, c).unwrap().unwrap();
     assert_eq!(camp.enqueue_cursor, ids[4]);
     assert_eq!(camp.pending_upto, Some(ids[8]));
@@ -683,7 +877,7 @@ fn enqueue_step_moves_cursor_and_counters(kind: Kind) {
         jobs: 1,
         skipped: vec![ids[4], ids[9]],
     };
-    campaigns::enqueue_step(&mut f.conn, c, Some(&last), None).unwrap();
+    campaigns::enqueue_step(&mut f.conn, c, RUN, Some(&last), None).unwrap();
     let camp = campaigns::get(&mut f.conn, c).unwrap().unwrap();
     assert_eq!(camp.enqueue_cursor, ids[9]);
     assert_eq!(
@@ -718,36 +912,148 @@ fn finish_enqueue_makes_recipient_count_exact(kind: Kind) {
     let mut f = fixture(kind, 6);
     let c = f.campaign;
     // Members were 6 when the campaign was created; two more join the list
-    // before enqueue, which the created-time estimate does not know.
+    // before enqueue starts, and two more while it runs.
     assert_eq!(campaigns::counters(&mut f.conn, c).unwrap().recipients, 6);
     let list_id = campaigns::get(&mut f.conn, c).unwrap().unwrap().list_id;
     import(&mut f.conn, "main", &people("late", 2), false);
+    lease(&mut f.conn, c);
+    campaigns::start_enqueue(&mut f.conn, c, 8).unwrap();
+    assert_eq!(campaigns::counters(&mut f.conn, c).unwrap().recipients, 8);
+    import(&mut f.conn, "main", &people("later", 2), false);
     let ids = member_ids(&mut f.conn, list_id);
-    assert_eq!(ids.len(), 8);
-    campaigns::start_enqueue(&mut f.conn, c).unwrap();
+    assert_eq!(ids.len(), 10);
     let confirm = Confirm {
-        cursor: ids[7],
-        enqueued: 7,
+        cursor: ids[9],
+        enqueued: 9,
         jobs: 2,
         skipped: vec![ids[2]],
     };
-    campaigns::enqueue_step(&mut f.conn, c, Some(&confirm), None).unwrap();
-    assert_eq!(campaigns::counters(&mut f.conn, c).unwrap().recipients, 6);
-    campaigns::finish_enqueue(&mut f.conn, c).unwrap();
+    campaigns::enqueue_step(&mut f.conn, c, RUN, Some(&confirm), None).unwrap();
+    // Never below what is enqueued or skipped, so `pending` never goes
+    // negative while the run goes on.
+    assert_eq!(campaigns::counters(&mut f.conn, c).unwrap().recipients, 10);
+    campaigns::finish_enqueue(&mut f.conn, c, RUN).unwrap();
     let counters = campaigns::counters(&mut f.conn, c).unwrap();
     assert_eq!(
         counters.recipients,
         counters.enqueued + counters.enqueue_skipped
     );
-    assert_eq!(counters.recipients, 8);
-    assert_eq!(counters.pending(), 7, "the skipped one is already done");
+    assert_eq!(counters.recipients, 10);
+    assert_eq!(counters.pending(), 9, "the skipped one is already done");
     let camp = campaigns::get(&mut f.conn, c).unwrap().unwrap();
     assert_eq!(camp.state, CampaignState::Queued);
+    assert_eq!(camp.enqueue_owner, None, "finish gives the campaign up");
 
-    // start_enqueue only moves a draft: a queued campaign stays queued.
-    campaigns::start_enqueue(&mut f.conn, c).unwrap();
+    // start_enqueue only moves a draft: a queued campaign stays queued,
+    // its count untouched.
+    campaigns::start_enqueue(&mut f.conn, c, 99).unwrap();
     let camp = campaigns::get(&mut f.conn, c).unwrap().unwrap();
     assert_eq!(camp.state, CampaignState::Queued);
+    assert_eq!(campaigns::counters(&mut f.conn, c).unwrap().recipients, 10);
+}
+
+fn enqueue_lease_admits_one_run_at_a_time(kind: Kind) {
+    let mut f = fixture(kind, 3);
+    let c = f.campaign;
+    let (a, b) = ("run a", "run b");
+    let before = now_ms();
+    assert_eq!(
+        campaigns::take_enqueue_lease(&mut f.conn, c, a).unwrap(),
+        None
+    );
+    // Taking it again is renewing it; another run sees who holds it.
+    assert_eq!(
+        campaigns::take_enqueue_lease(&mut f.conn, c, a).unwrap(),
+        None
+    );
+    let held = campaigns::take_enqueue_lease(&mut f.conn, c, b)
+        .unwrap()
+        .expect("b must not get a's campaign");
+    assert_eq!(held.owner, a);
+    assert!(
+        held.until >= before + campaigns::ENQUEUE_LEASE_MS,
+        "{held:?}"
+    );
+    campaigns::renew_enqueue_lease(&mut f.conn, c, a).unwrap();
+    assert!(matches!(
+        campaigns::renew_enqueue_lease(&mut f.conn, c, b),
+        Err(StoreError::LeaseLost(_))
+    ));
+    // Only the holder can give it up.
+    campaigns::release_enqueue_lease(&mut f.conn, c, b).unwrap();
+    assert!(campaigns::holds_enqueue_lease(&mut f.conn, c, a).unwrap());
+    campaigns::release_enqueue_lease(&mut f.conn, c, a).unwrap();
+    assert!(!campaigns::holds_enqueue_lease(&mut f.conn, c, a).unwrap());
+    assert_eq!(
+        campaigns::take_enqueue_lease(&mut f.conn, c, b).unwrap(),
+        None
+    );
+    assert!(campaigns::holds_enqueue_lease(&mut f.conn, c, b).unwrap());
+}
+
+/// Run A stalls past its lease (a kill -9, or SIGSTOP); run B takes the
+/// campaign over. Whatever A does afterwards moves nothing.
+fn a_run_whose_lease_ran_out_changes_nothing(kind: Kind) {
+    let mut f = fixture(kind, 4);
+    let (c, ids) = (f.campaign, f.ids.clone());
+    let (a, b) = ("run a", "run b");
+    assert_eq!(
+        campaigns::take_enqueue_lease(&mut f.conn, c, a).unwrap(),
+        None
+    );
+    campaigns::start_enqueue(&mut f.conn, c, 4).unwrap();
+    f.conn
+        .execute_batch(&format!(
+            "UPDATE campaigns SET enqueue_lease_until = {} WHERE id = {c}",
+            now_ms() - 1
+        ))
+        .unwrap();
+    assert_eq!(
+        campaigns::take_enqueue_lease(&mut f.conn, c, b).unwrap(),
+        None
+    );
+    let confirm = Confirm {
+        cursor: ids[3],
+        enqueued: 3,
+        jobs: 1,
+        skipped: vec![ids[0]],
+    };
+    let intent = Intent {
+        upto: ids[3],
+        server: "127.0.0.1:1".into(),
+        after_job: 1,
+    };
+    assert!(campaigns::enqueue_step(&mut f.conn, c, a, Some(&confirm), Some(&intent)).is_err());
+    assert!(campaigns::enqueue_step(&mut f.conn, c, a, Some(&Confirm::default()), None).is_err());
+    assert!(matches!(
+        campaigns::finish_enqueue(&mut f.conn, c, a),
+        Err(StoreError::LeaseLost(_))
+    ));
+    let camp = campaigns::get(&mut f.conn, c).unwrap().unwrap();
+    assert_eq!(
+        (camp.state, camp.enqueue_cursor, camp.pending_upto),
+        (CampaignState::Enqueuing, 0, None)
+    );
+    assert_eq!(camp.enqueue_owner.as_deref(), Some(b));
+    let counters = campaigns::counters(&mut f.conn, c).unwrap();
+    assert_eq!(
+        (counters.enqueued, counters.jobs, counters.skipped),
+        (0, 0, 0)
+    );
+    assert_eq!(
+        ledgered(&mut f.conn, c),
+        (0, 0, 0),
+        "a's skipped rows rolled back"
+    );
+    // B's steps go through.
+    campaigns::enqueue_step(&mut f.conn, c, b, Some(&confirm), None).unwrap();
+    campaigns::finish_enqueue(&mut f.conn, c, b).unwrap();
+    let counters = campaigns::counters(&mut f.conn, c).unwrap();
+    assert_eq!(
+        (counters.enqueued, counters.skipped, counters.recipients),
+        (3, 1, 4)
+    );
+    assert_counters_match_ledger(&mut f.conn, c);
 }
 
 // ---------------------------------------------------------------- claims
@@ -1045,15 +1351,16 @@ fn stale_token_records_nothing(kind: Kind) {
 fn counters_equal_ledger_after_mixed_outcomes(kind: Kind) {
     let mut f = fixture(kind, 12);
     let (c, ids) = (f.campaign, f.ids.clone());
-    campaigns::start_enqueue(&mut f.conn, c).unwrap();
+    lease(&mut f.conn, c);
+    campaigns::start_enqueue(&mut f.conn, c, 12).unwrap();
     let confirm = Confirm {
         cursor: ids[11],
         enqueued: 11,
         jobs: 2,
         skipped: vec![ids[11]],
     };
-    campaigns::enqueue_step(&mut f.conn, c, Some(&confirm), None).unwrap();
-    campaigns::finish_enqueue(&mut f.conn, c).unwrap();
+    campaigns::enqueue_step(&mut f.conn, c, RUN, Some(&confirm), None).unwrap();
+    campaigns::finish_enqueue(&mut f.conn, c, RUN).unwrap();
 
     let job = &ids[..11];
     let claim = deliveries::claim(&mut f.conn, c, job, 1, LEASE).unwrap();
@@ -1232,7 +1539,8 @@ fn empty_inputs_are_no_ops(kind: Kind) {
     assert!(deliveries::record(&mut f.conn, &[], 3).unwrap().is_empty());
     assert!(recipients::load(&mut f.conn, &[]).unwrap().is_empty());
     assert!(campaigns::flags(&mut f.conn, &[]).unwrap().is_empty());
-    campaigns::enqueue_step(&mut f.conn, c, Some(&Confirm::default()), None).unwrap();
+    lease(&mut f.conn, c);
+    campaigns::enqueue_step(&mut f.conn, c, RUN, Some(&Confirm::default()), None).unwrap();
     assert_eq!(counted(&mut f.conn, c), (0, 0, 0));
     assert!(deliveries::ledger_counts(&mut f.conn, c)
         .unwrap()
@@ -1277,15 +1585,16 @@ fn stale_sent_after_other_token_sent_is_lost(kind: Kind) {
 fn store_functions_compose_inside_one_transaction(kind: Kind) {
     let mut f = fixture(kind, 3);
     let (c, ids) = (f.campaign, f.ids.clone());
+    lease(&mut f.conn, c);
     let result: Result<(), StoreError> = f.conn.transaction(|conn| {
-        campaigns::start_enqueue(conn, c)?;
+        campaigns::start_enqueue(conn, c, 3)?;
         let confirm = Confirm {
             cursor: ids[2],
             enqueued: 3,
             jobs: 1,
             skipped: vec![],
         };
-        campaigns::enqueue_step(conn, c, Some(&confirm), None)?;
+        campaigns::enqueue_step(conn, c, RUN, Some(&confirm), None)?;
         // The caller changes its mind: everything above must roll back.
         Err(StoreError::Task("caller aborts".into()))
     });

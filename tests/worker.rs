@@ -66,24 +66,6 @@ fn three_workers_send_each_recipient_once_postgres() {
     delivered_once(Kind::Postgres, 3);
 }
 
-/// A beanstalkd, a scripted peer and an environment pointing at both.
-fn setup(kind: Kind, script: Script) -> (tempfile::TempDir, Beanstalkd, ScriptedSmtp, Env) {
-    let tmp = tempfile::tempdir().unwrap();
-    let bs = Beanstalkd::start(tmp.path());
-    let peer = ScriptedSmtp::start(script);
-    let mut env = Env::new(kind, &bs.addr());
-    env.smtp = peer.url();
-    (tmp, bs, peer, env)
-}
-
-/// A peer slow enough (20 ms per message) that a campaign takes seconds.
-fn slow() -> Script {
-    Script {
-        data_delay: Duration::from_millis(20),
-        ..Script::default()
-    }
-}
-
 fn sent(env: &Env, name: &str) -> i64 {
     env.status(name)["sent"].as_i64().unwrap()
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use lettre::transport::smtp::authentication::{Credentials, Mechanism};
 use lettre::transport::smtp::client::{AsyncSmtpConnection, Certificate, TlsParameters};
-use lettre::transport::smtp::extension::ClientId;
+use lettre::transport::smtp::extension::{ClientId, Extension};
 use tokio::net::TcpStream;
 
 use super::reply::{classify, Reply, Verdict};
@@ -157,6 +157,9 @@ impl Relay {
 impl Relay {
     /// Send one message on an open session. A timeout counts as transient.
     pub async fn send(&self, conn: &mut AsyncSmtpConnection, msg: &Composed) -> Verdict {
+        if let Some(refused) = self.needs_missing_smtputf8(conn, msg) {
+            return refused;
+        }
         match tokio::time::timeout(self.timeout, conn.send(&msg.envelope, &msg.bytes)).await {
             Ok(Ok(_)) => Verdict::Sent,
             Ok(Err(e)) => classify(&e),
@@ -166,6 +169,30 @@ impl Relay {
                 Verdict::Transient(Reply::local(format!("no reply within {:?}", self.timeout)))
             }
         }
+    }
+}
+
+impl Relay {
+    /// Compose writes every domain as an A-label, so only a non-ASCII local
+    /// part needs the relay's SMTPUTF8. Without it the message can never go
+    /// through this relay: a permanent failure of this recipient (or of
+    /// every recipient, for a sender address), saying why.
+    fn needs_missing_smtputf8(
+        &self,
+        conn: &AsyncSmtpConnection,
+        msg: &Composed,
+    ) -> Option<Verdict> {
+        if conn.server_info().supports_feature(Extension::SmtpUtfEight) {
+            return None;
+        }
+        let from = msg.envelope.from().into_iter();
+        let address = from
+            .chain(msg.envelope.to())
+            .find(|a| crate::mailbox::needs_smtputf8(a))?;
+        Some(Verdict::Permanent(Reply::local(format!(
+            "address {address} has a non-ASCII local part, which needs SMTPUTF8, and relay {} does not offer SMTPUTF8",
+            self.shown
+        ))))
     }
 }
 

@@ -272,28 +272,17 @@ pub fn status_of(
         .optional())?)
 }
 
-/// A recipient by the address a report gave: the stored spelling keeps the
-/// local part as imported and folds the domain, so try that, then with the
-/// local part folded too (MTAs that lower-case whole addresses).
+/// A recipient by the address a report gave, in any spelling of its
+/// mailbox (see [`crate::mailbox::key`]): MTAs lower-case whole addresses,
+/// and mail went out with its domain as an A-label.
 pub fn find_recipient(conn: &mut Conn, address: &str) -> Result<Option<(i64, String)>> {
     let address = address.trim().trim_start_matches('<').trim_end_matches('>');
-    let Some((local, domain)) = address.rsplit_once('@') else {
+    let Ok(key) = crate::mailbox::key(address) else {
         return Ok(None);
     };
-    let domain = domain.to_lowercase();
-    let spellings = [
-        format!("{local}@{domain}"),
-        format!("{}@{domain}", local.to_lowercase()),
-    ];
-    for email in &spellings {
-        let found: Option<(i64, String)> = on!(conn, |c| r::table
-            .filter(r::email.eq(email))
-            .select((r::id, r::email))
-            .first(c)
-            .optional())?;
-        if found.is_some() {
-            return Ok(found);
-        }
-    }
-    Ok(None)
+    Ok(on!(conn, |c| r::table
+        .filter(r::email_key.eq(&key))
+        .select((r::id, r::email))
+        .first(c)
+        .optional())?)
 }

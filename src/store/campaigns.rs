@@ -49,6 +49,9 @@ pub struct Campaign {
     pub max_failure_rate: Option<f64>,
     /// Why the workers paused it (cleared by a resume).
     pub pause_reason: Option<String>,
+    /// The `enqueue` run holding the campaign, and until when (ms).
+    pub enqueue_owner: Option<String>,
+    pub enqueue_lease_until: Option<i64>,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable)]
@@ -284,24 +287,157 @@ pub fn control(conn: &mut Conn, name_or_id: &str, action: Control) -> Result<Cam
     })
 }
 
-/// Move a campaign from one state to another if it is still in the first.
-fn transition(conn: &mut Conn, id: i64, from: CampaignState, to: CampaignState) -> Result<()> {
-    on!(conn, |c| diesel::update(
+/// Move a campaign from one state to another if it is still in the first;
+/// 1 if it moved.
+fn transition(conn: &mut Conn, id: i64, from: CampaignState, to: CampaignState) -> Result<usize> {
+    Ok(on!(conn, |c| diesel::update(
         campaigns::table.find(id).filter(campaigns::state.eq(from))
     )
     .set((campaigns::state.eq(to), campaigns::updated_at.eq(now_ms()),))
+    .execute(c))?)
+}
+
+/// Mark the start of an enqueue run (draft → enqueuing). The recipient
+/// count becomes the list's size now (`list_size`: it may have grown since
+/// the campaign was created). A campaign that is no draft is left alone.
+pub fn start_enqueue(conn: &mut Conn, campaign_id: i64, list_size: i64) -> Result<()> {
+    conn.transaction(|conn| {
+        if transition(
+            conn,
+            campaign_id,
+            CampaignState::Draft,
+            CampaignState::Enqueuing,
+        )? == 1
+        {
+            on!(conn, |c| diesel::update(cc::table.find(campaign_id))
+                .set(cc::recipients.eq(list_size))
+                .execute(c))?;
+        }
+        Ok(())
+    })
+}
+
+/// How long an `enqueue` run holds its campaign without renewing: a run
+/// killed with -9 blocks the next one this long at most. Every step of a
+/// live run renews it (many times a second), and a run between steps at
+/// least every [`ENQUEUE_LEASE_RENEW`].
+pub const ENQUEUE_LEASE_MS: i64 = 30_000;
+/// How often a run that is not stepping renews its lease.
+pub const ENQUEUE_LEASE_RENEW: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Who holds a campaign's enqueue lease, when another run does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseHolder {
+    /// The run's description (pid, host, run id).
+    pub owner: String,
+    /// When the lease runs out unless renewed (ms).
+    pub until: i64,
+}
+
+/// Take the campaign for the `enqueue` run `owner` if nobody holds it, or
+/// its holder's lease ran out. `Ok(None)`: taken; `Ok(Some(holder))`: a
+/// live run holds it.
+pub fn take_enqueue_lease(
+    conn: &mut Conn,
+    campaign_id: i64,
+    owner: &str,
+) -> Result<Option<LeaseHolder>> {
+    let now = now_ms();
+    let taken = on!(conn, |c| diesel::update(
+        campaigns::table.find(campaign_id).filter(
+            campaigns::enqueue_owner
+                .is_null()
+                .or(campaigns::enqueue_lease_until.lt(now))
+                .or(campaigns::enqueue_owner.eq(owner))
+        )
+    )
+    .set((
+        campaigns::enqueue_owner.eq(owner),
+        campaigns::enqueue_lease_until.eq(now + ENQUEUE_LEASE_MS),
+    ))
+    .execute(c))?;
+    if taken == 1 {
+        return Ok(None);
+    }
+    let held: Option<(Option<String>, Option<i64>)> = on!(conn, |c| campaigns::table
+        .find(campaign_id)
+        .select((campaigns::enqueue_owner, campaigns::enqueue_lease_until))
+        .first(c)
+        .optional())?;
+    match held {
+        Some((Some(owner), until)) => Ok(Some(LeaseHolder {
+            owner,
+            until: until.unwrap_or(now),
+        })),
+        // Released between the two statements: try again at once.
+        Some((None, _)) => take_enqueue_lease(conn, campaign_id, owner),
+        None => Err(StoreError::UnknownCampaign(campaign_id.to_string())),
+    }
+}
+
+/// Take the campaign from `holder`, a run known to be dead (its process is
+/// gone), without waiting for its lease to run out; false if `holder` no
+/// longer holds it. Safe even if that judgement were wrong: the holder's
+/// next step would fail and change nothing (see [`enqueue_step`]).
+pub fn take_enqueue_lease_from(
+    conn: &mut Conn,
+    campaign_id: i64,
+    owner: &str,
+    holder: &str,
+) -> Result<bool> {
+    let taken = on!(conn, |c| diesel::update(
+        campaigns::table
+            .find(campaign_id)
+            .filter(campaigns::enqueue_owner.eq(holder))
+    )
+    .set((
+        campaigns::enqueue_owner.eq(owner),
+        campaigns::enqueue_lease_until.eq(now_ms() + ENQUEUE_LEASE_MS),
+    ))
+    .execute(c))?;
+    Ok(taken == 1)
+}
+
+/// Push back `owner`'s lease; [`StoreError::LeaseLost`] when another run
+/// holds the campaign now.
+pub fn renew_enqueue_lease(conn: &mut Conn, campaign_id: i64, owner: &str) -> Result<()> {
+    let renewed = on!(conn, |c| diesel::update(
+        campaigns::table
+            .find(campaign_id)
+            .filter(campaigns::enqueue_owner.eq(owner))
+    )
+    .set(campaigns::enqueue_lease_until.eq(now_ms() + ENQUEUE_LEASE_MS))
+    .execute(c))?;
+    if renewed == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::LeaseLost(campaign_id.to_string()))
+    }
+}
+
+/// Give the campaign up if `owner` still holds it (a no-op otherwise).
+pub fn release_enqueue_lease(conn: &mut Conn, campaign_id: i64, owner: &str) -> Result<()> {
+    on!(conn, |c| diesel::update(
+        campaigns::table
+            .find(campaign_id)
+            .filter(campaigns::enqueue_owner.eq(owner))
+    )
+    .set((
+        campaigns::enqueue_owner.eq(None::<String>),
+        campaigns::enqueue_lease_until.eq(None::<i64>),
+    ))
     .execute(c))?;
     Ok(())
 }
 
-/// Mark the start of an enqueue run (draft → enqueuing).
-pub fn start_enqueue(conn: &mut Conn, campaign_id: i64) -> Result<()> {
-    transition(
-        conn,
-        campaign_id,
-        CampaignState::Draft,
-        CampaignState::Enqueuing,
-    )
+/// Whether `owner` holds the campaign's lease now.
+pub fn holds_enqueue_lease(conn: &mut Conn, campaign_id: i64, owner: &str) -> Result<bool> {
+    let held: Option<Option<String>> = on!(conn, |c| campaigns::table
+        .find(campaign_id)
+        .select(campaigns::enqueue_owner)
+        .first(c)
+        .optional())?;
+    Ok(held.flatten().as_deref() == Some(owner))
 }
 
 /// A job about to be put into beanstalkd: if the process dies before the put
@@ -325,17 +461,28 @@ pub struct Confirm {
 }
 
 /// Advance the enqueue cursor and/or record the next intent, in one
-/// transaction, so the cursor never passes what was really put.
+/// transaction, so the cursor never passes what was really put; renew the
+/// lease of the run `owner` in the same transaction. If another run holds
+/// the campaign now, nothing changes and the step fails (see
+/// [`step_sql`]); the caller asks [`holds_enqueue_lease`] why.
 pub fn enqueue_step(
     conn: &mut Conn,
     campaign_id: i64,
+    owner: &str,
     confirm: Option<&Confirm>,
     intent: Option<&Intent>,
 ) -> Result<()> {
     let now = now_ms();
     let skipped = confirm.map_or(&[][..], |c| &c.skipped[..]);
+    let step = Step {
+        campaign_id,
+        owner,
+        confirm,
+        intent,
+        now,
+    };
     if skipped.is_empty() {
-        return conn.execute_atomic(&step_sql(campaign_id, confirm, 0, intent, now));
+        return conn.execute_atomic(&step.sql(0));
     }
     // Recipients not active at enqueue: recorded as skipped in the ledger,
     // counted by the rows really inserted (a re-run inserts none twice).
@@ -359,59 +506,100 @@ pub fn enqueue_step(
                 .on_conflict_do_nothing()
                 .execute(c))? as i64;
         }
-        conn.execute_atomic(&step_sql(campaign_id, confirm, added, intent, now))
+        conn.execute_atomic(&step.sql(added))
     })
 }
 
-/// The updates of one enqueue step as one SQL text: it runs once per job,
-/// so it goes in one round trip. Only integers and the quoted server address
-/// are formatted in.
-fn step_sql(
+/// One enqueue step, see [`enqueue_step`].
+struct Step<'a> {
     campaign_id: i64,
-    confirm: Option<&Confirm>,
-    skipped: i64,
-    intent: Option<&Intent>,
+    owner: &'a str,
+    confirm: Option<&'a Confirm>,
+    intent: Option<&'a Intent>,
     now: i64,
-) -> String {
-    let mut sql = String::new();
-    if let Some(done) = confirm {
-        sql.push_str(&format!(
-            "UPDATE campaign_counters SET enqueued = enqueued + {enqueued}, jobs = jobs + {jobs}, \
-             skipped = skipped + {skipped}, enqueue_skipped = enqueue_skipped + {skipped} \
-             WHERE campaign_id = {campaign_id}; \
-             UPDATE campaigns SET enqueue_cursor = {cursor} WHERE id = {campaign_id}; ",
-            enqueued = done.enqueued,
-            jobs = done.jobs,
-            cursor = done.cursor,
-        ));
-    }
-    let (upto, server, after_job) = match intent {
-        Some(i) => (
-            i.upto.to_string(),
-            format!("'{}'", i.server.replace('\'', "''")),
-            i.after_job.to_string(),
-        ),
-        None => ("NULL".into(), "NULL".into(), "NULL".into()),
-    };
-    sql.push_str(&format!(
-        "UPDATE campaigns SET pending_upto = {upto}, pending_server = {server}, \
-         pending_after_job = {after_job}, updated_at = {now} WHERE id = {campaign_id}"
-    ));
-    sql
 }
 
-/// Enqueue reached the end of the list: the recipient count becomes exact.
-pub fn finish_enqueue(conn: &mut Conn, campaign_id: i64) -> Result<()> {
+/// A string as an SQL literal.
+fn quoted(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+impl Step<'_> {
+    /// The updates of one enqueue step as one SQL text: it runs once per
+    /// job, so it goes in one round trip. Only integers and the quoted
+    /// owner and server address are formatted in.
+    fn sql(&self, skipped: i64) -> String {
+        let campaign_id = self.campaign_id;
+        let mut sql = String::new();
+        if let Some(done) = self.confirm {
+            // `recipients` never falls below what is enqueued or skipped
+            // (members imported during the run), so `pending` never goes
+            // negative.
+            sql.push_str(&format!(
+                "UPDATE campaign_counters SET enqueued = enqueued + {enqueued}, jobs = jobs + {jobs}, \
+                 skipped = skipped + {skipped}, enqueue_skipped = enqueue_skipped + {skipped}, \
+                 recipients = CASE WHEN recipients < enqueued + enqueue_skipped + {covered} \
+                   THEN enqueued + enqueue_skipped + {covered} ELSE recipients END \
+                 WHERE campaign_id = {campaign_id}; ",
+                enqueued = done.enqueued,
+                jobs = done.jobs,
+                covered = done.enqueued + skipped,
+            ));
+        }
+        let cursor = self
+            .confirm
+            .map_or_else(|| "enqueue_cursor".to_string(), |c| c.cursor.to_string());
+        let (upto, server, after_job) = match self.intent {
+            Some(i) => (
+                i.upto.to_string(),
+                quoted(&i.server),
+                i.after_job.to_string(),
+            ),
+            None => ("NULL".into(), "NULL".into(), "NULL".into()),
+        };
+        // The campaign row in one statement, guarded by the lease: renewed
+        // if this run holds it. If another run took the campaign over (this
+        // one stalled past its lease), the CASE yields NULL, which the NOT
+        // NULL column refuses: the statement fails, the whole step rolls
+        // back (counters too), and a stale run can never move the cursor or
+        // the counters. No extra statement, no extra round trip.
+        sql.push_str(&format!(
+            "UPDATE campaigns SET \
+             enqueue_cursor = CASE WHEN enqueue_owner = {owner} THEN {cursor} END, \
+             enqueue_lease_until = {until}, pending_upto = {upto}, pending_server = {server}, \
+             pending_after_job = {after_job}, updated_at = {now} WHERE id = {campaign_id}",
+            owner = quoted(self.owner),
+            until = self.now + ENQUEUE_LEASE_MS,
+            now = self.now,
+        ));
+        sql
+    }
+}
+
+/// Enqueue reached the end of the list: the recipient count becomes exact,
+/// the campaign queued, and the run `owner` gives it up.
+pub fn finish_enqueue(conn: &mut Conn, campaign_id: i64, owner: &str) -> Result<()> {
     conn.transaction(|conn| {
+        let finished = on!(conn, |c| diesel::update(
+            campaigns::table
+                .find(campaign_id)
+                .filter(campaigns::state.eq(CampaignState::Enqueuing))
+                .filter(campaigns::enqueue_owner.eq(owner))
+        )
+        .set((
+            campaigns::state.eq(CampaignState::Queued),
+            campaigns::enqueue_owner.eq(None::<String>),
+            campaigns::enqueue_lease_until.eq(None::<i64>),
+            campaigns::updated_at.eq(now_ms()),
+        ))
+        .execute(c))?;
+        if finished == 0 && !holds_enqueue_lease(conn, campaign_id, owner)? {
+            return Err(StoreError::LeaseLost(campaign_id.to_string()));
+        }
         on!(conn, |c| diesel::update(cc::table.find(campaign_id))
             .set(cc::recipients.eq(cc::enqueued + cc::enqueue_skipped))
             .execute(c))?;
-        transition(
-            conn,
-            campaign_id,
-            CampaignState::Enqueuing,
-            CampaignState::Queued,
-        )
+        Ok(())
     })
 }
 

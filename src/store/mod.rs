@@ -90,6 +90,14 @@ pub enum StoreError {
     },
     #[error("bad rate group {0:?}: use relay:HOST:PORT (a worker's --smtp relay), campaign:NAME, domain:DOMAIN or domain:* (every other domain), e.g. domain:gmail.com")]
     BadRateGroup(String),
+    /// This `enqueue` run's lease on the campaign ran out (the run stalled)
+    /// and another run holds it now: this one must stop.
+    #[error("another `enqueue` run took campaign {0:?} over after this run's lease ran out (was it suspended?); that run finishes the campaign, this one stops")]
+    LeaseLost(String),
+    /// The SQLite file a long-running process opened is no longer the file
+    /// at its path.
+    #[error("the database file {path} was {what} while this process had it open: stopping rather than record outcomes in a file nobody reads; put the file back or point DATABASE_URL at the right one, then start again")]
+    FileReplaced { path: String, what: &'static str },
     #[error("stored value {value:?} is not a valid {what}")]
     BadValue { what: &'static str, value: String },
     #[error("database task failed: {0}")]
@@ -266,6 +274,52 @@ pub fn exposed_sqlite_file(url: &str) -> Option<(String, u32)> {
     (mode & 0o077 != 0).then(|| (path.to_string(), mode))
 }
 
+/// The file behind a SQLite database, as it was when the process opened
+/// it: a worker compares it with what the path names now, and stops when
+/// the file was deleted or replaced (its connection would go on writing
+/// into the old, unlinked file, and `status` would read another).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DbFile {
+    path: std::path::PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+impl DbFile {
+    /// The file a SQLite URL names now; `None` for PostgreSQL (or a file
+    /// that cannot be looked at, which nothing then checks).
+    pub fn of(url: &str) -> Option<DbFile> {
+        use std::os::unix::fs::MetadataExt;
+        if backend_of(url).ok()? != Backend::Sqlite {
+            return None;
+        }
+        let path = std::path::PathBuf::from(sqlite_path(url));
+        let meta = std::fs::metadata(&path).ok()?;
+        Some(DbFile {
+            path,
+            dev: meta.dev(),
+            ino: meta.ino(),
+        })
+    }
+
+    /// Whether the path still names the same file (device and inode).
+    pub fn check(&self) -> Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let what = match std::fs::metadata(&self.path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "deleted",
+            // Unreadable for a moment (permissions being changed?): not
+            // evidence of a replacement.
+            Err(_) => return Ok(()),
+            Ok(m) if (m.dev(), m.ino()) != (self.dev, self.ino) => "replaced",
+            Ok(_) => return Ok(()),
+        };
+        Err(StoreError::FileReplaced {
+            path: self.path.display().to_string(),
+            what,
+        })
+    }
+}
+
 impl Conn {
     /// Open a connection, creating a missing SQLite file (what `migrate`
     /// does; see [`Conn::open_with`]).
@@ -375,8 +429,9 @@ impl Conn {
         }
     }
 
-    /// Apply pending migrations and give the database its identity (see
-    /// [`installation`]) if it has none; returns the names of the
+    /// Apply pending migrations, give the database its identity (see
+    /// [`installation`]) if it has none and every recipient its mailbox key
+    /// (see [`recipients::backfill_keys`]); returns the names of the
     /// migrations applied.
     pub fn migrate(&mut self) -> Result<Vec<String>> {
         let applied = on!(self, |c| {
@@ -385,6 +440,13 @@ impl Conn {
                 .map_err(|e| StoreError::Migrate(e.to_string()))
         })?;
         installation::ensure(self)?;
+        let twins = recipients::backfill_keys(self)?;
+        if twins > 0 {
+            tracing::warn!(
+                twins,
+                "recipients imported earlier under another spelling of a mailbox already on file are no longer mailed (status_reason says which)"
+            );
+        }
         Ok(applied)
     }
 

@@ -31,7 +31,10 @@ impl RecipientStatus {
 #[derive(Debug, Clone, Insertable)]
 #[diesel(table_name = recipients)]
 pub struct NewRecipient {
+    /// The spelling mail is sent to (kept from the first import).
     pub email: String,
+    /// Which mailbox it is ([`crate::mailbox::key`]): one recipient per key.
+    pub email_key: String,
     pub name: String,
     /// JSON object of the extra CSV columns.
     pub attributes: String,
@@ -40,7 +43,8 @@ pub struct NewRecipient {
 }
 
 /// What a worker needs to render one message.
-#[derive(Debug, Clone, Queryable)]
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = recipients)]
 pub struct Recipient {
     pub id: i64,
     pub email: String,
@@ -109,10 +113,12 @@ pub struct UpsertCounts {
     pub updated: u64,
 }
 
-/// Insert or update a batch of recipients (unique by email) and add them all
-/// to the list. `rows` must not repeat an email. When `set_status` is false an
-/// existing recipient keeps its status, so re-importing a file without a
-/// `status` column never re-subscribes anybody.
+/// Insert or update a batch of recipients (unique by mailbox, see
+/// [`crate::mailbox::key`]) and add them all to the list. `rows` must not
+/// repeat a key. An existing recipient keeps the spelling it was first
+/// imported with. When `set_status` is false an existing recipient keeps
+/// its status, so re-importing a file without a `status` column never
+/// re-subscribes anybody.
 pub fn upsert_batch(
     conn: &mut Conn,
     list_id: i64,
@@ -122,9 +128,9 @@ pub fn upsert_batch(
     if rows.is_empty() {
         return Ok(UpsertCounts::default());
     }
-    let emails: Vec<&str> = rows.iter().map(|r| r.email.as_str()).collect();
+    let keys: Vec<&str> = rows.iter().map(|r| r.email_key.as_str()).collect();
     let existing: i64 = on!(conn, |c| recipients::table
-        .filter(recipients::email.eq_any(&emails))
+        .filter(recipients::email_key.eq_any(&keys))
         .count()
         .get_result(c))?;
     // diesel cannot batch an upsert on SQLite, so SQLite takes the rows one
@@ -140,7 +146,7 @@ pub fn upsert_batch(
         ($c:expr, $values:expr) => {
             diesel::insert_into(recipients::table)
                 .values($values)
-                .on_conflict(recipients::email)
+                .on_conflict(recipients::email_key)
                 .do_update()
                 .set((
                     recipients::name.eq(excluded(recipients::name)),
@@ -165,7 +171,7 @@ pub fn upsert_batch(
     on!(conn, |c| diesel::insert_into(list_members::table)
         .values(
             recipients::table
-                .filter(recipients::email.eq_any(&emails))
+                .filter(recipients::email_key.eq_any(&keys))
                 .select((
                     list_id.into_sql::<diesel::sql_types::BigInt>(),
                     recipients::id
@@ -202,25 +208,145 @@ pub fn member_page(
         .load(c))?)
 }
 
-/// A recipient's id by email address.
+/// A recipient's id by email address, in any spelling of its mailbox
+/// (`Ada@Example.com` finds `ada@example.com`).
 pub fn find_by_email(conn: &mut Conn, email: &str) -> Result<Option<i64>> {
+    let Ok(key) = crate::mailbox::key(email) else {
+        return Ok(None);
+    };
     Ok(on!(conn, |c| recipients::table
-        .filter(recipients::email.eq(email))
+        .filter(recipients::email_key.eq(&key))
         .select(recipients::id)
         .first(c)
         .optional())?)
+}
+
+/// The ids among `ids` that are members of list `list_id`, each once, in
+/// id order: a job names recipient ids, and only the campaign's own list
+/// may be mailed, whatever a job says.
+pub fn members_among(conn: &mut Conn, list_id: i64, ids: &[i64]) -> Result<Vec<i64>> {
+    Ok(on!(conn, |c| list_members::table
+        .filter(list_members::list_id.eq(list_id))
+        .filter(list_members::recipient_id.eq_any(ids))
+        .order(list_members::recipient_id)
+        .select(list_members::recipient_id)
+        .load(c))?)
+}
+
+/// Rows per page of [`backfill_keys`].
+const BACKFILL_PAGE: i64 = 1_000;
+
+/// Give every recipient without a key its key (migration 4 keyed the ASCII
+/// addresses in SQL; IDNA needs this code). A recipient whose mailbox
+/// already has a row (the one keyed first) is a twin from an older import:
+/// it stops being mailed (unsubscribed, with the reason, unless it already
+/// was not active), the row holding the mailbox joins its lists and
+/// inherits a non-active status, and the twin keeps no key. Idempotent;
+/// returns the twins newly taken out of mailing.
+pub fn backfill_keys(conn: &mut Conn) -> Result<u64> {
+    let mut twins = 0;
+    let mut after = 0i64;
+    loop {
+        let page: Vec<(i64, String, RecipientStatus, Option<String>)> =
+            on!(conn, |c| recipients::table
+                .filter(recipients::email_key.is_null())
+                .filter(recipients::id.gt(after))
+                .order(recipients::id)
+                .select((
+                    recipients::id,
+                    recipients::email,
+                    recipients::status,
+                    recipients::status_reason
+                ))
+                .limit(BACKFILL_PAGE)
+                .load(c))?;
+        let Some(&(last, ..)) = page.last() else {
+            return Ok(twins);
+        };
+        after = last;
+        conn.transaction(|conn| {
+            for (id, email, status, reason) in page {
+                // An address that no longer parses keeps no key; it could
+                // not be mailed anyway.
+                let Ok(key) = crate::mailbox::key(&email) else {
+                    continue;
+                };
+                let holder: Option<(i64, RecipientStatus)> = on!(conn, |c| recipients::table
+                    .filter(recipients::email_key.eq(&key))
+                    .select((recipients::id, recipients::status))
+                    .first(c)
+                    .optional())?;
+                match holder {
+                    None => {
+                        on!(conn, |c| diesel::update(recipients::table.find(id))
+                            .set(recipients::email_key.eq(&key))
+                            .execute(c))?;
+                    }
+                    Some((keeper, keeper_status)) => {
+                        // Counted once: a merged twin is no longer active.
+                        twins += u64::from(status == RecipientStatus::Active);
+                        merge_twin(conn, id, status, reason, keeper, keeper_status)?;
+                    }
+                }
+            }
+            Ok::<_, StoreError>(())
+        })?;
+    }
+}
+
+/// See [`backfill_keys`]: `twin` is another spelling of `keeper`'s mailbox.
+fn merge_twin(
+    conn: &mut Conn,
+    twin: i64,
+    twin_status: RecipientStatus,
+    twin_reason: Option<String>,
+    keeper: i64,
+    keeper_status: RecipientStatus,
+) -> Result<()> {
+    let now = now_ms();
+    if twin_status != RecipientStatus::Active && keeper_status == RecipientStatus::Active {
+        let reason = format!(
+            "{} (as recipient {twin})",
+            twin_reason.as_deref().unwrap_or(twin_status.as_str())
+        );
+        on!(conn, |c| diesel::update(recipients::table.find(keeper))
+            .set((
+                recipients::status.eq(twin_status),
+                recipients::status_reason.eq(reason.as_str()),
+                recipients::status_at.eq(now),
+            ))
+            .execute(c))?;
+    }
+    if twin_status == RecipientStatus::Active {
+        let reason = format!("same mailbox as recipient {keeper}");
+        on!(conn, |c| diesel::update(recipients::table.find(twin))
+            .set((
+                recipients::status.eq(RecipientStatus::Unsubscribed),
+                recipients::status_reason.eq(reason.as_str()),
+                recipients::status_at.eq(now),
+            ))
+            .execute(c))?;
+    }
+    let lists: Vec<i64> = on!(conn, |c| list_members::table
+        .filter(list_members::recipient_id.eq(twin))
+        .select(list_members::list_id)
+        .load(c))?;
+    for list_id in lists {
+        on!(conn, |c| diesel::insert_into(list_members::table)
+            .values((
+                list_members::list_id.eq(list_id),
+                list_members::recipient_id.eq(keeper),
+            ))
+            .on_conflict_do_nothing()
+            .execute(c))?;
+    }
+    Ok(())
 }
 
 /// Load recipients by id (any order).
 pub fn load(conn: &mut Conn, ids: &[i64]) -> Result<Vec<Recipient>> {
     Ok(on!(conn, |c| recipients::table
         .filter(recipients::id.eq_any(ids))
-        .select((
-            recipients::id,
-            recipients::email,
-            recipients::name,
-            recipients::attributes,
-            recipients::status,
-        ))
+        .select(Recipient::as_select())
         .load(c))?)
 }

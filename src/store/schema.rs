@@ -19,6 +19,9 @@ diesel::table! {
         updated_at -> BigInt,
         status_reason -> Nullable<Text>,
         status_at -> Nullable<BigInt>,
+        /// Migration 4: the mailbox's identity (`crate::mailbox::key`);
+        /// NULL only on twins left by older imports.
+        email_key -> Nullable<Text>,
     }
 }
 
@@ -50,6 +53,10 @@ diesel::table! {
         return_path -> Nullable<Text>,
         max_failure_rate -> Nullable<Double>,
         pause_reason -> Nullable<Text>,
+        /// Migration 4: the `enqueue` run holding the campaign, and until
+        /// when (ms).
+        enqueue_owner -> Nullable<Text>,
+        enqueue_lease_until -> Nullable<BigInt>,
     }
 }
 

@@ -119,6 +119,17 @@ impl Campaigns {
         Ok(())
     }
 
+    /// The campaign's flags read from the database now (not from the
+    /// cache), which they then replace; `None` if it no longer exists.
+    pub async fn fresh_flags(&self, db: &Arc<Db>, id: i64) -> Result<Option<Flags>, StoreError> {
+        let found = db.run(move |c| campaigns::flags(c, &[id])).await?;
+        let Some(&(_, flags)) = found.first() else {
+            return Ok(None);
+        };
+        self.set_flags(id, flags).await;
+        Ok(Some(flags))
+    }
+
     /// Whether no more mail may go out for this campaign now.
     pub async fn blocked(&self, id: i64) -> bool {
         self.flags

@@ -97,6 +97,22 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
         Err(e) => return Err(retry_later("cannot read the campaign", e)),
     };
     if let Some(f) = shared.campaigns.flag_state(info.mail.id).await {
+        if f.flags.state == CampaignState::Draft {
+            // The cache may predate `enqueue`: ask the database.
+            let fresh = shared
+                .campaigns
+                .fresh_flags(&shared.db, info.mail.id)
+                .await
+                .map_err(|e| retry_later("cannot read the campaign", e))?;
+            if fresh.is_none_or(|f| f.state == CampaignState::Draft) {
+                tracing::warn!(
+                    job = id,
+                    campaign = %info.mail.name,
+                    "burying job: its campaign is a draft that was never enqueued, so `mailsplit enqueue` did not put this job"
+                );
+                return Err(bury);
+            }
+        }
         if f.flags.state == CampaignState::Cancelled {
             tracing::debug!(job = id, "campaign cancelled: deleting job");
             return Err(Cmd::Delete(id));
@@ -111,17 +127,32 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
     }
     let token = rand::random_range(1..i64::MAX);
     let lease = JOB_TTR.as_millis() as i64;
-    let campaign_id = info.mail.id;
-    let (claim, people) = shared
+    let (campaign_id, list_id) = (info.mail.id, info.mail.list_id);
+    let named = body.recipients.len();
+    let (claim, people, members) = shared
         .db
         .run(move |c| {
-            let claim = deliveries::claim(c, campaign_id, &body.recipients, token, lease)?;
-            let owned: Vec<i64> = claim.owned.iter().map(|(rid, _)| *rid).collect();
+            // Only members of the campaign's list are claimed, whatever the
+            // job names: an id that does not exist or belongs to another
+            // list is neither sent nor counted.
+            let ids = recipients::members_among(c, list_id, &body.recipients)?;
+            let claim = deliveries::claim(c, campaign_id, &ids, token, lease)?;
+            // Read after the claim: a recipient who bounced or left since
+            // enqueue is seen as such.
+            let owned: Vec<i64> = claim.owned.iter().map(|&(rid, _)| rid).collect();
             let people = recipients::load(c, &owned)?;
-            Ok((claim, people))
+            Ok((claim, people, ids.len()))
         })
         .await
         .map_err(|e| retry_later("cannot claim recipients", e))?;
+    if members < named {
+        tracing::warn!(
+            job = id,
+            campaign = %info.mail.name,
+            ignored = named - members,
+            "job names recipients that are not on the campaign's list (or do not exist, or twice): ignoring them, neither sent nor counted"
+        );
+    }
     Ok(Claimed {
         info,
         token,
@@ -158,37 +189,37 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
         token,
         priority: info.priority,
         busy_until: claim.busy_until,
-        progress: Mutex::new(Progress::new(claim.owned.len())),
+        progress: Mutex::new(Progress::new(people.len())),
         permit: Mutex::new(Some(permit)),
         done: CancellationToken::new(),
     });
-    if claim.owned.is_empty() {
+    if people.is_empty() {
         return finish(&shared, &tracker).await;
     }
     tokio::spawn(touch_loop(Arc::clone(&shared), Arc::clone(&tracker)));
 
-    let mut by_id: HashMap<i64, recipients::Recipient> =
-        people.into_iter().map(|r| (r.id, r)).collect();
-    for &(rid, attempt) in &claim.owned {
-        let outcome = match by_id.remove(&rid) {
-            None => Err(OutcomeKind::Failed("recipient no longer exists".into())),
-            Some(r) => match compose::compose(&info.mail, &r) {
-                Ok(composed) => {
-                    let domain = r.email.rsplit('@').next().unwrap_or_default();
-                    Ok(Msg {
-                        rate_groups: shared.limiter.groups_for(&info.mail.name, domain),
-                        weight: ratelimit::message_weight(composed.bytes.len()),
-                        tracker: Arc::clone(&tracker),
-                        recipient_id: rid,
-                        attempt,
-                        composed,
-                    })
-                }
-                Err(Unsendable::Inactive(status)) => {
-                    Err(OutcomeKind::Skipped(status.as_str().to_string()))
-                }
-                Err(Unsendable::Invalid(why)) => Err(OutcomeKind::Failed(why)),
-            },
+    // `people` holds exactly the owned recipients that exist, and the job's
+    // count is theirs, so each gets one outcome and the count closes.
+    let attempts: HashMap<i64, i32> = claim.owned.iter().copied().collect();
+    for r in people {
+        let rid = r.id;
+        let attempt = attempts.get(&rid).copied().unwrap_or(1);
+        let outcome = match compose::compose(&info.mail, &r) {
+            Ok(composed) => {
+                let domain = r.email.rsplit('@').next().unwrap_or_default();
+                Ok(Msg {
+                    rate_groups: shared.limiter.groups_for(&info.mail.name, domain),
+                    weight: ratelimit::message_weight(composed.bytes.len()),
+                    tracker: Arc::clone(&tracker),
+                    recipient_id: rid,
+                    attempt,
+                    composed,
+                })
+            }
+            Err(Unsendable::Inactive(status)) => {
+                Err(OutcomeKind::Skipped(status.as_str().to_string()))
+            }
+            Err(Unsendable::Invalid(why)) => Err(OutcomeKind::Failed(why)),
         };
         let sent = match outcome {
             Ok(msg) => shared.to_send.send(msg).await.is_ok(),

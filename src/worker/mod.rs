@@ -54,13 +54,15 @@ fn job_slots(concurrency: usize) -> usize {
 pub fn run(settings: WorkerSettings) -> Result<()> {
     // Fail now, with the fix named, if the database is wrong or unmigrated.
     let mut conn = store::open_migrated(&settings.database_url)?;
+    // The file just opened: checked at every flag refresh.
+    let db_file = store::DbFile::of(&settings.database_url);
     let identity = Identity::from(&installation::load(&mut conn)?);
     let relay = Relay::new(settings.smtp.clone(), settings.smtp_timeout)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(pipeline_run(settings, relay, identity, conn))
+    runtime.block_on(pipeline_run(settings, relay, identity, conn, db_file))
 }
 
 /// Run the worker until it is told to stop.
@@ -69,6 +71,7 @@ async fn pipeline_run(
     relay: Relay,
     identity: Identity,
     conn: store::Conn,
+    db_file: Option<store::DbFile>,
 ) -> Result<()> {
     let stop = CancellationToken::new();
     let abort = CancellationToken::new();
@@ -152,12 +155,22 @@ async fn pipeline_run(
 
     let refresher = {
         let shared = Arc::clone(&shared);
-        let stop = drained.clone();
+        let drained = drained.clone();
+        let (stop, abort) = (stop.clone(), abort.clone());
         tokio::spawn(async move {
             for round in 1u64.. {
                 tokio::select! {
-                    _ = stop.cancelled() => return,
+                    _ = drained.cancelled() => return None,
                     _ = tokio::time::sleep(FLAG_REFRESH) => {}
+                }
+                // SQLite file deleted or replaced: nobody will ever read
+                // what this worker records, so send nothing more (unsent
+                // messages are handed back, jobs released) and fail.
+                if let Some(Err(e)) = db_file.as_ref().map(store::DbFile::check) {
+                    tracing::error!("{e}");
+                    abort.cancel();
+                    stop.cancel();
+                    return Some(e);
                 }
                 if let Err(e) = shared.campaigns.refresh(&shared.db).await {
                     tracing::warn!(error = %e, "cannot refresh campaign flags");
@@ -172,6 +185,7 @@ async fn pipeline_run(
                     }
                 }
             }
+            None
         })
     };
     let dispatcher = {
@@ -212,7 +226,7 @@ async fn pipeline_run(
         }
     }
     drained.cancel();
-    let _ = refresher.await;
+    let fatal = refresher.await.ok().flatten();
     shared.to_send.close();
     for s in senders {
         let _ = tokio::time::timeout(Duration::from_secs(3), s).await;
@@ -228,6 +242,9 @@ async fn pipeline_run(
     })
     .await
     .context("reserve threads")?;
+    if let Some(e) = fatal {
+        return Err(e.into());
+    }
     tracing::info!("worker stopped");
     Ok(())
 }

@@ -232,6 +232,10 @@ pub struct Script {
     /// MAIL before a successful AUTH gets 530. Every try is kept in
     /// `auths`.
     pub auth: Option<(String, String)>,
+    /// Do not advertise SMTPUTF8, and refuse what would need it (a
+    /// non-ASCII address in MAIL FROM or RCPT TO, the SMTPUTF8 parameter),
+    /// as a relay without it does.
+    pub no_smtputf8: bool,
 }
 
 /// One AUTH exchange the scripted peer saw.
@@ -528,7 +532,17 @@ impl Peer {
                 if script.auth.is_some() {
                     out.write_all(b"250-AUTH PLAIN LOGIN\r\n")?;
                 }
-                out.write_all(b"250-scripted\r\n250-8BITMIME\r\n250 SMTPUTF8\r\n")?;
+                if script.no_smtputf8 {
+                    out.write_all(b"250-scripted\r\n250 8BITMIME\r\n")?;
+                } else {
+                    out.write_all(b"250-scripted\r\n250-8BITMIME\r\n250 SMTPUTF8\r\n")?;
+                }
+            } else if script.no_smtputf8
+                && (upper.starts_with("MAIL FROM") || upper.starts_with("RCPT TO"))
+                && (!line.is_ascii() || upper.contains("SMTPUTF8"))
+            {
+                self.faults.fetch_add(1, Ordering::SeqCst);
+                out.write_all(b"553 5.6.7 non-ASCII address, and no SMTPUTF8 here\r\n")?;
             } else if upper.starts_with("STARTTLS") && offer_starttls {
                 out.write_all(b"220 ready to start TLS\r\n")?;
                 out.flush()?;
@@ -881,6 +895,36 @@ impl Env {
         );
         stdout(&out)
     }
+}
+
+/// A beanstalkd, a scripted peer and an environment pointing at both.
+pub fn setup(kind: Kind, script: Script) -> (tempfile::TempDir, Beanstalkd, ScriptedSmtp, Env) {
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = Beanstalkd::start(tmp.path());
+    let peer = ScriptedSmtp::start(script);
+    let mut env = Env::new(kind, &bs.addr());
+    env.smtp = peer.url();
+    (tmp, bs, peer, env)
+}
+
+/// A peer slow enough (20 ms per message) that a campaign takes seconds.
+pub fn slow() -> Script {
+    Script {
+        data_delay: Duration::from_millis(20),
+        ..Script::default()
+    }
+}
+
+/// Recipient ids of a list, in id order.
+pub fn member_ids(env: &Env, list: &str) -> Vec<i64> {
+    use mailsplit::store::recipients;
+    let mut conn = env.conn();
+    let list_id = recipients::find_list(&mut conn, list).unwrap();
+    recipients::member_page(&mut conn, list_id, 0, i64::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect()
 }
 
 pub fn write_csv(path: &Path, n: usize) {
