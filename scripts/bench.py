@@ -13,6 +13,17 @@ Called by scripts/bench.sh (which installs and builds first). Steps:
   7. steps 1-4 again on PostgreSQL
 Prints a table and appends a dated row to BENCHMARKS.md.
 
+--network runs the campaign with real round-trip times instead, each server
+behind target/release/delay-proxy (which holds every chunk for RTT/2 in each
+direction; these kernels have no netem):
+  a. relay 20 ms away, 10 connections in total (one worker, --concurrency
+     10), with PIPELINING (smtp-sink) and without (smtp-sink -p): rates
+     beside their ceilings 10 / (2 x RTT) and 10 / (4 x RTT);
+  b. beanstalkd and PostgreSQL 1 ms away from the workers, relay on
+     loopback: rate beside the same campaign with everything on loopback.
+It prints each rate beside its ceiling and appends a section to
+BENCHMARKS.md.
+
 --dkim-compare runs only step 4 (SQLite, smtp-sink) three times on fresh
 databases: unsigned, with an RSA 2048 key and with an ed25519 key for the
 From domain (`mailsplit dkim keygen`), and prints msg/s for each: the cost
@@ -33,12 +44,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "target", "release", "mailsplit")
 PEER = os.path.join(ROOT, "..", "shared", "bench", "peer_seed003.py")
 SMTP_SINK = "/usr/sbin/smtp-sink"
 SMTP_SOURCE = "/usr/sbin/smtp-source"
+DELAY_PROXY = os.path.join(ROOT, "target", "release", "delay-proxy")
 
 
 def free_port():
@@ -65,8 +78,8 @@ class Services:
         self.tmp = tmp
         self.procs = []
 
-    def start(self, argv, port, what):
-        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    def start(self, argv, port, what, stderr=subprocess.DEVNULL):
+        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr)
         self.procs.append(p)
         wait_port(port, what)
         return p
@@ -81,6 +94,15 @@ class Services:
         port = free_port()
         p = self.start([SMTP_SINK, *extra, "-u", "nobody", f"127.0.0.1:{port}", "1000"], port, "smtp-sink")
         return port, p
+
+    def delay_proxy(self, target_port, one_way_ms, log=None):
+        """A delay-proxy in front of 127.0.0.1:target_port; its port. With
+        `log`, its stderr (chunks carried per connection) goes there."""
+        port = free_port()
+        out = open(log, "w") if log else subprocess.DEVNULL
+        self.start([DELAY_PROXY, f"127.0.0.1:{port}", f"127.0.0.1:{target_port}", str(one_way_ms)],
+                   port, "delay-proxy", stderr=out)
+        return port
 
     def stop(self, p=None):
         for q in [p] if p else list(self.procs):
@@ -132,7 +154,7 @@ def write_csv(path, n):
             f.write(f"user{i}@example.test,User {i},City {i % 97},C{i % 1000}\n")
 
 
-def campaign(env, tmp, n, name, workers, concurrency, smtp_url, timeout, dkim=None):
+def campaign(env, tmp, n, name, workers, concurrency, smtp_url, timeout, dkim=None, worker_env=None):
     """Import, enqueue and send one campaign; return the figures. With
     dkim="rsa" or "ed25519", the From domain gets a key of that algorithm
     first, so every message is signed."""
@@ -149,7 +171,7 @@ def campaign(env, tmp, n, name, workers, concurrency, smtp_url, timeout, dkim=No
                    env=env, check=True, capture_output=True)
     enq_s, enq_rss, enq_out = run_measured([BIN, "enqueue", name], env)
     jobs = int(re.search(r"in (\d+) jobs", enq_out).group(1))
-    wenv = dict(env, SMTP_URL=smtp_url, MAILSPLIT_LOG="warn")
+    wenv = dict(env, SMTP_URL=smtp_url, MAILSPLIT_LOG="warn", **(worker_env or {}))
     start = time.time()
     procs = [subprocess.Popen([BIN, "worker", "--concurrency", str(concurrency)], env=wenv,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -175,6 +197,8 @@ def campaign(env, tmp, n, name, workers, concurrency, smtp_url, timeout, dkim=No
         "enqueue_s": enq_s, "enqueue_rss_mb": enq_rss, "jobs": jobs, "jobs_per_s": jobs / enq_s,
         "sent": s["sent"], "failed": s["failed"], "pending": s["pending"],
         "wall_s": wall, "msg_per_s": done / wall, "worker_rss_mb": rss,
+        # First to last recorded outcome: without the workers' start-up.
+        "sending_msg_per_s": s.get("avg_rate", 0.0),
     }
 
 
@@ -219,11 +243,20 @@ def main():
     ap.add_argument("--latency-n", type=int, default=4000, help="recipients for the latency-bound run")
     ap.add_argument("--dkim-compare", action="store_true",
                     help="only the SQLite campaign, unsigned vs RSA 2048 vs ed25519 DKIM (see above)")
+    ap.add_argument("--network", action="store_true",
+                    help="only the campaigns with real round-trip times (see above)")
+    ap.add_argument("--relay-rtt-ms", type=float, default=20, help="--network: relay round trip (default 20)")
+    ap.add_argument("--lan-rtt-ms", type=float, default=1,
+                    help="--network: beanstalkd and PostgreSQL round trip (default 1)")
+    ap.add_argument("--relay-n", type=int, default=3000, help="--network: recipients for the relay runs")
+    ap.add_argument("--lan-n", type=int, default=100_000, help="--network: recipients for the LAN runs")
     ap.add_argument("--bin", default=BIN, help=f"mailsplit binary (default {BIN})")
     args = ap.parse_args()
     set_bin(args.bin)
     if args.dkim_compare:
         return dkim_compare(args)
+    if args.network:
+        return network(args)
     skip = set(filter(None, args.skip.split(",")))
     tmp = tempfile.mkdtemp(prefix="mailsplit-bench-")
     svc = Services(tmp)
@@ -305,6 +338,96 @@ def dkim_compare(args):
         print(f"  {mode:<8} {r['msg_per_s']:>10,.0f} msg/s  {r['msg_per_s'] / base * 100:5.1f} % of unsigned")
 
 
+def network(args):
+    """The campaign with the relay, then beanstalkd and PostgreSQL, behind
+    delay proxies (see the module's documentation)."""
+    if not os.access(DELAY_PROXY, os.X_OK):
+        sys.exit(f"bench: {DELAY_PROXY} is missing; build it with cargo build --release")
+    tmp = tempfile.mkdtemp(prefix="mailsplit-bench-net-")
+    svc = Services(tmp)
+    rows = []
+    try:
+        bs = svc.beanstalkd()
+        base_env = dict(os.environ, BEANSTALKD=f"127.0.0.1:{bs}", MAILSPLIT_LOG="warn")
+        rtt = args.relay_rtt_ms / 1000
+        for label, extra, trips in (("with PIPELINING", [], 2), ("without PIPELINING (smtp-sink -p)", ["-p"], 4)):
+            sink_port, _ = svc.smtp_sink(extra)
+            relay = svc.delay_proxy(sink_port, args.relay_rtt_ms / 2)
+            tag = "pipelining" if trips == 2 else "nopipelining"
+            print(f"==> relay {args.relay_rtt_ms:g} ms away, {label}: {args.relay_n:,} recipients, "
+                  f"1 worker x 10 sessions", flush=True)
+            env = dict(base_env, DATABASE_URL=f"sqlite://{tmp}/relay-{tag}.db", MAILSPLIT_TUBE=f"bench-{tag}")
+            r = campaign(env, tmp, args.relay_n, "relay", 1, 10, f"smtp://127.0.0.1:{relay}", 1800)
+            ceiling = 10 / (trips * rtt)
+            rows.append((f"relay {args.relay_rtt_ms:g} ms RTT, 10 connections, {label}", r["msg_per_s"],
+                         f"ceiling 10 / ({trips} x {args.relay_rtt_ms:g} ms) = {ceiling:,.0f}; first to last "
+                         f"outcome {r['sending_msg_per_s']:,.1f} msg/s = {r['sending_msg_per_s'] / ceiling * 100:.0f} %",
+                         r["msg_per_s"] / ceiling))
+            print(f"    {r['msg_per_s']:,.1f} msg/s = {r['msg_per_s'] / ceiling * 100:.0f} % of {ceiling:,.0f} "
+                  f"from the workers' start ({r['sending_msg_per_s']:,.1f} msg/s = "
+                  f"{r['sending_msg_per_s'] / ceiling * 100:.0f} % from first to last outcome; "
+                  f"sent {r['sent']:,}, pending {r['pending']:,})", flush=True)
+
+        sink_port, _ = svc.smtp_sink()
+        smtp = f"smtp://127.0.0.1:{sink_port}"
+        pg = urllib.parse.urlsplit(args.pg)
+        pg_port = pg.port or 5432
+        logs = {k: os.path.join(tmp, f"{k}-proxy.log") for k in ("pg", "bs")}
+        bs_proxy = svc.delay_proxy(bs, args.lan_rtt_ms / 2, logs["bs"])
+        pg_proxy = svc.delay_proxy(pg_port, args.lan_rtt_ms / 2, logs["pg"])
+        lan = {}
+        for where in ("loopback", "lan"):
+            db = f"mailsplit_bench_{where}_{os.getpid()}"
+            psql(args.pg, f"DROP DATABASE IF EXISTS {db}")
+            psql(args.pg, f"CREATE DATABASE {db}")
+            try:
+                env = dict(base_env, DATABASE_URL=pg_url(args.pg, db), MAILSPLIT_TUBE=f"bench-{where}")
+                wenv = None
+                if where == "lan":
+                    user = f"{pg.username}@" if pg.username else ""
+                    proxied = urllib.parse.urlunsplit(pg._replace(netloc=f"{user}127.0.0.1:{pg_proxy}"))
+                    wenv = {"DATABASE_URL": pg_url(proxied, db), "BEANSTALKD": f"127.0.0.1:{bs_proxy}"}
+                print(f"==> PostgreSQL, {args.workers} workers x {args.concurrency} sessions, relay on loopback, "
+                      f"beanstalkd and PostgreSQL {'on loopback' if where == 'loopback' else f'{args.lan_rtt_ms:g} ms away'}: "
+                      f"{args.lan_n:,} recipients", flush=True)
+                lan[where] = campaign(env, tmp, args.lan_n, "lan", args.workers, args.concurrency, smtp, 1800,
+                                      worker_env=wenv)
+                print(f"    {lan[where]['msg_per_s']:,.0f} msg/s (sent {lan[where]['sent']:,}, "
+                      f"pending {lan[where]['pending']:,})", flush=True)
+            finally:
+                psql(args.pg, f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        time.sleep(0.5)
+        trips = {}
+        for k, path in logs.items():
+            with open(path) as f:
+                trips[k] = sum(int(m.group(1)) for m in re.finditer(r": (\d+) chunks up", f.read()))
+        jobs = lan["lan"]["jobs"]
+        print(f"    round trips per job of {args.lan_n // max(jobs, 1)} recipients (the workers' requests through "
+              f"the proxies): PostgreSQL {trips['pg'] / jobs:.1f}, beanstalkd {trips['bs'] / jobs:.1f}", flush=True)
+        base = lan["loopback"]["msg_per_s"]
+        rows.append((f"PostgreSQL + beanstalkd on loopback, {args.workers} x {args.concurrency} sessions", base,
+                     "reference", 1.0))
+        rows.append((f"PostgreSQL + beanstalkd {args.lan_rtt_ms:g} ms RTT, same relay", lan["lan"]["msg_per_s"],
+                     f"of the loopback rate; per job: {trips['pg'] / jobs:.1f} PostgreSQL and "
+                     f"{trips['bs'] / jobs:.1f} beanstalkd round trips", lan["lan"]["msg_per_s"] / base))
+    finally:
+        svc.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    width = max(len(r[0]) for r in rows)
+    print()
+    for name, rate, ceiling, ratio in rows:
+        print(f"{name:<{width}}  {rate:>9,.1f} msg/s  {ratio * 100:5.1f} %  {ceiling}")
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True).stdout.decode().strip()
+    path = os.path.join(ROOT, "BENCHMARKS.md")
+    with open(path, "a") as f:
+        f.write(f"\n## Network run {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M')} "
+                f"(commit {commit}, {os.cpu_count()} cores, `scripts/bench.sh --network`)\n\n"
+                "| scenario | msg/s | % | of |\n|---|---|---|---|\n")
+        for name, rate, ceiling, ratio in rows:
+            f.write(f"| {name} | {rate:,.1f} | {ratio * 100:.0f} % | {ceiling} |\n")
+    print(f"\nappended to {path}")
+
+
 def campaign_with_reference(env, tmp, args, sink_port, results):
     csv = os.path.join(tmp, "bench.csv")
     write_csv(csv, args.n)
@@ -362,8 +485,7 @@ def report(args, r):
                     "Rates in msg/s; RSS is peak resident memory.\n\n"
                     "| date | machine | commit | N | import s | enqueue s (jobs/s) | smtp-source | SQLite msg/s (% of smtp-source) | wall s | worker RSS MB | seed peer msg/s (x) | latency-bound msg/s | PostgreSQL msg/s (% of SQLite) |\n"
                     "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-    with open(path, "a") as f:
-        f.write("| {date} | {machine} | {commit} | {n} | {imp} | {enq} ({jps}) | {src} | {sq} ({ratio}) | {wall} | {rss} | {peer} ({px}) | {lat} | {pg} ({pgr}) |\n".format(
+    row = ("| {date} | {machine} | {commit} | {n} | {imp} | {enq} ({jps}) | {src} | {sq} ({ratio}) | {wall} | {rss} | {peer} ({px}) | {lat} | {pg} ({pgr}) |\n".format(
             date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
             machine=machine, commit=commit, n=fmt(args.n),
             imp=fmt(sq.get("import_s"), 1), enq=fmt(sq.get("enqueue_s"), 2), jps=fmt(sq.get("jobs_per_s")),
@@ -373,7 +495,24 @@ def report(args, r):
             peer=fmt(peer), px=f"{sq['msg_per_s'] / peer:.1f}x" if peer and sq else "-",
             lat=fmt(r.get("latency_msg_per_s"), 1),
             pg=fmt(pg.get("msg_per_s")), pgr=f"{pg['msg_per_s'] / sq['msg_per_s'] * 100:.0f} %" if pg and sq else "-"))
-    print(f"\nappended a row to {path}")
+    insert_run_row(path, row)
+    print(f"\nadded a row to the runs table of {path}")
+
+
+def insert_run_row(path, row):
+    """Put `row` after the last row of the file's first table (the runs
+    table), not at the end, where the network sections go."""
+    with open(path) as f:
+        lines = f.readlines()
+    at = next((i for i, l in enumerate(lines) if l.startswith("| date |")), None)
+    if at is None:
+        lines.append(row)
+    else:
+        while at < len(lines) and lines[at].startswith("|"):
+            at += 1
+        lines.insert(at, row)
+    with open(path, "w") as f:
+        f.writelines(lines)
 
 
 if __name__ == "__main__":

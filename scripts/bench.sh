@@ -8,6 +8,7 @@ set -euo pipefail
 usage() {
     cat <<'USAGE'
 Usage: scripts/bench.sh [--n N] [--workers W] [--concurrency C] [--skip peer,latency,pg]
+       scripts/bench.sh --network [--relay-n N] [--lan-n N] [--relay-rtt-ms 20] [--lan-rtt-ms 1]
        scripts/bench.sh --dkim-compare [--n N]   # msg/s unsigned vs RSA 2048 vs ed25519 DKIM
 
 Installs what it needs (scripts/install-deps.sh; a Python venv .peerenv with

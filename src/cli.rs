@@ -20,7 +20,7 @@ use crate::redact;
 use crate::splitter;
 use crate::status::CampaignStatus;
 use crate::store::campaigns::{self, Control, NewCampaign};
-use crate::store::{self, dkim_keys, rates, recipients, workers, Conn};
+use crate::store::{self, connections, dkim_keys, rates, recipients, workers, Conn};
 use crate::templates;
 
 /// Exit code for usage errors (unknown campaign, bad argument, bad URL).
@@ -249,6 +249,11 @@ pub enum RateCommand {
         /// Tokens that may be spent at once after a quiet spell (default: a tenth of a second's worth, at least 1)
         #[arg(long)]
         burst: Option<u32>,
+        /// relay: groups only: SMTP sessions all workers together may hold
+        /// open to the relay (its process limit, a provider's per-IP cap); 0
+        /// removes the limit
+        #[arg(long)]
+        connections: Option<u32>,
     },
     /// The groups with their configured and observed rates
     List,
@@ -348,6 +353,10 @@ pub struct WorkerArgs {
     /// before counting the try as a temporary failure
     #[arg(long, default_value_t = config::DEFAULT_SMTP_TIMEOUT.as_secs())]
     pub smtp_timeout: u64,
+    /// Messages per SMTP session; then the session QUITs and its
+    /// connection slot is free for another sender or worker
+    #[arg(long, env = "MAILSPLIT_MAX_PER_SESSION", default_value_t = config::DEFAULT_MAX_PER_SESSION)]
+    pub max_per_session: usize,
 }
 
 impl std::fmt::Debug for WorkerArgs {
@@ -358,6 +367,7 @@ impl std::fmt::Debug for WorkerArgs {
             .field("max_attempts", &self.max_attempts)
             .field("grace", &self.grace)
             .field("smtp_timeout", &self.smtp_timeout)
+            .field("max_per_session", &self.max_per_session)
             .finish()
     }
 }
@@ -596,9 +606,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             if !json {
                 let groups = rates::list(&mut conn)?;
                 if !groups.is_empty() {
+                    let usage = crate::status::live_usage(&mut conn)?;
                     println!("rate groups:");
                     for group in groups {
-                        println!("  {}", crate::status::rate_line(&group));
+                        println!("  {}", crate::status::rate_line(&group, &usage));
+                    }
+                }
+                let limits = connections::list(&mut conn)?;
+                if !limits.is_empty() {
+                    println!("connection limits:");
+                    for limit in limits {
+                        println!("  {}", crate::status::connections_line(&limit));
                     }
                 }
             }
@@ -649,28 +667,71 @@ fn cmd_import(g: &Global, file: &std::path::Path, list: &str) -> Result<()> {
 
 fn rate(g: &Global, cmd: RateCommand) -> Result<()> {
     match cmd {
-        RateCommand::Set { group, rate, burst } => {
-            rates::check_name(&group)?;
+        RateCommand::Set {
+            group,
+            rate,
+            burst,
+            connections: sessions,
+        } => {
+            let group = rates::check_name(&group)?;
+            if sessions.is_some() && !group.starts_with("relay:") {
+                return Err(UsageError(format!(
+                    "--connections applies to relay:HOST:PORT groups, not {group:?}"
+                ))
+                .into());
+            }
             let per_second = crate::ratelimit::parse_rate(&rate).ok_or_else(|| {
                 UsageError(format!(
                     "bad rate {rate:?}: use N/s, N/m or N/h, e.g. 200/s"
                 ))
             })?;
             let burst = burst.map_or_else(|| (per_second / 10.0).ceil().max(1.0) as i64, i64::from);
-            rates::set(&mut open_migrated(g)?, &group, per_second, burst)?;
+            let mut conn = open_migrated(g)?;
+            if let Some(name) = group.strip_prefix("campaign:") {
+                let named = match campaigns::find(&mut conn, name) {
+                    Ok(c) => c.name == name,
+                    Err(store::StoreError::UnknownCampaign(_)) => false,
+                    Err(e) => return Err(e.into()),
+                };
+                if !named {
+                    return Err(UsageError(format!(
+                        "bad rate group {group:?}: there is no campaign {name:?}; a campaign group is campaign:NAME with the name of an existing campaign (`mailsplit status` lists them), e.g. campaign:news"
+                    ))
+                    .into());
+                }
+            }
+            rates::set(&mut conn, &group, per_second, burst)?;
             println!("rate group {group}: {per_second:.3}/s, burst {burst}; workers pick it up within 2 s");
+            match sessions {
+                Some(0) => {
+                    connections::delete(&mut conn, &group)?;
+                    println!("connection limit of {group} removed");
+                }
+                Some(n) => {
+                    connections::set(&mut conn, &group, i64::from(n))?;
+                    println!("connection limit of {group}: {n} sessions across all workers");
+                }
+                None => {}
+            }
         }
         RateCommand::List => {
-            let groups = rates::list(&mut open_read_only(g)?)?;
+            let mut conn = open_read_only(g)?;
+            let groups = rates::list(&mut conn)?;
             if groups.is_empty() {
                 println!("no rate groups; add one with `mailsplit rate set GROUP N/s`");
             }
+            let usage = crate::status::live_usage(&mut conn)?;
             for group in groups {
-                println!("{}", crate::status::rate_line(&group));
+                println!("{}", crate::status::rate_line(&group, &usage));
+            }
+            for limit in connections::list(&mut conn)? {
+                println!("{}", crate::status::connections_line(&limit));
             }
         }
         RateCommand::Delete { group } => {
-            if !rates::delete(&mut open_migrated(g)?, &group)? {
+            let mut conn = open_migrated(g)?;
+            let had_connections = connections::delete(&mut conn, &group)?;
+            if !rates::delete(&mut conn, &group)? && !had_connections {
                 return Err(UsageError(format!(
                     "no rate group {group:?}; `mailsplit rate list` shows them"
                 ))
@@ -842,6 +903,12 @@ fn worker_settings(g: &Global, args: &WorkerArgs) -> Result<WorkerSettings> {
         )? as i32,
         grace: std::time::Duration::from_secs(args.grace),
         smtp_timeout: std::time::Duration::from_secs(smtp_timeout),
+        max_per_session: config::check_range(
+            "--max-per-session",
+            args.max_per_session,
+            1,
+            1_000_000,
+        )?,
     })
 }
 

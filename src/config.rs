@@ -31,6 +31,12 @@ pub const DEFAULT_MAX_ATTEMPTS: i32 = 5;
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 /// Default bound on connecting and on one message's SMTP exchange.
 pub const DEFAULT_SMTP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Messages per SMTP session before it QUITs (KumoMTA's default is 1024).
+pub const DEFAULT_MAX_PER_SESSION: usize = 500;
+/// Bound on connecting and waiting for the relay's greeting (and EHLO,
+/// STARTTLS, AUTH), below `--smtp-timeout` when that is larger: a relay at
+/// its process limit accepts the connection but never greets it.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a worker reloads its campaigns' pause/cancel flags: a pause
 /// (by command or by SQL) takes effect within about this long.
 pub const FLAG_REFRESH: Duration = Duration::from_millis(500);
@@ -40,6 +46,16 @@ pub const HEARTBEAT: Duration = Duration::from_secs(2);
 /// or its machine or database connection gone). Several heartbeats long,
 /// so a slow write or a little clock skew between machines is no alarm.
 pub const LOST_AFTER: Duration = Duration::from_secs(15);
+
+/// This machine's name, as enqueue leases, connection leases and worker
+/// heartbeats record it (one spelling, so a run can recognise its own host).
+pub fn host_name() -> String {
+    hostname::get()
+        .map(|h| h.to_string_lossy().into_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
 /// A lost worker's row is deleted once it has been silent this long (by
 /// the next worker that starts): long enough for anyone to notice it.
 pub const FORGET_LOST: Duration = Duration::from_secs(24 * 3600);
@@ -66,6 +82,8 @@ pub struct WorkerSettings {
     pub grace: Duration,
     /// Bound on connecting and on each message's SMTP exchange.
     pub smtp_timeout: Duration,
+    /// Messages per SMTP session before it QUITs.
+    pub max_per_session: usize,
 }
 
 /// `mailsplit serve`'s settings, checked. `Debug` hides the tokens and the
@@ -98,6 +116,7 @@ impl fmt::Debug for WorkerSettings {
             .field("max_attempts", &self.max_attempts)
             .field("grace", &self.grace)
             .field("smtp_timeout", &self.smtp_timeout)
+            .field("max_per_session", &self.max_per_session)
             .finish()
     }
 }
@@ -504,6 +523,7 @@ mod tests {
             max_attempts: 1,
             grace: DEFAULT_GRACE,
             smtp_timeout: DEFAULT_SMTP_TIMEOUT,
+            max_per_session: DEFAULT_MAX_PER_SESSION,
         };
         let serve = ServeSettings {
             database_url: "postgres://me:DbPa55@db/x".into(),

@@ -213,6 +213,17 @@ impl Server {
             .map_err(e)
     }
 
+    /// Put a job that becomes ready after `delay`.
+    pub fn put_delayed(
+        &mut self,
+        body: &[u8],
+        priority: u32,
+        delay: Duration,
+    ) -> Result<u64, QueueError> {
+        let e = self.err("put");
+        self.conn.put(body, priority, delay, JOB_TTR).map_err(e)
+    }
+
     /// Wait up to `timeout` for a job; `None` when there was none.
     pub fn reserve(&mut self, timeout: Duration) -> Result<Option<Reserved>, QueueError> {
         let e = self.err("reserve");

@@ -1,10 +1,17 @@
 //! The worker's side of the shared rate limits (see `store::rates`): which
 //! groups a message counts against, a small local stock of leased tokens per
-//! group, pacing each token to its conforming time, and an adaptive factor
-//! that halves a relay's or domain's local rate when it says "slow down" and
-//! lets it recover step by step.
+//! group (each with the time it conforms), and an adaptive factor that
+//! halves a relay's or domain's local rate when it says "slow down" and lets
+//! it recover step by step.
+//!
+//! Nobody waits here: [`Limiter::try_take`] either takes the tokens of every
+//! group of a message at once, or takes none and says which group is short
+//! and when its next token is due. The scheduler (`worker::schedule`) parks
+//! or defers the message meanwhile, so a throttled group never holds a
+//! sender while other mail could flow.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -18,20 +25,25 @@ use crate::store::StoreError;
 /// leased together, so the database sees one write per batch.
 const LEASE_HORIZON: Duration = Duration::from_millis(50);
 /// A leased token not spent this long after its time is dropped, so no
-/// worker sits on old tokens and spends them in a burst.
-const TOKEN_EXPIRY: Duration = Duration::from_millis(5);
+/// worker sits on old tokens and spends them in a burst. Long enough for a
+/// busy machine's late timer (the scheduler takes a token when it wakes at
+/// its time, and then every token due for the senders queued behind it);
+/// short enough that late tokens add at most 1 % to any window, inside the
+/// 5 % that pacing keeps in hand for jitter (see `store::rates`).
+const TOKEN_EXPIRY: Duration = Duration::from_millis(10);
 /// Slowest the adaptive factor goes (1/32 of the configured rate).
 const MIN_FACTOR: f64 = 1.0 / 32.0;
 /// The factor grows back by a quarter per second without a slow-down reply.
 const RECOVERY_STEP: Duration = Duration::from_secs(1);
+/// After a failed lease (database unreachable), ask again after this long.
+const LEASE_ERROR_PAUSE: Duration = Duration::from_secs(1);
 
 /// Local state of one group in this worker.
 struct Local {
-    /// Leased tokens not yet spent.
-    left: u32,
-    /// When the next leased token conforms.
-    next_at: Instant,
-    interval: Duration,
+    /// Leased tokens not yet spent, each with the time it conforms.
+    tokens: VecDeque<Instant>,
+    /// The database said no token conforms before this: no lease until then.
+    wait_until: Instant,
     /// Adaptive share of the configured rate this worker uses (≤ 1).
     factor: f64,
     /// Earliest next spend under the adaptive factor.
@@ -42,9 +54,19 @@ struct Local {
 struct Group {
     config: RateGroup,
     local: Mutex<Local>,
+    /// Tokens this worker spent in this group (for `status`).
+    spent: AtomicU64,
 }
 
-/// Why a message may not go now.
+/// Why a message may not go now: the group that is short of tokens (the
+/// one whose next token is furthest off) and when to look again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocked {
+    pub group: String,
+    pub at: Instant,
+}
+
+/// Why a message did not get its tokens in time (see [`Limiter::acquire`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Throttled {
     /// Roughly when to try again.
@@ -55,6 +77,13 @@ pub struct Limiter {
     db: Arc<Db>,
     relay: String,
     groups: StdMutex<HashMap<String, Arc<Group>>>,
+    /// Bumped whenever a group is created, changed or deleted: messages
+    /// whose groups were worked out before look them up again.
+    generation: AtomicU64,
+    /// Campaigns whose groups this worker has read since it met them.
+    campaigns_seen: StdMutex<HashSet<i64>>,
+    /// Spent totals of groups dropped by a refresh, so usage never goes back.
+    spent_of_gone: StdMutex<HashMap<String, u64>>,
 }
 
 fn now_us() -> i64 {
@@ -62,6 +91,17 @@ fn now_us() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as i64)
         .unwrap_or(0)
+}
+
+fn fresh_local() -> Local {
+    let now = Instant::now();
+    Local {
+        tokens: VecDeque::new(),
+        wait_until: now,
+        factor: 1.0,
+        paced_until: now,
+        last_change: now,
+    }
 }
 
 impl Limiter {
@@ -72,41 +112,76 @@ impl Limiter {
             db,
             relay: format!("relay:{relay}"),
             groups: StdMutex::new(HashMap::new()),
+            generation: AtomicU64::new(0),
+            campaigns_seen: StdMutex::new(HashSet::new()),
+            spent_of_gone: StdMutex::new(HashMap::new()),
         }
     }
 
-    /// Reload the group definitions (a `rate set` takes effect within one
-    /// refresh; local stocks and factors survive it).
+    /// Changes whenever the groups do (see [`Limiter::groups_for`]).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Reload the group definitions. A group whose rate or burst changed
+    /// starts afresh (no local stock leased under the old rate is spent);
+    /// the others keep their stock and factor.
     pub async fn refresh(&self) -> Result<(), StoreError> {
         let rows = self.db.run(rates::list).await?;
         let mut map = self.groups.lock().unwrap_or_else(|p| p.into_inner());
         let mut next = HashMap::with_capacity(rows.len());
+        let mut changed = rows.len() != map.len();
         for config in rows {
             let group = match map.remove(&config.name) {
                 Some(old) if old.config.rate == config.rate && old.config.burst == config.burst => {
                     old
                 }
-                _ => Arc::new(Group {
-                    local: Mutex::new(Local {
-                        left: 0,
-                        next_at: Instant::now(),
-                        interval: Duration::ZERO,
-                        factor: 1.0,
-                        paced_until: Instant::now(),
-                        last_change: Instant::now(),
-                    }),
-                    config,
-                }),
+                old => {
+                    changed = true;
+                    let spent = old.map_or(0, |g| g.spent.load(Ordering::Relaxed));
+                    Arc::new(Group {
+                        local: Mutex::new(fresh_local()),
+                        spent: AtomicU64::new(spent),
+                        config,
+                    })
+                }
             };
             next.insert(group.config.name.clone(), group);
         }
+        let mut gone = self.spent_of_gone.lock().unwrap_or_else(|p| p.into_inner());
+        for (name, g) in map.drain() {
+            *gone.entry(name).or_default() += g.spent.load(Ordering::Relaxed);
+        }
         *map = next;
+        if changed {
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// Before the first message of a campaign this worker meets: read the
+    /// groups again, so a `campaign:` group set just before `enqueue` is
+    /// known before that campaign's first message goes.
+    pub async fn know_campaign(&self, campaign_id: i64) -> Result<(), StoreError> {
+        let seen = self
+            .campaigns_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&campaign_id);
+        if !seen {
+            self.refresh().await?;
+            self.campaigns_seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(campaign_id);
+        }
         Ok(())
     }
 
     /// The groups a message to `domain` in campaign `campaign` counts
     /// against: this relay's, the campaign's, and the domain's (or the
-    /// `domain:*` default), whichever exist.
+    /// `domain:*` default), whichever exist. Domains match whatever their
+    /// case.
     pub fn groups_for(&self, campaign: &str, domain: &str) -> Vec<String> {
         let map = self.groups.lock().unwrap_or_else(|p| p.into_inner());
         if map.is_empty() {
@@ -120,7 +195,7 @@ impl Limiter {
         if map.contains_key(&c) {
             out.push(c);
         }
-        let d = format!("domain:{}", domain.to_ascii_lowercase());
+        let d = format!("domain:{}", domain.to_lowercase());
         if map.contains_key(&d) {
             out.push(d);
         } else if map.contains_key("domain:*") {
@@ -137,9 +212,131 @@ impl Limiter {
             .cloned()
     }
 
+    /// Time between two tokens of a group at its configured rate.
+    pub fn interval(&self, name: &str) -> Option<Duration> {
+        self.group(name)
+            .map(|g| Duration::from_micros(g.config.interval_us().max(1) as u64))
+    }
+
+    /// Tokens spent by this worker per group since it started.
+    pub fn spent(&self) -> HashMap<String, u64> {
+        let mut out = self
+            .spent_of_gone
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let groups: Vec<Arc<Group>> = self
+            .groups
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for g in groups {
+            *out.entry(g.config.name.clone()).or_default() += g.spent.load(Ordering::Relaxed);
+        }
+        out
+    }
+
+    /// Take `weight` tokens from every one of `names` if each has them now,
+    /// or none at all. Never waits for a token; it may lease from the
+    /// database (one round trip per group whose local stock ran out).
+    pub async fn try_take(&self, names: &[String], weight: u32) -> Result<(), Blocked> {
+        let w = weight.max(1) as usize;
+        let groups: Vec<Arc<Group>> = names.iter().filter_map(|n| self.group(n)).collect();
+        // First fill the local stocks that ran out...
+        for g in &groups {
+            let mut local = g.local.lock().await;
+            let now = Instant::now();
+            expire(&mut local, now, w);
+            if local.tokens.len() < w && local.wait_until <= now {
+                self.lease(g, &mut local, w).await;
+            }
+        }
+        // ...then take from all of them, or from none.
+        let mut locals = Vec::with_capacity(groups.len());
+        for g in &groups {
+            locals.push(g.local.lock().await);
+        }
+        let now = Instant::now();
+        let mut short: Option<(usize, Instant)> = None;
+        for (i, local) in locals.iter_mut().enumerate() {
+            expire(local, now, w);
+            let at = match local.tokens.get(w - 1) {
+                Some(&t) => t.max(local.paced_until),
+                // A lease is needed first: due when the database said, or
+                // at once (the next call leases).
+                None => local
+                    .wait_until
+                    .max(local.paced_until)
+                    .max(now + Duration::from_millis(1)),
+            };
+            if at > now && short.is_none_or(|(_, s)| at > s) {
+                short = Some((i, at));
+            }
+        }
+        if let Some((i, at)) = short {
+            return Err(Blocked {
+                group: groups[i].config.name.clone(),
+                at,
+            });
+        }
+        for (g, local) in groups.iter().zip(locals.iter_mut()) {
+            local.tokens.drain(..w);
+            g.spent.fetch_add(w as u64, Ordering::Relaxed);
+            if local.factor < 1.0 {
+                let step = Duration::from_micros(g.config.interval_us().max(1) as u64);
+                local.paced_until = now + step.div_f64(local.factor);
+            }
+        }
+        Ok(())
+    }
+
+    /// Lease what the horizon holds (at least `w` tokens' worth of asking).
+    async fn lease(&self, group: &Group, local: &mut Local, w: usize) {
+        let want = lease_size(&group.config).max(w as u32);
+        let name = group.config.name.clone();
+        let lease = self
+            .db
+            .run(move |c| rates::lease(c, &name, want, now_us(), LEASE_HORIZON.as_micros() as i64))
+            .await;
+        match lease {
+            Err(e) => {
+                tracing::warn!(error = %e, group = %group.config.name, "cannot lease tokens");
+                local.wait_until = Instant::now() + LEASE_ERROR_PAUSE;
+            }
+            // Deleted meanwhile: no limit until the next refresh drops it.
+            Ok(Lease::NoGroup) => {
+                let now = Instant::now();
+                local.tokens.extend(std::iter::repeat_n(now, w));
+            }
+            Ok(Lease::Granted {
+                count,
+                first_at_us,
+                interval_us,
+            }) => {
+                // Measured from after the lease's round trip: a first token
+                // due at once must not look older than TOKEN_EXPIRY on a
+                // database slower than 5 ms and be dropped unspent.
+                let (at, offset) = (Instant::now(), first_at_us - now_us());
+                let first = if offset > 0 {
+                    at + Duration::from_micros(offset as u64)
+                } else {
+                    at
+                };
+                let step = Duration::from_micros(interval_us.max(0) as u64);
+                // Tokens of an earlier lease still held come first.
+                let from = local.tokens.back().map_or(first, |&b| first.max(b + step));
+                local.tokens.extend((0..count).map(|i| from + step * i));
+            }
+            Ok(Lease::Wait(us)) => {
+                local.wait_until = Instant::now() + Duration::from_micros(us.max(100) as u64);
+            }
+        }
+    }
+
     /// Take `weight` tokens from every group, waiting for them up to
-    /// `max_wait`. Tokens taken from earlier groups are spent even when a
-    /// later one refuses: the limits stay limits, at worst a little unused.
+    /// `max_wait` (for callers outside the worker's scheduler, e.g. tests).
     pub async fn acquire(
         &self,
         names: &[String],
@@ -147,84 +344,15 @@ impl Limiter {
         max_wait: Duration,
     ) -> Result<(), Throttled> {
         let deadline = Instant::now() + max_wait;
-        for name in names {
-            let Some(group) = self.group(name) else {
-                continue;
-            };
-            for _ in 0..weight.max(1) {
-                self.take_one(&group, deadline).await?;
-            }
-        }
-        Ok(())
-    }
-
-    async fn take_one(&self, group: &Group, deadline: Instant) -> Result<(), Throttled> {
-        let mut local = group.local.lock().await;
         loop {
-            let now = Instant::now();
-            // Drop tokens whose time is long past (see TOKEN_EXPIRY).
-            while local.left > 0 && local.next_at + TOKEN_EXPIRY < now {
-                local.left -= 1;
-                let step = local.interval;
-                local.next_at += step;
-            }
-            if local.left > 0 {
-                let at = local.next_at.max(local.paced_until);
-                if at > deadline {
-                    return Err(Throttled { retry_in: at - now });
+            match self.try_take(names, weight).await {
+                Ok(()) => return Ok(()),
+                Err(b) if b.at > deadline => {
+                    return Err(Throttled {
+                        retry_in: b.at.saturating_duration_since(Instant::now()),
+                    })
                 }
-                tokio::time::sleep_until(at.into()).await;
-                local.left -= 1;
-                let step = local.interval;
-                local.next_at += step;
-                if local.factor < 1.0 {
-                    local.paced_until = Instant::now() + step.div_f64(local.factor);
-                }
-                return Ok(());
-            }
-            let want = lease_size(&group.config);
-            let name = group.config.name.clone();
-            let lease = self
-                .db
-                .run(move |c| {
-                    rates::lease(c, &name, want, now_us(), LEASE_HORIZON.as_micros() as i64)
-                })
-                .await
-                .map_err(|e| {
-                    tracing::warn!(error = %e, group = %group.config.name, "cannot lease tokens");
-                    Throttled {
-                        retry_in: Duration::from_secs(1),
-                    }
-                })?;
-            match lease {
-                Lease::NoGroup => return Ok(()),
-                Lease::Granted {
-                    count,
-                    first_at_us,
-                    interval_us,
-                } => {
-                    // Measured from after the lease's round trip: from
-                    // `now` (before it), a first token due at once looked
-                    // older than TOKEN_EXPIRY on a database slower than
-                    // 5 ms and was dropped unspent.
-                    let (at, offset) = (Instant::now(), first_at_us - now_us());
-                    local.next_at = if offset > 0 {
-                        at + Duration::from_micros(offset as u64)
-                    } else {
-                        at
-                    };
-                    local.interval = Duration::from_micros(interval_us as u64);
-                    local.left = count;
-                }
-                Lease::Wait(us) => {
-                    let wake = now + Duration::from_micros(us.max(100) as u64);
-                    if wake > deadline {
-                        return Err(Throttled {
-                            retry_in: wake - now,
-                        });
-                    }
-                    tokio::time::sleep_until(wake.into()).await;
-                }
+                Err(b) => tokio::time::sleep_until(b.at.into()).await,
             }
         }
     }
@@ -259,6 +387,22 @@ impl Limiter {
 /// large messages count for more against a relay's budget.
 pub fn message_weight(bytes: usize) -> u32 {
     1 + (bytes / (256 * 1024)) as u32
+}
+
+/// Drop tokens whose time is long past (see TOKEN_EXPIRY). A message that
+/// needs several tokens (`w` > 1) lets them gather instead, or it could
+/// never collect them from a slow group.
+fn expire(local: &mut Local, now: Instant, w: usize) {
+    if w > 1 {
+        return;
+    }
+    while local
+        .tokens
+        .front()
+        .is_some_and(|&t| t + TOKEN_EXPIRY < now)
+    {
+        local.tokens.pop_front();
+    }
 }
 
 /// Tokens asked for per lease: what the horizon holds at the full rate.

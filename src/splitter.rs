@@ -187,7 +187,7 @@ impl RunName {
     fn this_run() -> RunName {
         RunName {
             pid: std::process::id(),
-            host: this_host(),
+            host: crate::config::host_name(),
             run: rand::random(),
         }
     }
@@ -206,7 +206,7 @@ impl RunName {
     /// A run on this machine whose process is gone (killed, crashed,
     /// Ctrl-C): its campaign need not wait for the lease to run out.
     fn is_dead_here(&self) -> bool {
-        self.host == this_host()
+        self.host == crate::config::host_name()
             && (self.pid == std::process::id()
                 || !std::path::Path::new(&format!("/proc/{}", self.pid)).exists())
     }
@@ -216,12 +216,6 @@ impl std::fmt::Display for RunName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "pid {} on {}, run {:08x}", self.pid, self.host, self.run)
     }
-}
-
-fn this_host() -> String {
-    hostname::get()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "unknown host".into())
 }
 
 /// Take the campaign's enqueue lease, waiting up to `wait` while another

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use crate::store::deliveries::RATE_WINDOW_MS;
-use crate::store::rates::RateGroup;
+use crate::store::rates::{RateGroup, Usage};
 use crate::store::{now_ms, Campaign, CampaignState, Counters};
 
 /// What a campaign is doing, as `status` shows it: the stored state with
@@ -204,16 +204,37 @@ impl CampaignStatus {
     }
 }
 
-/// One line per rate group: configured and observed rate.
-pub fn rate_line(g: &RateGroup) -> String {
+/// One line per rate group: configured rate, observed rate (tokens spent
+/// per second by the live workers; tokens granted when no worker reported),
+/// and what waits for it: recipients parked in workers and deferred into
+/// delayed jobs not due yet.
+pub fn rate_line(g: &RateGroup, usage: &[Usage]) -> String {
+    let u = usage.iter().find(|u| u.name == g.name);
+    let observed = u.map_or_else(|| observed_rate(g), |u| u.spent_rate);
     format!(
-        "{:<32} limit {:>9.1}/s  burst {:>5}  observed {:>9.1}/s  granted {}",
+        "{:<32} limit {:>9.1}/s  burst {:>5}  observed {:>9.1}/s  parked {:>6}  deferred {:>6}  granted {}",
         g.name,
         g.rate,
         g.burst,
-        observed_rate(g),
+        observed,
+        u.map_or(0, |u| u.parked),
+        u.map_or(0, |u| u.deferred),
         g.leased
     )
+}
+
+/// One relay's shared connection limit and the sessions leased under it.
+pub fn connections_line(l: &crate::store::connections::ConnectionLimit) -> String {
+    format!(
+        "{:<32} connections {:>5}  in use {:>5}",
+        l.name, l.connections, l.held
+    )
+}
+
+/// Usage rows of workers heard from lately (three heartbeats).
+pub fn live_usage(conn: &mut crate::store::Conn) -> crate::store::Result<Vec<Usage>> {
+    let since = now_ms() - 3 * crate::config::HEARTBEAT.as_millis() as i64;
+    crate::store::rates::usage_since(conn, since)
 }
 
 /// Tokens per second a group granted lately. The stored figure is

@@ -54,6 +54,7 @@ fn xact_commits(env: &Env) -> i64 {
 }
 
 fn three_workers_hold_a_relay_limit(kind: Kind) {
+    let _alone = common::alone();
     let tmp = tempfile::tempdir().unwrap();
     let bs = Beanstalkd::start(tmp.path());
     let peer = ScriptedSmtp::start(Script::default());
@@ -73,7 +74,7 @@ fn three_workers_hold_a_relay_limit(kind: Kind) {
     let before = (kind == Kind::Postgres).then(|| xact_commits(&env));
     let started = Instant::now();
     let _w: Vec<Proc> = (0..3)
-        .map(|_| env.worker(&["--concurrency", "50"]))
+        .map(|i| logged_worker(&env, &format!("w{i}"), &["--concurrency", "50"]))
         .collect();
     wait_for(120, "the campaign to finish", || {
         env.status("news")["pending"] == 0
@@ -84,6 +85,10 @@ fn three_workers_hold_a_relay_limit(kind: Kind) {
     assert_eq!(peer.duplicates(), 0);
     let peak = max_in_window(&times, Duration::from_secs(1));
     let steady = count_between(&times, Duration::from_secs(1), Duration::from_secs(10));
+    let per_second: Vec<usize> = (0..12)
+        .map(|k| count_between(&times, Duration::from_secs(k), Duration::from_secs(1)))
+        .collect();
+    eprintln!("per second: {per_second:?}");
     eprintln!(
         "relay limit 200/s burst 20, 3 workers: peak 1 s window {peak}, 10 s average {:.1}/s",
         steady as f64 / 10.0
@@ -102,7 +107,8 @@ fn three_workers_hold_a_relay_limit(kind: Kind) {
     );
     assert!(
         steady >= 1_800,
-        "only {steady} messages in 10 s: the limit is not used"
+        "only {steady} messages in 10 s: the limit is not used\n{}",
+        logs(&env)
     );
     let list = env.ok(&["rate", "list"]);
     assert!(list.contains("limit     200.0/s"), "{list}");
@@ -118,57 +124,366 @@ fn three_workers_hold_a_relay_limit_postgres() {
     three_workers_hold_a_relay_limit(Kind::Postgres);
 }
 
+/// A worker whose log goes to a file in the test's directory (a piped
+/// stderr nobody reads would fill up on a long run with many jobs).
+fn logged_worker(env: &Env, name: &str, extra: &[&str]) -> Proc {
+    let log = std::fs::File::create(env.dir.path().join(format!("{name}.log"))).unwrap();
+    let mut args = vec!["worker", "--smtp", &env.smtp];
+    args.extend_from_slice(extra);
+    Proc(
+        env.cmd(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// The workers' logs, for a failing assertion.
+fn logs(env: &Env) -> String {
+    let mut out = String::new();
+    for e in std::fs::read_dir(env.dir.path()).unwrap().flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "log") {
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(15).collect();
+            out.push_str(&format!("--- {}\n", p.display()));
+            for l in tail.into_iter().rev() {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// Import `rows` (`(email, name)`) as list `list`.
+fn import_rows(env: &Env, list: &str, emails: impl Iterator<Item = String>) {
+    let csv = env.dir.path().join(format!("{list}.csv"));
+    let mut rows = String::from("email,name\n");
+    for (i, e) in emails.enumerate() {
+        rows.push_str(&format!("{e},User {i}\n"));
+    }
+    std::fs::write(&csv, rows).unwrap();
+    env.ok(&["import", csv.to_str().unwrap(), "--list", list]);
+}
+
+/// Issue 16's mix: every job holds both domains, a third at slow.test and
+/// two thirds at fast.test. The rates (20/s and 150/s) are not in the mix's
+/// 1:2 proportion, so a design that couples the domains (senders waiting for
+/// slow.test tokens while fast.test mail waits behind them) shows fast.test
+/// near 2 × 20 = 40/s instead of 150/s. Then slow.test is raised to 3×
+/// mid-run and the new rate must show within 3 s.
 #[test]
-fn two_domains_with_different_limits() {
+fn a_slow_domain_does_not_slow_the_others() {
+    let _alone = common::alone();
     let tmp = tempfile::tempdir().unwrap();
     let bs = Beanstalkd::start(tmp.path());
     let peer = ScriptedSmtp::start(Script::default());
     let mut env = Env::new(Kind::Sqlite, &bs.addr());
     env.smtp = peer.url();
-    let csv = env.dir.path().join("mixed.csv");
-    let mut rows = String::from("email,name\n");
-    for i in 0..1_400 {
-        // 400 at slow.test (40/s, 10 s), 1,000 at fast.test (100/s, 10 s),
-        // interleaved so every job holds both.
-        let domain = if i % 7 < 2 { "slow.test" } else { "fast.test" };
-        rows.push_str(&format!("user{i}@{domain},User {i}\n"));
-    }
-    std::fs::write(&csv, rows).unwrap();
     env.ok(&["migrate"]);
-    env.ok(&["import", csv.to_str().unwrap(), "--list", "mixed"]);
-    env.ok(&["rate", "set", "domain:slow.test", "40/s", "--burst", "4"]);
-    env.ok(&["rate", "set", "domain:fast.test", "6000/m", "--burst", "10"]);
+    let (n_slow, n_fast) = (1_000, 2_000);
+    import_rows(
+        &env,
+        "mixed",
+        (0..n_slow + n_fast).map(|i| {
+            // Domains in mixed case: groups match whatever the case.
+            let domain = if i % 3 == 0 { "Slow.Test" } else { "fast.test" };
+            format!("user{i}@{domain}")
+        }),
+    );
+    env.ok(&["rate", "set", "domain:slow.test", "20/s", "--burst", "2"]);
+    env.ok(&["rate", "set", "domain:FAST.test", "150/s", "--burst", "15"]);
     env.create_campaign("mixed", "mixed", &[]);
     env.ok(&["enqueue", "mixed"]);
-    let _w: Vec<Proc> = (0..2)
-        .map(|_| env.worker(&["--concurrency", "40"]))
+    let _w: Vec<Proc> = (0..3)
+        .map(|i| logged_worker(&env, &format!("w{i}"), &["--concurrency", "20"]))
         .collect();
-    wait_for(120, "the campaign to finish", || {
+    wait_for(60, "the first messages", || {
+        !peer.log.lock().unwrap().is_empty()
+    });
+    let first = peer.log.lock().unwrap()[0].0;
+    // Mid-run (fast.test needs about 13 s): slow.test to 3×.
+    std::thread::sleep((first + Duration::from_secs(8)).saturating_duration_since(Instant::now()));
+    let status = env.ok(&["status"]);
+    env.ok(&["rate", "set", "domain:slow.test", "60/s", "--burst", "6"]);
+    let raised = Instant::now();
+    wait_for(180, "the campaign to finish", || {
         env.status("mixed")["pending"] == 0
     });
     let slow = times_of(&peer, |a| a.ends_with("@slow.test"));
     let fast = times_of(&peer, |a| a.ends_with("@fast.test"));
-    assert_eq!((slow.len(), fast.len()), (400, 1_000));
-    let (slow_peak, fast_peak) = (
-        max_in_window(&slow, Duration::from_secs(1)),
-        max_in_window(&fast, Duration::from_secs(1)),
-    );
-    let slow_rate =
-        count_between(&slow, Duration::from_secs(1), Duration::from_secs(5)) as f64 / 5.0;
+    assert_eq!((slow.len(), fast.len()), (n_slow, n_fast), "{}", logs(&env));
+    assert_eq!(peer.duplicates(), 0);
+    let before: Vec<Instant> = slow.iter().copied().filter(|&t| t < raised).collect();
+    let slow_peak_before = max_in_window(&before, Duration::from_secs(1));
+    let slow_peak = max_in_window(&slow, Duration::from_secs(1));
+    let fast_peak = max_in_window(&fast, Duration::from_secs(1));
     let fast_rate =
-        count_between(&fast, Duration::from_secs(1), Duration::from_secs(5)) as f64 / 5.0;
-    eprintln!("slow.test: peak {slow_peak}/s, {slow_rate:.1}/s; fast.test: peak {fast_peak}/s, {fast_rate:.1}/s");
-    assert!(slow_peak <= 44, "slow.test peaked at {slow_peak} in 1 s");
-    assert!(fast_peak <= 110, "fast.test peaked at {fast_peak} in 1 s");
-    assert!(slow_rate >= 36.0, "slow.test only {slow_rate}/s");
-    assert!(
-        fast_rate >= 90.0,
-        "fast.test only {fast_rate}/s: held back by slow.test"
+        count_between(&fast, Duration::from_secs(1), Duration::from_secs(6)) as f64 / 6.0;
+    let slow_rate =
+        count_between(&slow, Duration::from_secs(1), Duration::from_secs(6)) as f64 / 6.0;
+    let per_second = |times: &[Instant], from: Instant, secs: u64| -> Vec<usize> {
+        (0..secs)
+            .map(|k| {
+                let s = from + Duration::from_secs(k);
+                times
+                    .iter()
+                    .filter(|&&t| t >= s && t < s + Duration::from_secs(1))
+                    .count()
+            })
+            .collect()
+    };
+    let after = per_second(&slow, raised, 8);
+    eprintln!(
+        "slow.test 20/s: {slow_rate:.1}/s, peak {slow_peak_before} in 1 s; fast.test 150/s: {fast_rate:.1}/s, peak {fast_peak} in 1 s"
     );
+    eprintln!(
+        "fast.test per second from the first message: {:?}",
+        per_second(&fast, first, 14)
+    );
+    eprintln!(
+        "slow.test per second from the first message: {:?}",
+        per_second(&slow, first, 10)
+    );
+    eprintln!("slow.test per second after `rate set` to 60/s: {after:?}");
+    eprintln!("status mid-run:\n{status}");
+    assert!(
+        slow_peak_before <= 22,
+        "slow.test held {slow_peak_before} in a 1 s window, over 20/s + burst 2"
+    );
+    assert!(
+        slow_peak <= 66,
+        "slow.test held {slow_peak} in 1 s, over 60/s + burst 6"
+    );
+    assert!(
+        fast_peak <= 165,
+        "fast.test held {fast_peak} in 1 s, over 150/s + 15"
+    );
+    assert!(
+        fast_rate >= 0.85 * 150.0,
+        "fast.test only {fast_rate:.1}/s while slow.test was at {slow_rate:.1}/s: held back by slow.test\n{}",
+        logs(&env)
+    );
+    assert!(slow_rate >= 0.75 * 20.0, "slow.test only {slow_rate:.1}/s");
+    // Within 3 s of the command, a second at (nearly) the new rate.
+    let best_early = after[..3].iter().max().copied().unwrap_or(0);
+    assert!(
+        best_early >= 45,
+        "slow.test did not reach its new rate of 60/s within 3 s: {after:?}"
+    );
+    // Status showed the groups with what waits for them.
+    assert!(status.contains("domain:slow.test"), "{status}");
+    assert!(status.contains("parked"), "{status}");
+}
+
+/// A domain allowed two messages a minute inside a 5,000-recipient
+/// campaign. (Issue 16 says one a minute; two a minute keeps the test near
+/// a minute and a half, and the mechanism is the same: the next token is 30 s
+/// off, fifteen times the 2 s a message may be parked and the job's whole
+/// TTR, so only deferral into a delayed job keeps the jobs moving.) Every
+/// other recipient goes out at full speed, before the slow domain's second
+/// message; the slow ones go out about 30 s apart from delayed jobs; no job
+/// outlives its TTR reserved; everyone is sent exactly once.
+#[test]
+fn a_domain_at_two_a_minute_goes_out_from_delayed_jobs() {
+    let _alone = common::alone();
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = Beanstalkd::start(tmp.path());
+    let peer = ScriptedSmtp::start(Script::default());
+    let mut env = Env::new(Kind::Sqlite, &bs.addr());
+    env.smtp = peer.url();
+    env.ok(&["migrate"]);
+    let n = 5_000;
+    // Three slow recipients, in three different jobs.
+    let slow_at = [10, 2_510, 4_990];
+    import_rows(
+        &env,
+        "big",
+        (0..n).map(|i| {
+            let domain = if slow_at.contains(&i) {
+                "slow.test"
+            } else {
+                "example.test"
+            };
+            format!("user{i}@{domain}")
+        }),
+    );
+    env.ok(&["rate", "set", "domain:slow.test", "2/m", "--burst", "1"]);
+    env.create_campaign("big", "big", &[]);
+    env.ok(&["enqueue", "big"]);
+    let put_by_enqueue = bs.tube_stat(&env.tube, "total-jobs");
+    let _w: Vec<Proc> = (0..2)
+        .map(|i| logged_worker(&env, &format!("w{i}"), &["--concurrency", "50"]))
+        .collect();
+    // Sampled while the slow ones wait: jobs delayed, none reserved.
+    let mut idle_with_delayed = 0;
+    wait_for(150, "the campaign to finish", || {
+        let others_done = peer.log.lock().unwrap().len() >= n - 2;
+        if others_done
+            && bs.tube_stat(&env.tube, "current-jobs-delayed") > 0
+            && bs.tube_stat(&env.tube, "current-jobs-reserved") == 0
+        {
+            idle_with_delayed += 1;
+        }
+        env.status("big")["pending"] == 0
+    });
+    let slow = times_of(&peer, |a| a.ends_with("@slow.test"));
+    let others = times_of(&peer, |a| a.ends_with("@example.test"));
+    assert_eq!((slow.len(), others.len()), (3, n - 3), "{}", logs(&env));
+    assert_eq!(peer.duplicates(), 0);
+    let gaps: Vec<f64> = slow
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64())
+        .collect();
+    let others_took = (others[others.len() - 1] - others[0]).as_secs_f64();
+    let deferral_jobs = bs.tube_stat(&env.tube, "total-jobs") - put_by_enqueue;
+    let mut stats = bs.client().stats().unwrap();
+    let timeouts: u64 = stats
+        .remove("job-timeouts")
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    eprintln!(
+        "others: {} in {others_took:.1} s; slow.test gaps {gaps:?} s; {deferral_jobs} jobs put by deferral; job-timeouts {timeouts}; {idle_with_delayed} samples with only delayed jobs",
+        others.len()
+    );
+    assert!(
+        others[others.len() - 1] < slow[1],
+        "the other recipients were not all delivered before slow.test's second token: {others_took:.1} s"
+    );
+    for g in &gaps {
+        assert!(
+            *g >= 27.0 && *g <= 60.0,
+            "slow.test messages {gaps:?} s apart, not about 30 s"
+        );
+    }
+    assert!(
+        deferral_jobs >= 2,
+        "slow recipients did not go into new jobs"
+    );
+    assert_eq!(timeouts, 0, "a job stayed reserved past its TTR");
+    assert!(
+        idle_with_delayed > 0,
+        "while slow.test waited, jobs were held reserved instead of delayed"
+    );
+    let status = env.status("big");
+    assert_eq!(status["sent"], n as i64);
+    assert_eq!(status["pending"], 0);
+}
+
+/// kill -9 of a worker while it holds parked messages and has deferred
+/// recipients: nobody lost (everyone delivered, the ledger complete), and
+/// at most `--concurrency` recipients sent twice.
+#[test]
+fn kill_9_with_parked_and_deferred_recipients() {
+    let _alone = common::alone();
+    use mailsplit::store::{rates, workers};
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = Beanstalkd::start(tmp.path());
+    let peer = ScriptedSmtp::start(Script::default());
+    let mut env = Env::new(Kind::Sqlite, &bs.addr());
+    env.smtp = peer.url();
+    env.ok(&["migrate"]);
+    let n = 1_200;
+    import_rows(
+        &env,
+        "k",
+        (0..n).map(|i| {
+            let domain = if i % 3 == 0 { "slow.test" } else { "fast.test" };
+            format!("user{i}@{domain}")
+        }),
+    );
+    env.ok(&["rate", "set", "domain:slow.test", "15/s", "--burst", "2"]);
+    env.create_campaign("k", "k", &[]);
+    env.ok(&["enqueue", "k"]);
+    let mut victim = logged_worker(&env, "victim", &["--concurrency", "10"]);
+    let _other = logged_worker(&env, "other", &["--concurrency", "10"]);
+    let pid = i64::from(victim.0.id());
+    let mut seen = None;
+    wait_for(
+        60,
+        "the victim to hold parked and deferred recipients",
+        || {
+            let mut c = env.conn();
+            let Some(row) = workers::list(&mut c)
+                .unwrap()
+                .into_iter()
+                .find(|w| w.pid == pid)
+            else {
+                return false;
+            };
+            let usage = rates::usage_of(&mut c, &row.id).unwrap();
+            let slow = usage.into_iter().find(|u| u.name == "domain:slow.test");
+            let hit = slow
+                .as_ref()
+                .is_some_and(|u| u.parked > 0 && u.deferred > 0);
+            if hit {
+                seen = slow;
+            }
+            hit
+        },
+    );
+    victim.0.kill().unwrap();
+    victim.0.wait().unwrap();
+    let _replacement = logged_worker(&env, "replacement", &["--concurrency", "10"]);
+    wait_for(150, "the campaign to finish", || {
+        env.status("k")["pending"] == 0
+    });
+    let received = peer.received.lock().unwrap().clone();
+    let missing = (0..n)
+        .filter(|i| {
+            let domain = if i % 3 == 0 { "slow.test" } else { "fast.test" };
+            !received.contains_key(&format!("user{i}@{domain}"))
+        })
+        .count();
+    let extra: u32 = received.values().map(|&c| c.saturating_sub(1)).sum();
+    eprintln!("victim's slow.test usage when killed: {seen:?}; lost {missing}, sent twice {extra}");
+    assert_eq!(missing, 0, "recipients lost\n{}", logs(&env));
+    assert!(extra <= 10, "{extra} sent twice, more than --concurrency");
+    let status = env.status("k");
+    assert_eq!(status["sent"], n as i64);
+}
+
+/// A `campaign:` group set just before `enqueue`, with the workers already
+/// running (and their groups read moments before): the campaign's very
+/// first messages keep to it. A worker reads the groups again when it meets
+/// a campaign it has not seen.
+#[test]
+fn a_campaign_group_set_just_before_enqueue_holds_from_the_first_message() {
+    let _alone = common::alone();
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = Beanstalkd::start(tmp.path());
+    let peer = ScriptedSmtp::start(Script::default());
+    let mut env = Env::new(Kind::Sqlite, &bs.addr());
+    env.smtp = peer.url();
+    env.import_n("news", 300);
+    env.create_campaign("news", "news", &[]);
+    let _w: Vec<Proc> = (0..2)
+        .map(|i| logged_worker(&env, &format!("w{i}"), &["--concurrency", "20"]))
+        .collect();
+    wait_for(30, "the workers to start", || env.workers().len() == 2);
+    std::thread::sleep(Duration::from_millis(700));
+    env.ok(&["rate", "set", "campaign:news", "40/s", "--burst", "4"]);
+    env.ok(&["enqueue", "news"]);
+    wait_for(60, "the campaign to finish", || {
+        env.status("news")["pending"] == 0
+    });
+    let times = times_of(&peer, |_| true);
+    assert_eq!(times.len(), 300);
+    let first = count_between(&times, Duration::ZERO, Duration::from_secs(1));
+    let peak = max_in_window(&times, Duration::from_secs(1));
+    eprintln!("campaign group 40/s set just before enqueue: first second {first}, peak {peak}");
+    assert!(
+        first <= 44,
+        "{first} messages in the first second, over 40/s + 4"
+    );
+    assert!(peak <= 44, "{peak} messages in a 1 s window, over 40/s + 4");
 }
 
 #[test]
 fn rate_commands_validate_their_input() {
+    let _alone = common::alone();
     let tmp = tempfile::tempdir().unwrap();
     let bs = Beanstalkd::start(tmp.path());
     let env = Env::new(Kind::Sqlite, &bs.addr());
@@ -179,9 +494,46 @@ fn rate_commands_validate_their_input() {
     let bad_rate = env.run(&["rate", "set", "domain:gmail.com", "fast"]);
     assert_eq!(bad_rate.status.code(), Some(2));
     assert!(stderr(&bad_rate).contains("N/s"));
-    env.ok(&["rate", "set", "domain:gmail.com", "600/m"]);
-    assert!(env.ok(&["rate", "list"]).contains("domain:gmail.com"));
-    env.ok(&["rate", "delete", "domain:gmail.com"]);
+    // A relay group without its port would never match a worker's relay.
+    for bad in [
+        "relay:127.0.0.1",
+        "relay:mx.example.test:",
+        "relay::25",
+        "relay:h:99999",
+    ] {
+        let out = env.run(&["rate", "set", bad, "10/s"]);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("relay:HOST:PORT"),
+            "{bad}: {}",
+            stderr(&out)
+        );
+    }
+    env.ok(&["rate", "set", "relay:127.0.0.1:25", "10/s"]);
+    // A campaign group must name a campaign (by its name).
+    let out = env.run(&["rate", "set", "campaign:nope", "10/s"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no campaign \"nope\""),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("campaign:NAME"), "{}", stderr(&out));
+    env.import_n("news", 3);
+    env.create_campaign("news", "news", &[]);
+    env.ok(&["rate", "set", "campaign:news", "10/s"]);
+    // Domains are stored lowercased: one group whatever the case typed.
+    env.ok(&["rate", "set", "domain:GMail.com", "600/m"]);
+    env.ok(&["rate", "set", "domain:gmail.COM", "300/m"]);
+    let list = env.ok(&["rate", "list"]);
+    assert_eq!(list.matches("domain:").count(), 1, "{list}");
+    assert!(list.contains("domain:gmail.com"), "{list}");
+    assert!(list.contains("limit       5.0/s"), "{list}");
+    assert!(
+        list.contains("campaign:news") && list.contains("relay:127.0.0.1:25"),
+        "{list}"
+    );
+    env.ok(&["rate", "delete", "domain:Gmail.Com"]);
     assert_eq!(
         env.run(&["rate", "delete", "domain:gmail.com"])
             .status

@@ -1,6 +1,7 @@
 //! SMTP delivery: sessions with the relay, and what its replies mean.
 //! Read in this order: [`session`] (connect with TCP_NODELAY, STARTTLS or
-//! implicit TLS, AUTH; send one message), `stream` (the write-behind TCP
+//! implicit TLS, AUTH), `transaction` (one message: MAIL, RCPT, DATA and
+//! the body, pipelined when the relay offers it), `stream` (the write-behind TCP
 //! stream under a session), [`reply`] (reply and enhanced status codes into
 //! a verdict). Messages are built by `compose`; this module only carries
 //! them.
@@ -8,11 +9,12 @@
 pub mod reply;
 pub mod session;
 mod stream;
+mod transaction;
 
 use lettre::address::Envelope;
 
 pub use reply::{Enhanced, Reply, Verdict};
-pub use session::Relay;
+pub use session::{Relay, Session};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MailError {

@@ -1,23 +1,62 @@
 //! One SMTP session with the relay: connect, EHLO, STARTTLS or implicit
-//! TLS, AUTH, then one message after another on the same connection.
+//! TLS, AUTH, then one message after another on the same connection
+//! (each message's exchange is in `transaction`).
 //!
-//! Each sender task owns one `AsyncSmtpConnection` built over a tokio
-//! `TcpStream` with TCP_NODELAY set: lettre 0.11.23 writes the body and the
-//! final "." separately, and with Nagle on every message would wait for the
-//! peer's delayed ACK (~40 ms). STARTTLS upgrades that same stream; implicit
-//! TLS (`smtps://`) uses lettre's own connector.
+//! Each sender task owns one [`Session`]: lettre's `AsyncSmtpConnection`
+//! built over a tokio `TcpStream` with TCP_NODELAY set: lettre 0.11.23
+//! writes the body and the final "." separately, and with Nagle on every
+//! message would wait for the peer's delayed ACK (~40 ms). STARTTLS upgrades
+//! that same stream; implicit TLS (`smtps://`) uses lettre's own connector.
+//! lettre does the handshake (greeting, EHLO, STARTTLS, AUTH); it keeps
+//! only the EHLO keywords it knows, so the session asks EHLO once more
+//! itself (before AUTH) to learn whether the relay offers PIPELINING.
 
 use std::time::Duration;
 
 use lettre::transport::smtp::authentication::{Credentials, Mechanism};
 use lettre::transport::smtp::client::{AsyncSmtpConnection, Certificate, TlsParameters};
+use lettre::transport::smtp::commands::Ehlo;
 use lettre::transport::smtp::extension::{ClientId, Extension};
 use tokio::net::TcpStream;
 
-use super::reply::{classify, Reply, Verdict};
+use super::reply::{Reply, Verdict};
 use super::stream::WriteBehind;
 use super::{Composed, MailError};
 use crate::config::{SmtpUrl, Tls};
+
+/// One open session with the relay, owned by one sender task.
+pub struct Session {
+    pub(super) conn: AsyncSmtpConnection,
+    /// The relay offers PIPELINING (RFC 2920): a message's MAIL, RCPT and
+    /// DATA go out in one write.
+    pub(super) pipelining: bool,
+    /// A reply said the session cannot go on (lost connection, timeout,
+    /// 421, a confused command sequence): open a new one.
+    pub(super) broken: bool,
+    /// The last transaction ended early (a refused recipient): RSET goes
+    /// before the next MAIL (in the same flight when pipelining).
+    pub(super) dirty: bool,
+}
+
+impl Session {
+    /// Whether this session must be dropped and a new one opened.
+    pub fn has_broken(&self) -> bool {
+        self.broken || self.conn.has_broken()
+    }
+
+    /// Whether the relay offered PIPELINING on this session.
+    pub fn pipelining(&self) -> bool {
+        self.pipelining
+    }
+
+    /// Say goodbye (QUIT); whatever the relay answers, the session is over.
+    pub async fn quit(&mut self) {
+        if !self.has_broken() {
+            let _ = self.conn.quit().await;
+        }
+        self.conn.abort().await;
+    }
+}
 
 /// Connection settings for one relay, shared by every sender task.
 #[derive(Clone)]
@@ -83,7 +122,10 @@ impl Relay {
     }
 
     /// Open one session: connect, EHLO, STARTTLS and AUTH as the URL asks.
-    pub async fn connect(&self) -> Result<AsyncSmtpConnection, MailError> {
+    pub async fn connect(&self) -> Result<Session, MailError> {
+        // A relay at its process limit accepts the connection but never
+        // greets it: a shorter bound than a message's exchange.
+        let greeting = self.timeout.min(crate::config::CONNECT_TIMEOUT);
         let tls = || {
             self.tls
                 .clone()
@@ -92,7 +134,7 @@ impl Relay {
         let mut conn = match self.url.tls {
             Tls::Implicit => AsyncSmtpConnection::connect_tokio1(
                 (self.url.host.as_str(), self.url.port),
-                Some(self.timeout),
+                Some(greeting),
                 &self.hello,
                 Some(tls()?),
                 None,
@@ -101,7 +143,7 @@ impl Relay {
             .map_err(self.connect_err())?,
             Tls::None | Tls::StartTls { .. } => {
                 let stream = tokio::time::timeout(
-                    self.timeout,
+                    greeting,
                     TcpStream::connect((self.url.host.as_str(), self.url.port)),
                 )
                 .await
@@ -109,7 +151,7 @@ impl Relay {
                 .map_err(self.connect_err())?;
                 stream.set_nodelay(true).map_err(self.connect_err())?;
                 timed(
-                    self.timeout,
+                    greeting,
                     AsyncSmtpConnection::connect_with_transport(
                         Box::new(WriteBehind::new(stream)),
                         &self.hello,
@@ -129,6 +171,17 @@ impl Relay {
                 return Err(MailError::NoStartTls(self.shown.clone()));
             }
         }
+        // lettre's ServerInfo drops the keywords it does not use, PIPELINING
+        // among them: ask once more (EHLO resets nothing here, and comes
+        // before AUTH) and read the keywords ourselves.
+        let ehlo = timed(self.timeout, conn.command(Ehlo::new(self.hello.clone())))
+            .await
+            .map_err(self.connect_err())?;
+        let pipelining = ehlo.message().any(|line| {
+            line.split_whitespace()
+                .next()
+                .is_some_and(|w| w.eq_ignore_ascii_case("PIPELINING"))
+        });
         if let Some((user, pass)) = &self.url.credentials {
             // Whatever the relay offers (or a man in the middle stripped):
             // no password over a session that is not encrypted, unless the
@@ -150,22 +203,28 @@ impl Relay {
                 reason: crate::redact::hide(&e.to_string(), pass),
             })?;
         }
-        Ok(conn)
+        Ok(Session {
+            conn,
+            pipelining,
+            broken: false,
+            dirty: false,
+        })
     }
 }
 
 impl Relay {
     /// Send one message on an open session. A timeout counts as transient.
-    pub async fn send(&self, conn: &mut AsyncSmtpConnection, msg: &Composed) -> Verdict {
-        if let Some(refused) = self.needs_missing_smtputf8(conn, msg) {
+    pub async fn send(&self, session: &mut Session, msg: &Composed) -> Verdict {
+        if let Some(refused) = self.needs_missing_smtputf8(&session.conn, msg) {
             return refused;
         }
-        match tokio::time::timeout(self.timeout, conn.send(&msg.envelope, &msg.bytes)).await {
-            Ok(Ok(_)) => Verdict::Sent,
-            Ok(Err(e)) => classify(&e),
+        match tokio::time::timeout(self.timeout, session.transact(msg)).await {
+            Ok(verdict) => verdict,
             Err(_) => {
                 // The session is in an unknown state: drop it without QUIT.
-                let _ = tokio::time::timeout(Duration::from_millis(100), conn.abort()).await;
+                session.broken = true;
+                let _ =
+                    tokio::time::timeout(Duration::from_millis(100), session.conn.abort()).await;
                 Verdict::Transient(Reply::local(format!("no reply within {:?}", self.timeout)))
             }
         }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use diesel::prelude::*;
 
 use super::schema::{deliveries as d, recipients};
-use super::{autopause, bounces, now_ms, on, Conn, InnerMut, Result, StoreError};
+use super::{autopause, bounces, now_ms, on, Backend, Conn, InnerMut, Result, StoreError};
 
 /// Rows of one campaign still claimed by `token`.
 macro_rules! owned_rows {
@@ -65,7 +65,7 @@ pub fn claim(
 ) -> Result<Claim> {
     let now = now_ms();
     let until = now + lease_ms;
-    conn.transaction(|conn| {
+    let take = |conn: &mut Conn| {
         let fresh: Vec<_> = recipient_ids
             .iter()
             .map(|&rid| {
@@ -176,7 +176,15 @@ pub fn claim(
             }
         }
         Ok(claim)
-    })
+    };
+    match conn.backend() {
+        // On PostgreSQL the claim is one statement, atomic by itself, and
+        // the rare read after it gets a snapshot of its own either way (READ
+        // COMMITTED): no BEGIN and COMMIT, two round trips fewer per job.
+        Backend::Postgres => take(conn),
+        // SQLite: three statements, one commit (and one fsync) for them.
+        Backend::Sqlite => conn.transaction(take),
+    }
 }
 
 /// Push back the lease on everything `token` still holds (a long job).

@@ -50,21 +50,40 @@ fn interval_us(rate: f64) -> i64 {
 const OBSERVE_WINDOW_US: i64 = 5_000_000;
 
 /// Groups are named `relay:HOST:PORT`, `campaign:NAME`, `domain:DOMAIN` or
-/// `domain:*` (every domain without a group of its own).
-pub fn check_name(name: &str) -> Result<()> {
-    let ok = ["relay:", "campaign:", "domain:"]
-        .iter()
-        .any(|p| name.len() > p.len() && name.starts_with(p));
-    if ok {
-        Ok(())
-    } else {
-        Err(StoreError::BadRateGroup(name.to_string()))
+/// `domain:*` (every domain without a group of its own). Returns the name
+/// as stored: a domain group lowercased (domains match whatever their
+/// case). Whether a `campaign:` group names a campaign is the caller's
+/// check (see `cli`).
+pub fn check_name(name: &str) -> Result<String> {
+    if let Some(relay) = name.strip_prefix("relay:") {
+        let port_ok = relay.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+        });
+        if !port_ok {
+            return Err(StoreError::BadRateGroupName {
+                name: name.to_string(),
+                why: "a relay group names the relay with its port, as the workers' --smtp does: relay:HOST:PORT, e.g. relay:127.0.0.1:25".into(),
+            });
+        }
+        return Ok(name.to_string());
     }
+    if let Some(domain) = name.strip_prefix("domain:") {
+        if !domain.is_empty() && !domain.contains(char::is_whitespace) {
+            return Ok(format!("domain:{}", domain.to_lowercase()));
+        }
+    }
+    if name
+        .strip_prefix("campaign:")
+        .is_some_and(|c| !c.is_empty())
+    {
+        return Ok(name.to_string());
+    }
+    Err(StoreError::BadRateGroup(name.to_string()))
 }
 
 /// Create or change a group; its position in time (`tat`) is kept.
 pub fn set(conn: &mut Conn, name: &str, rate: f64, burst: i64) -> Result<()> {
-    check_name(name)?;
+    let name = &check_name(name)?;
     let now = now_ms();
     on!(conn, |c| diesel::insert_into(g::table)
         .values((
@@ -89,7 +108,120 @@ pub fn list(conn: &mut Conn) -> Result<Vec<RateGroup>> {
 
 /// Remove a group; false when there was none.
 pub fn delete(conn: &mut Conn, name: &str) -> Result<bool> {
-    Ok(on!(conn, |c| diesel::delete(g::table.find(name)).execute(c))? > 0)
+    let name = check_name(name).unwrap_or_else(|_| name.to_string());
+    Ok(on!(conn, |c| diesel::delete(g::table.find(&name)).execute(c))? > 0)
+}
+
+/// One worker's use of one group (see [`report_usage`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Usage {
+    pub name: String,
+    /// Tokens spent, in total and per second lately.
+    pub spent: i64,
+    pub spent_rate: f64,
+    /// Recipients waiting for tokens inside the worker.
+    pub parked: i64,
+    /// Recipients deferred into delayed jobs that are not due yet.
+    pub deferred: i64,
+}
+
+/// Write a worker's usage of every group it uses, in one transaction (at
+/// its heartbeat), and drop its rows of groups it no longer uses.
+pub fn report_usage(conn: &mut Conn, worker: &str, rows: &[Usage]) -> Result<()> {
+    use super::schema::rate_usage as u;
+    let now = now_ms();
+    conn.transaction(|conn| {
+        for r in rows {
+            on!(conn, |c| diesel::insert_into(u::table)
+                .values((
+                    u::worker.eq(worker),
+                    u::name.eq(&r.name),
+                    u::spent.eq(r.spent),
+                    u::spent_rate.eq(r.spent_rate),
+                    u::parked.eq(r.parked),
+                    u::deferred.eq(r.deferred),
+                    u::seen_at.eq(now),
+                ))
+                .on_conflict((u::worker, u::name))
+                .do_update()
+                .set((
+                    u::spent.eq(r.spent),
+                    u::spent_rate.eq(r.spent_rate),
+                    u::parked.eq(r.parked),
+                    u::deferred.eq(r.deferred),
+                    u::seen_at.eq(now),
+                ))
+                .execute(c))?;
+        }
+        let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+        on!(conn, |c| diesel::delete(
+            u::table
+                .filter(u::worker.eq(worker))
+                .filter(u::name.ne_all(&names))
+        )
+        .execute(c))?;
+        Ok(())
+    })
+}
+
+/// Remove the usage rows of workers silent since before `cutoff` (ms).
+pub fn forget_usage_before(conn: &mut Conn, cutoff: i64) -> Result<usize> {
+    use super::schema::rate_usage as u;
+    Ok(on!(conn, |c| diesel::delete(
+        u::table.filter(u::seen_at.lt(cutoff))
+    )
+    .execute(c))?)
+}
+
+/// Remove a worker's usage rows (it exits).
+pub fn forget_usage(conn: &mut Conn, worker: &str) -> Result<()> {
+    use super::schema::rate_usage as u;
+    on!(conn, |c| diesel::delete(
+        u::table.filter(u::worker.eq(worker))
+    )
+    .execute(c))?;
+    Ok(())
+}
+
+/// One worker's usage rows (as of its last heartbeat).
+pub fn usage_of(conn: &mut Conn, worker: &str) -> Result<Vec<Usage>> {
+    use super::schema::rate_usage as u;
+    let rows: Vec<(String, i64, f64, i64, i64)> = on!(conn, |c| u::table
+        .filter(u::worker.eq(worker))
+        .order(u::name)
+        .select((u::name, u::spent, u::spent_rate, u::parked, u::deferred))
+        .load(c))?;
+    Ok(rows
+        .into_iter()
+        .map(|(name, spent, spent_rate, parked, deferred)| Usage {
+            name,
+            spent,
+            spent_rate,
+            parked,
+            deferred,
+        })
+        .collect())
+}
+
+/// Usage per group summed over the workers heard from since `since_ms`.
+pub fn usage_since(conn: &mut Conn, since_ms: i64) -> Result<Vec<Usage>> {
+    use super::schema::rate_usage as u;
+    let rows: Vec<(String, i64, f64, i64, i64)> = on!(conn, |c| u::table
+        .filter(u::seen_at.ge(since_ms))
+        .select((u::name, u::spent, u::spent_rate, u::parked, u::deferred))
+        .load(c))?;
+    let mut out: std::collections::BTreeMap<String, Usage> = Default::default();
+    for (name, spent, spent_rate, parked, deferred) in rows {
+        let e = out.entry(name.clone()).or_insert_with(|| Usage {
+            name,
+            ..Usage::default()
+        });
+        e.spent += spent;
+        e.spent_rate += spent_rate;
+        e.parked += parked;
+        e.deferred += deferred;
+    }
+    Ok(out.into_values().collect())
 }
 
 /// The answer to a lease request.

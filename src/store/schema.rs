@@ -116,6 +116,18 @@ diesel::allow_tables_to_appear_in_same_query!(
 );
 
 diesel::table! {
+    rate_usage (worker, name) {
+        worker -> Text,
+        name -> Text,
+        spent -> BigInt,
+        spent_rate -> Double,
+        parked -> BigInt,
+        deferred -> BigInt,
+        seen_at -> BigInt,
+    }
+}
+
+diesel::table! {
     rate_groups (name) {
         name -> Text,
         rate -> Double,
@@ -180,5 +192,25 @@ diesel::table! {
         seen_at -> BigInt,
         sent -> BigInt,
         rate -> Double,
+    }
+}
+
+diesel::table! {
+    /// Migration 10: shared connection limits per relay group.
+    connection_limits (name) {
+        name -> Text,
+        connections -> BigInt,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    /// Migration 10: the connection slots each worker holds, until `until` (ms).
+    connection_leases (name, owner) {
+        name -> Text,
+        owner -> Text,
+        slots -> BigInt,
+        waiting -> BigInt,
+        until -> BigInt,
     }
 }

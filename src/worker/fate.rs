@@ -1,8 +1,10 @@
 //! A job's fate: a [`Tracker`] follows one reserved job until every claimed
 //! recipient's outcome is durably recorded, then [`finish`] decides — delete
-//! it, or release it with a delay (retries due, paused campaign, rate
-//! tokens due, another worker still holding some of its recipients) — and
-//! says so in one log line per job with what happened to its recipients.
+//! it, release it with a delay (retries due, paused campaign, another worker
+//! still holding some of its recipients), or put its deferred recipients
+//! (rate tokens far off, see `schedule`) into a new delayed job and delete
+//! it — and says so in one log line per job with what happened to its
+//! recipients.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -12,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::pipeline::Shared;
 use super::reserve::Cmd;
+use crate::queue::JobBody;
 use crate::store::deliveries::{OutcomeKind, Recorded};
 use crate::store::{now_ms, CampaignState};
 
@@ -50,8 +53,10 @@ pub struct Tally {
     /// Transient failure: tried again later.
     pub retried: usize,
     pub skipped: usize,
-    /// Handed back unsent (paused, stopping, rate tokens far off).
+    /// Handed back unsent (paused, stopping), or deferred to a new delayed
+    /// job (rate tokens far off; also counted in `deferred`).
     pub handed_back: usize,
+    pub deferred: usize,
     /// The claim had lapsed and another worker held the row.
     pub lost: usize,
 }
@@ -81,8 +86,12 @@ pub struct Progress {
     retry_attempt: Option<i32>,
     /// Some recipients were handed back unsent.
     unclaimed: bool,
-    /// Some were handed back for lack of rate tokens; try again after this.
-    throttled: Option<Duration>,
+    /// Recipients deferred for lack of rate tokens, and the longest of
+    /// their delays.
+    deferred: Vec<i64>,
+    defer_delay: Duration,
+    /// Deferrals whose handing back is not recorded yet.
+    deferring: usize,
 }
 
 impl Progress {
@@ -115,17 +124,24 @@ pub struct Tracker {
 }
 
 impl Tracker {
-    /// A message of this job waits for rate tokens for `retry_in`.
-    pub fn throttle(&self, retry_in: Duration) {
+    /// Recipient `rid` is deferred for `delay` (its tokens are that far
+    /// off); its `Unclaim` outcome follows through the reporter.
+    pub fn defer(&self, rid: i64, delay: Duration) {
         let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
-        p.throttled = Some(p.throttled.map_or(retry_in, |d| d.max(retry_in)));
+        p.deferred.push(rid);
+        p.defer_delay = p.defer_delay.max(delay);
+        p.deferring += 1;
     }
 
     /// Note a recorded outcome; returns true when it was the job's last.
     pub fn complete(&self, kind: &OutcomeKind, recorded: Recorded, attempt: i32) -> bool {
         let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
         p.tally.count(kind, recorded);
-        if recorded == Recorded::Open {
+        if *kind == OutcomeKind::Unclaim && p.deferring > 0 {
+            // A deferral: it goes into the new job, not a release.
+            p.deferring -= 1;
+            p.tally.deferred += 1;
+        } else if recorded == Recorded::Open {
             match kind {
                 OutcomeKind::Unclaim => p.unclaimed = true,
                 _ => p.retry_attempt = Some(p.retry_attempt.map_or(attempt, |b| b.max(attempt))),
@@ -138,10 +154,24 @@ impl Tracker {
 
 /// Decide the fate of a job whose outcomes are all recorded, tell its server
 /// thread, and free its slot.
+///
+/// Deferred recipients go into a new job (same campaign, priority and tube,
+/// signed like every job, delayed until their tokens are due), put on the
+/// job's own server before the job is deleted, by its server thread. Their
+/// claims were handed back first, so whichever of the two jobs a worker
+/// reserves claims them; a crash between the put and the delete leaves
+/// both jobs, and the ledger's claim still sends each recipient once. A
+/// failed put releases the job instead (nobody is lost).
 pub async fn finish(shared: &Shared, t: &Tracker) {
-    let (retry_attempt, unclaimed, throttled, tally) = {
-        let p = t.progress.lock().unwrap_or_else(|e| e.into_inner());
-        (p.retry_attempt, p.unclaimed, p.throttled, p.tally)
+    let (retry_attempt, unclaimed, deferred, defer_delay, tally) = {
+        let mut p = t.progress.lock().unwrap_or_else(|e| e.into_inner());
+        (
+            p.retry_attempt,
+            p.unclaimed,
+            std::mem::take(&mut p.deferred),
+            p.defer_delay,
+            p.tally,
+        )
     };
     let flags = shared.campaigns.flag_state(t.campaign_id).await;
     let release = |delay: Duration| Cmd::Release {
@@ -149,23 +179,40 @@ pub async fn finish(shared: &Shared, t: &Tracker) {
         priority: t.priority,
         delay,
     };
+    let open = unclaimed || retry_attempt.is_some() || !deferred.is_empty();
     let cmd = match flags {
         Some(f) if f.flags.state == CampaignState::Cancelled => Cmd::Delete(t.job_id),
-        Some(f) if f.flags.paused && (unclaimed || retry_attempt.is_some()) => {
-            release(pause_delay(f.paused_since))
+        Some(f) if f.flags.paused && open => release(pause_delay(f.paused_since)),
+        // Only deferred recipients left: they go on in a job of their own.
+        _ if !deferred.is_empty()
+            && !unclaimed
+            && retry_attempt.is_none()
+            && t.busy_until.is_none() =>
+        {
+            Cmd::Defer {
+                id: t.job_id,
+                priority: t.priority,
+                delay: defer_delay,
+                body: JobBody::new(t.campaign_id, deferred).encode(&shared.identity),
+            }
         }
+        // Others to retry as well: one release covers them all.
         _ => match (retry_attempt, unclaimed, t.busy_until) {
-            (Some(a), _, _) => release(retry_delay(a).max(throttled.unwrap_or_default())),
-            (None, true, _) => release(throttled.unwrap_or_default()),
-            (None, false, Some(until)) => release(Duration::from_millis(
-                (until - now_ms()).max(0) as u64 + 1_000,
-            )),
+            (Some(a), _, _) => release(retry_delay(a).max(defer_delay)),
+            (None, true, _) => release(defer_delay),
+            (None, false, Some(until)) => release(
+                Duration::from_millis((until - now_ms()).max(0) as u64 + 1_000).max(defer_delay),
+            ),
+            (None, false, None) if open => release(defer_delay),
             (None, false, None) => Cmd::Delete(t.job_id),
         },
     };
     let then = match &cmd {
         Cmd::Delete(_) => "deleted".to_string(),
         Cmd::Release { delay, .. } => format!("released for {delay:?}"),
+        Cmd::Defer { delay, .. } => {
+            format!("deferred recipients put in a new job due in {delay:?}, job deleted")
+        }
         other => format!("{other:?}"),
     };
     tracing::info!(
@@ -177,6 +224,7 @@ pub async fn finish(shared: &Shared, t: &Tracker) {
         retried = tally.retried,
         skipped = tally.skipped,
         handed_back = tally.handed_back,
+        deferred = tally.deferred,
         lost = tally.lost,
         then = %then,
         "job finished"
@@ -215,6 +263,7 @@ mod tests {
                 retried: 1,
                 skipped: 1,
                 handed_back: 1,
+                deferred: 0,
                 lost: 1,
             }
         );

@@ -9,6 +9,7 @@
 //! renamed a new one over it), so `mailsplit workers` can tell old-binary
 //! workers from new ones on every machine.
 
+use std::collections::HashMap;
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -23,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use super::pipeline::Shared;
 use crate::config::{FORGET_LOST, HEARTBEAT};
 use crate::store::now_ms;
+use crate::store::rates;
 use crate::store::workers::{self, WorkerRow, WorkerState};
 
 /// Hex characters of the binary's SHA-256 kept in the row.
@@ -46,7 +48,7 @@ impl Heartbeat {
     ) -> Heartbeat {
         let done = CancellationToken::new();
         let started_at = now_ms();
-        let host = hostname();
+        let host = crate::config::host_name();
         let pid = i64::from(std::process::id());
         let row = WorkerRow {
             id: format!("{host}/{pid}/{started_at}"),
@@ -77,7 +79,10 @@ impl Heartbeat {
         };
         let removed = {
             let id = id.clone();
-            self.shared.db.run(move |c| workers::remove(c, &id))
+            self.shared.db.run(move |c| {
+                rates::forget_usage(c, &id)?;
+                workers::remove(c, &id)
+            })
         };
         match tokio::time::timeout(Duration::from_secs(5), removed).await {
             Ok(Ok(_)) => {}
@@ -112,7 +117,10 @@ async fn beat(
     let cutoff = now_ms() - FORGET_LOST.as_millis() as i64;
     match shared
         .db
-        .run(move |c| workers::forget_silent_since(c, cutoff))
+        .run(move |c| {
+            rates::forget_usage_before(c, cutoff)?;
+            workers::forget_silent_since(c, cutoff)
+        })
         .await
     {
         Ok(0) => {}
@@ -120,6 +128,7 @@ async fn beat(
         Err(e) => tracing::warn!(error = %e, "cannot prune lost workers' rows"),
     }
     let mut last = (Instant::now(), 0i64);
+    let mut last_spent: (Instant, HashMap<String, u64>) = (Instant::now(), HashMap::new());
     let mut failing = false;
     loop {
         let sent = shared.sent.load(Ordering::Relaxed) as i64;
@@ -135,9 +144,16 @@ async fn beat(
         } else {
             WorkerState::Running
         };
+        let usage = rate_usage(&shared, &mut last_spent);
         let written = {
             let row = row.clone();
-            shared.db.run(move |c| workers::beat(c, &row)).await
+            shared
+                .db
+                .run(move |c| {
+                    workers::beat(c, &row)?;
+                    rates::report_usage(c, &row.id, &usage)
+                })
+                .await
         };
         match written {
             Ok(()) if failing => {
@@ -160,6 +176,40 @@ async fn beat(
             _ = tokio::time::sleep(HEARTBEAT) => {}
         }
     }
+}
+
+/// This worker's use of each rate group since the last beat: tokens spent
+/// (and per second), recipients parked and deferred.
+fn rate_usage(shared: &Shared, last: &mut (Instant, HashMap<String, u64>)) -> Vec<rates::Usage> {
+    let spent = shared.limiter.spent();
+    let parked = shared.scheduler.usage();
+    let elapsed = last.0.elapsed().as_secs_f64();
+    let mut names: Vec<&String> = spent.keys().chain(parked.keys()).collect();
+    names.sort();
+    names.dedup();
+    // Groups this worker never used are left out (there may be many).
+    let rows = names
+        .into_iter()
+        .filter(|name| spent.get(*name).is_some_and(|&n| n > 0) || parked.contains_key(*name))
+        .map(|name| {
+            let total = spent.get(name).copied().unwrap_or(0);
+            let before = last.1.get(name).copied().unwrap_or(0);
+            let p = parked.get(name).copied().unwrap_or_default();
+            rates::Usage {
+                name: name.clone(),
+                spent: total as i64,
+                spent_rate: if elapsed > 0.1 {
+                    ((total.saturating_sub(before)) as f64 / elapsed * 10.0).round() / 10.0
+                } else {
+                    0.0
+                },
+                parked: p.parked as i64,
+                deferred: p.deferred as i64,
+            }
+        })
+        .collect();
+    *last = (Instant::now(), spent);
+    rows
 }
 
 /// SHA-256 (hex prefix), size and modification time (ms) of the
@@ -190,13 +240,4 @@ fn binary_identity() -> Option<(String, i64, i64)> {
         .collect();
     let mtime = meta.mtime() * 1000 + meta.mtime_nsec() / 1_000_000;
     Some((hex[..HASH_CHARS].to_string(), meta.len() as i64, mtime))
-}
-
-/// This machine's name (Linux), else `localhost`.
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".into())
 }

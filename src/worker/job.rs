@@ -198,6 +198,11 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
     }
     tokio::spawn(touch_loop(Arc::clone(&shared), Arc::clone(&tracker)));
 
+    // A `campaign:` group set just before `enqueue` must be known before
+    // this campaign's first message (later changes: every refresh).
+    if let Err(e) = shared.limiter.know_campaign(info.mail.id).await {
+        tracing::warn!(error = %e, "cannot read rate groups");
+    }
     // `people` holds exactly the owned recipients that exist, and the job's
     // count is theirs, so each gets one outcome and the count closes.
     let attempts: HashMap<i64, i32> = claim.owned.iter().copied().collect();
@@ -207,9 +212,13 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
         let outcome = match compose::compose(&info.mail, &r) {
             Ok(composed) => {
                 let domain = r.email.rsplit('@').next().unwrap_or_default();
+                let rate_generation = shared.limiter.generation();
                 Ok(Msg {
                     rate_groups: shared.limiter.groups_for(&info.mail.name, domain),
                     weight: ratelimit::message_weight(composed.bytes.len()),
+                    campaign_name: info.mail.name.clone(),
+                    domain: domain.to_string(),
+                    rate_generation,
                     tracker: Arc::clone(&tracker),
                     recipient_id: rid,
                     attempt,

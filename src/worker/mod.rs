@@ -5,9 +5,15 @@
 //!    slot is free and applies delete/release/bury/touch commands;
 //! 2. [`job`]: per job, signature and campaign checks ([`flags`] caches the
 //!    campaigns and their pause/cancel flags), ledger claim, compose;
-//! 3. [`send`]: `--concurrency` SMTP sessions, each on its own connection
-//!    ([`optout`] skips recipients who left since their claim);
-//! 4. [`report`]: outcomes written to the ledger in batches; once all of a
+//! 3. [`schedule`]: per rate group, a queue of parked messages; a sender
+//!    gets the next message whose tokens are taken, and messages whose
+//!    tokens are far off are deferred to a new delayed job;
+//! 4. [`send`]: `--concurrency` senders, each opening its SMTP session
+//!    before it takes a message, within the adaptive session count and the
+//!    relay's shared connection limit ([`sessions`]); at most
+//!    `--max-per-session` messages per session ([`optout`] skips recipients
+//!    who left since their claim);
+//! 5. [`report`]: outcomes written to the ledger in batches; once all of a
 //!    job's outcomes are durable, [`fate`] deletes or releases it ([`touch`]
 //!    keeps it reserved meanwhile).
 //!
@@ -25,7 +31,9 @@ pub mod optout;
 pub mod pipeline;
 pub mod report;
 pub mod reserve;
+pub mod schedule;
 pub mod send;
+pub mod sessions;
 pub mod touch;
 
 use std::sync::{Arc, Mutex};
@@ -47,6 +55,12 @@ use pipeline::Shared;
 /// while the next job is being claimed and rendered.
 fn job_slots(concurrency: usize) -> usize {
     concurrency.div_ceil(crate::config::DEFAULT_BATCH_SIZE) * 2 + 1
+}
+
+/// Messages parked for rate tokens at once, at most: beyond this, a message
+/// whose tokens are not there is deferred rather than held.
+fn max_parked(concurrency: usize) -> usize {
+    concurrency * 4 + 100
 }
 
 /// Check the settings against the world (database schema and identity,
@@ -85,6 +99,11 @@ async fn pipeline_run(
     let slots = Arc::new(Semaphore::new(slots_total));
     let (jobs_tx, mut jobs_rx) = mpsc::channel(1);
     let (send_tx, send_rx) = async_channel::bounded(settings.concurrency);
+    let scheduler = Arc::new(schedule::Scheduler::new(
+        send_rx,
+        max_parked(settings.concurrency),
+        abort.clone(),
+    ));
     let (report_tx, report_rx) = mpsc::channel(settings.concurrency * 2 + 100);
 
     let mut cmd_txs = Vec::new();
@@ -119,6 +138,7 @@ async fn pipeline_run(
         identity,
         foreign: Mutex::new(Default::default()),
         limiter,
+        scheduler: Arc::clone(&scheduler),
         unrecorded: Arc::new(Semaphore::new(settings.concurrency)),
         campaigns: Campaigns::default(),
         optouts: Default::default(),
@@ -135,14 +155,23 @@ async fn pipeline_run(
         stop.clone(),
     );
 
+    let sessions = sessions::Sessions::new(relay.target(), settings.concurrency);
+    let leases_done = CancellationToken::new();
+    let leasing = sessions.start_leasing(Arc::clone(&shared.db), leases_done.clone());
     let mut senders = Vec::new();
     for _ in 0..settings.concurrency {
+        let setup = send::SenderSetup {
+            relay: relay.clone(),
+            sessions: Arc::clone(&sessions),
+            max_per_session: settings.max_per_session,
+            abort: abort.clone(),
+            done: drained.clone(),
+        };
         senders.push(tokio::spawn(send::sender(
             Arc::clone(&shared),
-            send_rx.clone(),
+            Arc::clone(&scheduler),
             report_tx.clone(),
-            relay.clone(),
-            abort.clone(),
+            setup,
         )));
     }
     drop(report_tx);
@@ -158,7 +187,7 @@ async fn pipeline_run(
         let drained = drained.clone();
         let (stop, abort) = (stop.clone(), abort.clone());
         tokio::spawn(async move {
-            for round in 1u64.. {
+            loop {
                 tokio::select! {
                     _ = drained.cancelled() => return None,
                     _ = tokio::time::sleep(FLAG_REFRESH) => {}
@@ -178,14 +207,11 @@ async fn pipeline_run(
                 if let Err(e) = shared.optouts.refresh(&shared.db).await {
                     tracing::warn!(error = %e, "cannot read recent unsubscribes");
                 }
-                // Rate groups change rarely: every fourth round (2 s).
-                if round % 4 == 0 {
-                    if let Err(e) = shared.limiter.refresh().await {
-                        tracing::warn!(error = %e, "cannot refresh rate groups");
-                    }
+                // A `rate set` takes effect within a round (one small read).
+                if let Err(e) = shared.limiter.refresh().await {
+                    tracing::warn!(error = %e, "cannot refresh rate groups");
                 }
             }
-            None
         })
     };
     let dispatcher = {
@@ -200,6 +226,7 @@ async fn pipeline_run(
     tracing::info!(
         relay = relay.target(),
         concurrency = settings.concurrency,
+        max_per_session = settings.max_per_session,
         beanstalkd = ?settings.servers,
         tube = %settings.tube,
         "worker started"
@@ -231,6 +258,9 @@ async fn pipeline_run(
     for s in senders {
         let _ = tokio::time::timeout(Duration::from_secs(3), s).await;
     }
+    // Every session closed: this worker's connection slots go back.
+    leases_done.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(5), leasing).await;
     dispatcher.abort();
     drop(shared);
     let _ = tokio::time::timeout(Duration::from_secs(5), reporter).await;

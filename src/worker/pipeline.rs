@@ -25,6 +25,11 @@ pub struct Msg {
     /// Rate groups the message counts against, and its weight in tokens.
     pub rate_groups: Vec<String>,
     pub weight: u32,
+    /// What the groups are worked out from, and the limiter's generation
+    /// they were worked out under (see `schedule`).
+    pub campaign_name: String,
+    pub domain: String,
+    pub rate_generation: u64,
 }
 
 /// One outcome on its way to the reporter.
@@ -54,6 +59,8 @@ pub struct Shared {
     pub to_report: mpsc::Sender<Report>,
     pub max_attempts: i32,
     pub limiter: Limiter,
+    /// Parked messages per rate group (see `schedule`).
+    pub scheduler: Arc<super::schedule::Scheduler>,
     /// `concurrency` permits: a message holds one from before it is sent
     /// until its outcome is committed (see [`Report::unrecorded`]).
     pub unrecorded: Arc<tokio::sync::Semaphore>,

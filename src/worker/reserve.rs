@@ -32,7 +32,7 @@ pub struct Incoming {
 }
 
 /// What the job stage wants done to a reserved job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cmd {
     Delete(u64),
     Release {
@@ -45,13 +45,22 @@ pub enum Cmd {
         priority: u32,
     },
     Touch(u64),
+    /// Put `body` (the job's deferred recipients) into the tube with
+    /// `delay`, then delete the job; if the put fails, release the job
+    /// with `delay` instead.
+    Defer {
+        id: u64,
+        priority: u32,
+        delay: Duration,
+        body: Vec<u8>,
+    },
 }
 
 impl Cmd {
     fn id(&self) -> u64 {
         match *self {
             Cmd::Delete(id) | Cmd::Touch(id) => id,
-            Cmd::Release { id, .. } | Cmd::Bury { id, .. } => id,
+            Cmd::Release { id, .. } | Cmd::Bury { id, .. } | Cmd::Defer { id, .. } => id,
         }
     }
 }
@@ -114,6 +123,8 @@ impl ServerLoop {
     fn connect(&self) -> Result<Server, QueueError> {
         let mut s = Server::connect(self.addr)?;
         s.watch_only(&self.tube)?;
+        // Deferred recipients are put into the same tube.
+        s.use_tube(&self.tube)?;
         Ok(s)
     }
 
@@ -190,6 +201,7 @@ impl ServerLoop {
             // Reserved on a connection since lost: beanstalkd has it again.
             return Ok(());
         }
+        let touch = matches!(cmd, Cmd::Touch(_));
         let result = match cmd {
             Cmd::Delete(id) => s.delete(id),
             Cmd::Release {
@@ -199,8 +211,30 @@ impl ServerLoop {
             } => s.release(id, priority, delay),
             Cmd::Bury { id, priority } => s.bury(id, priority),
             Cmd::Touch(id) => s.touch(id),
+            Cmd::Defer {
+                id,
+                priority,
+                delay,
+                body,
+            } => match s.put_delayed(&body, priority, delay) {
+                Ok(new) => {
+                    tracing::debug!(
+                        job = id,
+                        new_job = new,
+                        ?delay,
+                        "deferred recipients put in a new job"
+                    );
+                    s.delete(id)
+                }
+                // If the connection is gone, so is the reservation and
+                // the release fails too: the job is back in the queue whole.
+                Err(e) => {
+                    tracing::warn!(job = id, error = %format!("{:#}", anyhow::Error::from(e)), "cannot put deferred recipients in a new job: releasing the job instead");
+                    s.release(id, priority, delay)
+                }
+            },
         };
-        if !matches!(cmd, Cmd::Touch(_)) {
+        if !touch {
             held.remove(&id);
         }
         match result {

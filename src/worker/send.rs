@@ -1,107 +1,217 @@
-//! The send stage: `concurrency` tasks, each owning one long-lived SMTP
-//! session, taking composed messages from a bounded channel. Before each
-//! message a sender checks the campaign's cached pause/cancel flag, the
-//! abort signal and whether the recipient just left; then it sends and
-//! turns the reply into an outcome.
+//! The send stage: `concurrency` sender tasks. A sender first gets a live
+//! SMTP session (a slot from [`Sessions`], then connect and greeting), and
+//! only then takes the next message, so no message ever waits on a connect
+//! that fails or hangs. It keeps the session for up to `--max-per-session`
+//! messages, then QUITs and hands its slot back; a session idle for
+//! [`IDLE_QUIT`] is closed too. Before each message a sender checks the
+//! campaign's cached pause/cancel flag, the abort signal and whether the
+//! recipient just left; then it sends and turns the reply into an outcome.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use lettre::transport::smtp::client::AsyncSmtpConnection;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::pipeline::{Msg, Report, Shared};
-use crate::mail::{Relay, Verdict};
+use super::schedule::{Next, Scheduler};
+use super::sessions::{Sessions, Slot};
+use crate::mail::{MailError, Relay, Session, Verdict};
 use crate::store::OutcomeKind;
 
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
-/// Longest a sender waits for rate tokens before handing the message back
-/// (its job is then released until tokens are due), so a throttled domain
-/// does not hold every sender while other mail could flow.
-const MAX_TOKEN_WAIT: Duration = Duration::from_secs(5);
+/// A session with no message for this long is closed (relays drop idle
+/// sessions after a while; a message must not find it dead).
+/// Short: an idle session holds one of the relay's processes that a busy
+/// worker could use, and reopening one when work comes costs little.
+const IDLE_QUIT: Duration = Duration::from_secs(10);
+/// How often a sender without a session looks for work.
+const WORK_POLL: Duration = Duration::from_millis(50);
+
+/// What one sender works with besides the shared state.
+pub struct SenderSetup {
+    pub relay: Relay,
+    pub sessions: Arc<Sessions>,
+    /// Messages per session before QUIT.
+    pub max_per_session: usize,
+    /// Unsent messages are handed back from now on.
+    pub abort: CancellationToken,
+    /// Every job is finished: no more work will come.
+    pub done: CancellationToken,
+}
+
+/// What a sender got when it asked for a session.
+enum Opened {
+    Session(Box<Session>, Slot),
+    /// The connect failed; the sender has waited its backoff.
+    Retry,
+    /// Hand back whatever comes, without a session.
+    Abort,
+    /// No more work.
+    Done,
+}
 
 pub async fn sender(
     shared: Arc<Shared>,
-    inbox: async_channel::Receiver<Msg>,
+    inbox: Arc<Scheduler>,
     outbox: mpsc::Sender<Report>,
-    relay: Relay,
-    abort: CancellationToken,
+    setup: SenderSetup,
 ) {
-    let mut session: Option<AsyncSmtpConnection> = None;
+    let SenderSetup {
+        relay,
+        sessions,
+        max_per_session,
+        abort,
+        done,
+    } = setup;
     let mut backoff = Duration::from_millis(500);
-    while let Ok(msg) = inbox.recv().await {
-        // Wait while `concurrency` messages are already out but unrecorded.
-        let Ok(permit) = Arc::clone(&shared.unrecorded).acquire_owned().await else {
-            break;
+    loop {
+        let mut session = if abort.is_cancelled() {
+            None
+        } else {
+            match open(&inbox, &relay, &sessions, &abort, &done, &mut backoff).await {
+                Opened::Session(conn, slot) => Some((conn, slot)),
+                Opened::Retry => continue,
+                Opened::Abort => None,
+                Opened::Done => break,
+            }
         };
-        let kind = loop {
-            if abort.is_cancelled() || shared.campaigns.blocked(msg.tracker.campaign_id).await {
-                break OutcomeKind::Unclaim;
+        // Messages on this session (after an abort: none, each handed back).
+        let mut tried = 0usize;
+        let closed = loop {
+            if session.is_some() && tried >= max_per_session {
+                break false;
             }
-            if let Err(t) = shared
-                .limiter
-                .acquire(&msg.rate_groups, msg.weight, MAX_TOKEN_WAIT)
-                .await
-            {
-                msg.tracker.throttle(t.retry_in);
-                break OutcomeKind::Unclaim;
-            }
-            // After the wait for tokens, which can last seconds.
-            if let Some(status) = shared.optouts.left(msg.recipient_id) {
-                break OutcomeKind::Skipped(status.as_str().to_string());
-            }
-            let conn = match session.as_mut() {
-                Some(c) if !c.has_broken() => c,
-                _ => match relay.connect().await {
-                    Ok(c) => {
-                        backoff = Duration::from_millis(500);
-                        session.insert(c)
-                    }
-                    Err(e) => {
-                        // The relay is down: this message has not been tried,
-                        // so it keeps its attempt; wait and reconnect.
-                        session = None;
-                        tracing::warn!(error = %format!("{:#}", anyhow::Error::from(e)), retry_in = ?backoff, "SMTP connect failed");
-                        tokio::select! {
-                            _ = tokio::time::sleep(backoff) => {}
-                            _ = abort.cancelled() => {}
-                        }
-                        backoff = (backoff * 2).min(MAX_BACKOFF);
-                        continue;
-                    }
-                },
+            // The one place a sender takes its next message (its rate
+            // tokens already taken, see `schedule`).
+            let idle = session.is_some().then_some(IDLE_QUIT);
+            let msg = match inbox.next(&shared, idle).await {
+                Next::Msg(msg) => msg,
+                Next::Idle => break false,
+                Next::Closed => break true,
             };
-            break match relay.send(conn, &msg.composed).await {
-                Verdict::Sent => {
-                    shared.limiter.success(&msg.rate_groups).await;
-                    OutcomeKind::Sent
-                }
-                Verdict::Permanent(reply) if reply.says_bad_address() => {
-                    OutcomeKind::Bounced(reply.text)
-                }
-                Verdict::Permanent(reply) => OutcomeKind::Failed(reply.text),
-                Verdict::Transient(reply) => {
-                    if reply.asks_to_slow_down() {
-                        tracing::warn!(%reply, "relay asks to slow down");
-                        shared.limiter.slow_down(&msg.rate_groups).await;
-                    }
-                    OutcomeKind::Retry(reply.text)
-                }
+            // Wait while `concurrency` messages are already out but unrecorded.
+            let Ok(permit) = Arc::clone(&shared.unrecorded).acquire_owned().await else {
+                break true;
             };
+            let conn = session.as_mut().map(|(c, _)| &mut **c);
+            let (kind, on_wire) = deliver(&shared, &relay, conn, &msg, &abort).await;
+            tried += usize::from(on_wire);
+            let report = Report {
+                tracker: msg.tracker,
+                recipient_id: msg.recipient_id,
+                attempt: msg.attempt,
+                kind,
+                unrecorded: Some(permit),
+            };
+            if outbox.send(report).await.is_err() {
+                break true;
+            }
+            if session.as_ref().is_some_and(|(c, _)| c.has_broken()) {
+                // Dropped without QUIT; a new session before the next message.
+                session = None;
+                break false;
+            }
         };
-        let report = Report {
-            tracker: msg.tracker,
-            recipient_id: msg.recipient_id,
-            attempt: msg.attempt,
-            kind,
-            unrecorded: Some(permit),
-        };
-        if outbox.send(report).await.is_err() {
+        if let Some((mut c, slot)) = session {
+            let _ = tokio::time::timeout(Duration::from_secs(2), c.quit()).await;
+            drop(slot);
+        }
+        if closed {
             break;
         }
     }
-    if let Some(mut c) = session {
-        let _ = tokio::time::timeout(Duration::from_secs(2), c.quit()).await;
+}
+
+/// Wait for work, then for a session slot, then connect. A connect that
+/// fails costs no message (none is taken yet): the slot goes back, the
+/// session count may shrink, and the sender waits its backoff.
+async fn open(
+    inbox: &Scheduler,
+    relay: &Relay,
+    sessions: &Arc<Sessions>,
+    abort: &CancellationToken,
+    done: &CancellationToken,
+    backoff: &mut Duration,
+) -> Opened {
+    // No session is opened for nothing (an idle worker holds none).
+    while inbox.is_empty() {
+        if inbox.is_closed() || done.is_cancelled() {
+            return Opened::Done;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(WORK_POLL) => {}
+            _ = abort.cancelled() => return Opened::Abort,
+            _ = done.cancelled() => return Opened::Done,
+        }
     }
+    let slot = tokio::select! {
+        s = sessions.acquire(done) => s,
+        _ = abort.cancelled() => return Opened::Abort,
+    };
+    let Some(mut slot) = slot else {
+        return Opened::Done;
+    };
+    let started = Instant::now();
+    let connected = tokio::select! {
+        c = relay.connect() => c,
+        _ = abort.cancelled() => return Opened::Abort,
+    };
+    match connected {
+        Ok(conn) => {
+            sessions.connected(&mut slot, started.elapsed());
+            *backoff = Duration::from_millis(500);
+            Opened::Session(Box::new(conn), slot)
+        }
+        Err(e) => {
+            drop(slot);
+            if matches!(e, MailError::Connect { .. }) {
+                sessions.failed(started);
+            }
+            tracing::warn!(error = %format!("{:#}", anyhow::Error::from(e)), retry_in = ?backoff, "SMTP connect failed");
+            tokio::select! {
+                _ = tokio::time::sleep(*backoff) => {}
+                _ = abort.cancelled() => {}
+            }
+            *backoff = (*backoff * 2).min(MAX_BACKOFF);
+            Opened::Retry
+        }
+    }
+}
+
+/// One message on `conn` (`None` after an abort: handed back). Returns the
+/// outcome and whether the message went to the relay.
+async fn deliver(
+    shared: &Shared,
+    relay: &Relay,
+    conn: Option<&mut Session>,
+    msg: &Msg,
+    abort: &CancellationToken,
+) -> (OutcomeKind, bool) {
+    if abort.is_cancelled() || shared.campaigns.blocked(msg.tracker.campaign_id).await {
+        return (OutcomeKind::Unclaim, false);
+    }
+    let Some(conn) = conn else {
+        return (OutcomeKind::Unclaim, false);
+    };
+    // The message may have been parked for seconds.
+    if let Some(status) = shared.optouts.left(msg.recipient_id) {
+        return (OutcomeKind::Skipped(status.as_str().to_string()), false);
+    }
+    let kind = match relay.send(conn, &msg.composed).await {
+        Verdict::Sent => {
+            shared.limiter.success(&msg.rate_groups).await;
+            OutcomeKind::Sent
+        }
+        Verdict::Permanent(reply) if reply.says_bad_address() => OutcomeKind::Bounced(reply.text),
+        Verdict::Permanent(reply) => OutcomeKind::Failed(reply.text),
+        Verdict::Transient(reply) => {
+            if reply.asks_to_slow_down() {
+                tracing::warn!(%reply, "relay asks to slow down");
+                shared.limiter.slow_down(&msg.rate_groups).await;
+            }
+            OutcomeKind::Retry(reply.text)
+        }
+    };
+    (kind, true)
 }

@@ -236,6 +236,32 @@ pub struct Script {
     /// non-ASCII address in MAIL FROM or RCPT TO, the SMTPUTF8 parameter),
     /// as a relay without it does.
     pub no_smtputf8: bool,
+    /// Greet at most this many sessions at once, as a relay at its process
+    /// limit does: a further connection is accepted but not greeted until
+    /// one of them ends (QUIT or close).
+    pub max_greeted: Option<usize>,
+    /// Advertise PIPELINING (RFC 2920).
+    pub pipelining: bool,
+    /// Recipients whose address contains the pattern get this reply at
+    /// RCPT, every time (e.g. `452 4.2.2 mailbox full`).
+    pub rcpt_replies: Vec<(String, String)>,
+}
+
+/// Sessions a [`Script::max_greeted`] peer has greeted, and how many
+/// connections it has (greeted or waiting).
+#[derive(Default)]
+struct Gate {
+    counts: Mutex<(usize, usize)>,
+    changed: std::sync::Condvar,
+}
+
+/// How one session with the scripted peer went.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SessionEnd {
+    /// Messages accepted in it.
+    pub messages: u32,
+    /// The client ended it with QUIT.
+    pub quit: bool,
 }
 
 /// One AUTH exchange the scripted peer saw.
@@ -298,6 +324,19 @@ pub struct ScriptedSmtp {
     pub senders: Arc<Mutex<HashMap<String, String>>>,
     /// Every AUTH exchange, in order.
     pub auths: Arc<Mutex<Vec<AuthTry>>>,
+    /// Most connections open at once (greeted or waiting to be).
+    pub peak_connections: Arc<AtomicUsize>,
+    /// Connections left waiting for the greeting (over `max_greeted`) for
+    /// more than 100 ms.
+    pub ungreeted: Arc<AtomicUsize>,
+    /// Every finished session.
+    pub session_ends: Arc<Mutex<Vec<SessionEnd>>>,
+    /// MAIL commands, and those whose RCPT and DATA had already arrived
+    /// when the peer read the MAIL (sent in one flight, before any reply).
+    pub mails: Arc<AtomicUsize>,
+    pub mails_in_one_flight: Arc<AtomicUsize>,
+    /// RSET commands.
+    pub resets: Arc<AtomicUsize>,
 }
 
 impl ScriptedSmtp {
@@ -316,8 +355,25 @@ impl ScriptedSmtp {
             messages: Default::default(),
             senders: Default::default(),
             auths: Default::default(),
+            peak_connections: Default::default(),
+            ungreeted: Default::default(),
+            session_ends: Default::default(),
+            mails: Default::default(),
+            mails_in_one_flight: Default::default(),
+            resets: Default::default(),
         };
+        let gate = Arc::new(Gate::default());
+        let (peak, ungreeted, ends) = (
+            peer.peak_connections.clone(),
+            peer.ungreeted.clone(),
+            peer.session_ends.clone(),
+        );
         let auths = peer.auths.clone();
+        let (mails, flights, resets) = (
+            peer.mails.clone(),
+            peer.mails_in_one_flight.clone(),
+            peer.resets.clone(),
+        );
         let (unanswered, faults, messages, senders) = (
             peer.unanswered.clone(),
             peer.faults.clone(),
@@ -344,10 +400,39 @@ impl ScriptedSmtp {
                     messages: messages.clone(),
                     senders: senders.clone(),
                     auths: auths.clone(),
+                    gate: gate.clone(),
+                    left: Default::default(),
+                    delivered: Default::default(),
+                    quit: Default::default(),
+                    mails: mails.clone(),
+                    flights: flights.clone(),
+                    resets: resets.clone(),
                 };
                 sessions.fetch_add(1, Ordering::SeqCst);
+                {
+                    let mut c = gate.counts.lock().unwrap();
+                    c.1 += 1;
+                    peak.fetch_max(c.1, Ordering::SeqCst);
+                }
+                let (ungreeted, ends) = (ungreeted.clone(), ends.clone());
                 std::thread::spawn(move || {
+                    if let Some(n) = state.script.max_greeted {
+                        let since = Instant::now();
+                        let mut c = state.gate.counts.lock().unwrap();
+                        while c.0 >= n {
+                            c = state.gate.changed.wait(c).unwrap();
+                        }
+                        c.0 += 1;
+                        if since.elapsed() > Duration::from_millis(100) {
+                            ungreeted.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
                     let _ = state.session(stream);
+                    state.leave();
+                    ends.lock().unwrap().push(SessionEnd {
+                        messages: state.delivered.get(),
+                        quit: state.quit.get(),
+                    });
                 });
             }
         });
@@ -383,6 +468,30 @@ struct Peer {
     messages: Arc<Mutex<Vec<Accepted>>>,
     senders: Arc<Mutex<HashMap<String, String>>>,
     auths: Arc<Mutex<Vec<AuthTry>>>,
+    gate: Arc<Gate>,
+    /// This session no longer counts in `gate`.
+    left: std::cell::Cell<bool>,
+    delivered: std::cell::Cell<u32>,
+    quit: std::cell::Cell<bool>,
+    mails: Arc<AtomicUsize>,
+    flights: Arc<AtomicUsize>,
+    resets: Arc<AtomicUsize>,
+}
+
+impl Peer {
+    /// The session ends: it no longer counts against `max_greeted` (at
+    /// QUIT, before the reply, so the client's next session never sees it).
+    fn leave(&self) {
+        if self.left.replace(true) {
+            return;
+        }
+        let mut c = self.gate.counts.lock().unwrap();
+        c.1 -= 1;
+        if self.script.max_greeted.is_some() {
+            c.0 -= 1;
+        }
+        self.gate.changed.notify_all();
+    }
 }
 
 /// Base64 text from an AUTH exchange, decoded (empty when it is not).
@@ -532,6 +641,9 @@ impl Peer {
                 if script.auth.is_some() {
                     out.write_all(b"250-AUTH PLAIN LOGIN\r\n")?;
                 }
+                if script.pipelining {
+                    out.write_all(b"250-PIPELINING\r\n")?;
+                }
                 if script.no_smtputf8 {
                     out.write_all(b"250-scripted\r\n250 8BITMIME\r\n")?;
                 } else {
@@ -552,6 +664,13 @@ impl Peer {
             } else if upper.starts_with("MAIL FROM") && script.auth.is_some() && !authenticated {
                 out.write_all(b"530 5.7.0 authentication required\r\n")?;
             } else if upper.starts_with("MAIL FROM") {
+                self.mails.fetch_add(1, Ordering::SeqCst);
+                // Already here, unanswered: this MAIL's RCPT and DATA.
+                let ahead = String::from_utf8_lossy(io.buffer()).to_ascii_uppercase();
+                if ahead.starts_with("RCPT TO") && ahead.contains("\r\nDATA\r\n") {
+                    self.flights.fetch_add(1, Ordering::SeqCst);
+                }
+                let out = io.get_mut();
                 rcpts.clear();
                 rcpt_tries.clear();
                 sender = line
@@ -588,7 +707,15 @@ impl Peer {
                     self.faults.fetch_add(1, Ordering::SeqCst);
                     out.write_all(b"451 4.3.0 try again later\r\n")?;
                 } else {
+                    let scripted = script
+                        .rcpt_replies
+                        .iter()
+                        .find(|(pat, _)| addr.contains(pat.as_str()));
                     match (&script.reject, &script.tempfail) {
+                        _ if scripted.is_some() => {
+                            let reply = scripted.map(|(_, r)| r.trim_end()).unwrap_or_default();
+                            out.write_all(format!("{reply}\r\n").as_bytes())?
+                        }
                         (Some(pat), _) if addr.contains(pat.as_str()) => {
                             out.write_all(rejection.as_bytes())?
                         }
@@ -602,6 +729,9 @@ impl Peer {
                         }
                     }
                 }
+            } else if upper.starts_with("DATA") && rcpts.is_empty() {
+                // As RFC 2920 asks (and Postfix does).
+                out.write_all(b"554 5.5.1 no valid recipients\r\n")?;
             } else if upper.starts_with("DATA") {
                 out.write_all(b"354 go ahead\r\n")?;
                 out.flush()?;
@@ -666,10 +796,18 @@ impl Peer {
                     }
                     return Ok(End::Closed);
                 }
+                self.delivered.set(self.delivered.get() + 1);
                 io.get_mut().write_all(b"250 queued\r\n")?;
-            } else if upper.starts_with("RSET") || upper.starts_with("NOOP") {
+            } else if upper.starts_with("RSET") {
+                self.resets.fetch_add(1, Ordering::SeqCst);
+                rcpts.clear();
+                rcpt_tries.clear();
+                out.write_all(b"250 ok\r\n")?;
+            } else if upper.starts_with("NOOP") {
                 out.write_all(b"250 ok\r\n")?;
             } else if upper.starts_with("QUIT") {
+                self.quit.set(true);
+                self.leave();
                 out.write_all(b"221 bye\r\n")?;
                 out.flush()?;
                 return Ok(End::Closed);
@@ -1292,4 +1430,12 @@ pub fn http(
         headers,
         body: resp.into_string().unwrap_or_default(),
     }
+}
+
+/// Taken by every test of a binary whose assertions are rates measured at a
+/// peer (ratelimit, connections): they run one at a time, so the binary's
+/// other test thread never takes half the CPU whose throughput they measure.
+pub fn alone() -> std::sync::MutexGuard<'static, ()> {
+    static ALONE: Mutex<()> = Mutex::new(());
+    ALONE.lock().unwrap_or_else(|p| p.into_inner())
 }

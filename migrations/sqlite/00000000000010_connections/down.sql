@@ -1,0 +1,2 @@
+DROP TABLE connection_leases;
+DROP TABLE connection_limits;

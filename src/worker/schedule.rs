@@ -1,0 +1,572 @@
+//! The scheduler between the job stage and the senders: per rate group, a
+//! queue of parked messages, as an MTA keeps a queue per destination
+//! (Postfix's qmgr, KumoMTA's scheduled queue per domain). A sender asks
+//! [`Scheduler::next`] for its next message and gets one whose rate tokens
+//! are already taken (for all its groups at once), so no sender ever waits
+//! for tokens while other mail could go.
+//!
+//! A message whose group has no token now is parked in that group's queue
+//! (in arrival order). A message whose tokens are not expected within
+//! [`MAX_PARK`] (the group is far behind, or limited to a few per minute),
+//! or that meets a full park ([`Scheduler::new`]'s bound), is *deferred*;
+//! so are the newest parked messages beyond what this worker's measured
+//! share of the group sends within [`MAX_PARK_AGE`], and any message parked
+//! for [`MAX_PARKED_FOR`]. Deferred means handed back to the ledger
+//! unsent and noted on its job, which then puts those recipients into a new
+//! delayed job (see `fate::finish`). So jobs never stay reserved behind a
+//! slow group, and memory stays bounded whatever the backlog.
+//!
+//! Only one sender schedules at a time (the others queue on the state's
+//! lock, in order): each check-then-take of tokens is therefore atomic in
+//! this worker, and a token is taken only when a sender is there to spend it.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex as StdMutex;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use super::pipeline::{Msg, Report, Shared};
+use crate::store::OutcomeKind;
+
+/// A message is parked only if its tokens are expected within this long;
+/// otherwise it is deferred at once.
+pub const MAX_PARK: Duration = Duration::from_secs(2);
+/// A queue keeps what is expected to go within this long at the share of
+/// the group this worker measures (other workers share it); the newest
+/// messages beyond are deferred.
+pub const MAX_PARK_AGE: Duration = Duration::from_secs(4);
+/// Nothing stays parked longer than this, whatever the estimates (well
+/// within a job's TTR).
+pub const MAX_PARKED_FOR: Duration = Duration::from_secs(10);
+
+/// How far ahead a group's queue may hold messages: (longest expected wait
+/// to park a new message, what a queue keeps at this worker's share).
+/// Deferring lets other mail past a slow group; but every message of this
+/// worker counts against its relay's group, so deferring for the relay
+/// frees nothing for anyone: it only churns jobs (hand back, put, claim
+/// again) and leaves gaps when the deferred jobs are all not yet due. For
+/// the relay's group a queue holds up to [`MAX_PARKED_FOR`], and the job
+/// slots (bounded) are the back-pressure.
+fn horizon(group: &str) -> (Duration, Duration) {
+    if group.starts_with("relay:") {
+        (MAX_PARKED_FOR, MAX_PARKED_FOR)
+    } else {
+        (MAX_PARK, MAX_PARK_AGE)
+    }
+}
+/// A deferred job comes back after the group's next token is due plus the
+/// estimated backlog ahead of it, but the backlog part is capped at this, so
+/// a `rate set` that raises the rate is soon met by enough work.
+const MAX_BACKLOG_DELAY: Duration = Duration::from_secs(4);
+/// Deferral delays are kept within these bounds.
+const MIN_DEFER_DELAY: Duration = Duration::from_secs(1);
+const MAX_DEFER_DELAY: Duration = Duration::from_secs(3_600);
+/// Longest the scheduling sender sleeps before looking again (a refresh of
+/// the groups or a campaign's flags may have changed things).
+const MAX_SLEEP: Duration = Duration::from_millis(200);
+/// Messages looked at per queue per pass (bounds one pass's work).
+const TRIES_PER_QUEUE: usize = 64;
+
+struct Parked {
+    msg: Msg,
+    since: Instant,
+}
+
+/// Tokens this worker took per group lately: its share of a group that
+/// other workers use too, for estimating how long a parked message waits.
+struct Meter {
+    start: Instant,
+    count: u32,
+    /// Tokens per second over the last full window while messages were
+    /// parked for the group; `None` when unknown.
+    rate: Option<f64>,
+}
+
+#[derive(Default)]
+struct Queue {
+    msgs: VecDeque<Parked>,
+    /// When the group's next token is due, as last seen.
+    due: Option<Instant>,
+}
+
+#[derive(Default)]
+struct State {
+    queues: HashMap<String, Queue>,
+    meters: HashMap<String, Meter>,
+    parked: usize,
+    generation: u64,
+    /// Recipients deferred per group, by the second (since `epoch`) at which
+    /// they are due: counted in `status` until then.
+    deferred: HashMap<String, BTreeMap<u64, u32>>,
+}
+
+/// Per group: recipients parked in this worker, and deferred by it into
+/// delayed jobs that are not due yet.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub parked: u64,
+    pub deferred: u64,
+}
+
+pub struct Scheduler {
+    input: async_channel::Receiver<Msg>,
+    state: Mutex<State>,
+    abort: CancellationToken,
+    max_parked: usize,
+    epoch: Instant,
+    /// Snapshot of the state for the heartbeat (see [`Scheduler::usage`]).
+    usage: StdMutex<HashMap<String, Usage>>,
+    /// Messages whose tokens are taken, for senders queued on the lock: a
+    /// scheduling sender that wakes late (a busy machine) takes every token
+    /// then due at once rather than one per turn of the lock.
+    ready: StdMutex<VecDeque<Msg>>,
+    /// Senders inside [`Scheduler::next`].
+    waiting: AtomicUsize,
+    /// Messages parked, as of the last scheduling pass.
+    parked_now: AtomicUsize,
+}
+
+/// A sender's idle time ran out.
+struct Idle;
+
+/// What [`Scheduler::next`] gives a sender.
+pub enum Next {
+    /// A message, its tokens taken (none after an abort).
+    Msg(Msg),
+    /// Nothing within the sender's idle time.
+    Idle,
+    /// The job stage is gone and nothing is parked: no more work.
+    Closed,
+}
+
+enum Admit {
+    Go(Msg),
+    Held,
+}
+
+impl Scheduler {
+    /// Messages come from `input` (the job stage); at most `max_parked` wait
+    /// inside at once. After `abort`, messages are handed out without tokens
+    /// (the sender hands them back unsent).
+    pub fn new(
+        input: async_channel::Receiver<Msg>,
+        max_parked: usize,
+        abort: CancellationToken,
+    ) -> Scheduler {
+        Scheduler {
+            input,
+            state: Mutex::new(State::default()),
+            abort,
+            max_parked: max_parked.max(1),
+            epoch: Instant::now(),
+            usage: StdMutex::new(HashMap::new()),
+            ready: StdMutex::new(VecDeque::new()),
+            waiting: AtomicUsize::new(0),
+            parked_now: AtomicUsize::new(0),
+        }
+    }
+
+    /// Parked and deferred recipients per group, as of the last scheduling
+    /// pass.
+    pub fn usage(&self) -> HashMap<String, Usage> {
+        self.usage.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The next message to send, its rate tokens taken; `None` once the job
+    /// stage is gone and nothing is parked.
+    ///
+    /// With `idle`, gives up after that long without a message. Not to be
+    /// cancelled midway (it may hold a message between two awaits): the
+    /// idle time is its own way out.
+    pub async fn next(&self, shared: &Shared, idle: Option<Duration>) -> Next {
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        let deadline = idle.map(|d| Instant::now() + d);
+        let out = self.next_locked(shared, deadline).await;
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        match out {
+            Ok(Some(m)) => Next::Msg(m),
+            Ok(None) => Next::Closed,
+            Err(Idle) => Next::Idle,
+        }
+    }
+
+    /// Nothing waits: no message in the channel, parked or ready.
+    pub fn is_empty(&self) -> bool {
+        self.input.is_empty()
+            && self.parked_now.load(Ordering::Acquire) == 0
+            && self
+                .ready
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_empty()
+    }
+
+    /// The job stage is gone.
+    pub fn is_closed(&self) -> bool {
+        self.input.is_closed()
+    }
+
+    fn pop_ready(&self) -> Option<Msg> {
+        self.ready
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front()
+    }
+
+    /// Room for messages handed to senders queued on the lock.
+    fn ready_room(&self) -> bool {
+        let ready = self.ready.lock().unwrap_or_else(|p| p.into_inner()).len();
+        ready + 1 < self.waiting.load(Ordering::Acquire)
+    }
+
+    async fn next_locked(
+        &self,
+        shared: &Shared,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Msg>, Idle> {
+        if let Some(m) = self.pop_ready() {
+            return Ok(Some(m));
+        }
+        let mut st = self.state.lock().await;
+        if let Some(m) = self.pop_ready() {
+            return Ok(Some(m));
+        }
+        loop {
+            if self.abort.is_cancelled() {
+                if let Some(m) = st.pop_any() {
+                    return Ok(Some(m));
+                }
+                return Ok(self.input.recv().await.ok());
+            }
+            let generation = shared.limiter.generation();
+            if generation != st.generation {
+                // Groups changed: look at every queue again, forget shares
+                // measured under the old rates.
+                st.generation = generation;
+                st.meters.clear();
+                for q in st.queues.values_mut() {
+                    q.due = None;
+                }
+            }
+            if let Some(m) = self.release_parked(&mut st, shared).await {
+                self.publish(&st);
+                return Ok(Some(m));
+            }
+            self.sweep(&mut st, shared).await;
+            loop {
+                match self.input.try_recv() {
+                    Ok(m) => {
+                        if let Admit::Go(m) = self.admit(&mut st, shared, m).await {
+                            self.publish(&st);
+                            return Ok(Some(m));
+                        }
+                    }
+                    Err(async_channel::TryRecvError::Empty) => break,
+                    Err(async_channel::TryRecvError::Closed) => {
+                        if st.parked == 0 {
+                            return Ok(None);
+                        }
+                        break;
+                    }
+                }
+            }
+            self.publish(&st);
+            let now = Instant::now();
+            if deadline.is_some_and(|d| d <= now) {
+                return Err(Idle);
+            }
+            let mut wake = now + MAX_SLEEP;
+            if let Some(d) = deadline {
+                wake = wake.min(d);
+            }
+            for q in st.queues.values().filter(|q| !q.msgs.is_empty()) {
+                wake = wake.min(q.due.unwrap_or(now));
+                if let Some(p) = q.msgs.front() {
+                    wake = wake.min(p.since + MAX_PARKED_FOR);
+                }
+            }
+            let open = !self.input.is_closed();
+            tokio::select! {
+                m = self.input.recv(), if open => {
+                    if let Ok(m) = m {
+                        if let Admit::Go(m) = self.admit(&mut st, shared, m).await {
+                            self.publish(&st);
+                            return Ok(Some(m));
+                        }
+                    }
+                }
+                _ = tokio::time::sleep_until(wake.into()) => {}
+                _ = self.abort.cancelled() => {}
+            }
+        }
+    }
+
+    /// Give groups whose next token is due their parked messages.
+    async fn release_parked(&self, st: &mut State, shared: &Shared) -> Option<Msg> {
+        let now = Instant::now();
+        let mut due: Vec<(Instant, String)> = st
+            .queues
+            .iter()
+            .filter(|(_, q)| !q.msgs.is_empty() && q.due.is_none_or(|d| d <= now))
+            .map(|(n, q)| (q.due.unwrap_or(now), n.clone()))
+            .collect();
+        due.sort();
+        let mut first = None;
+        for (_, name) in due {
+            for _ in 0..TRIES_PER_QUEUE {
+                let Some(head) = st.queues.get_mut(&name).and_then(|q| q.msgs.front_mut()) else {
+                    break;
+                };
+                regroup(shared, &mut head.msg);
+                let (groups, weight, campaign) = (
+                    head.msg.rate_groups.clone(),
+                    head.msg.weight,
+                    head.msg.tracker.campaign_id,
+                );
+                if shared.campaigns.blocked(campaign).await {
+                    if first.is_some() {
+                        return first;
+                    }
+                    // Paused or cancelled: the sender hands it back.
+                    return st.take_head(&name).map(|p| p.msg);
+                }
+                match shared.limiter.try_take(&groups, weight).await {
+                    Ok(()) => {
+                        st.note_taken(&groups);
+                        let Some(p) = st.take_head(&name) else {
+                            break;
+                        };
+                        if first.is_none() {
+                            first = Some(p.msg);
+                        } else {
+                            self.ready
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .push_back(p.msg);
+                        }
+                        if !self.ready_room() {
+                            return first;
+                        }
+                    }
+                    Err(b) if b.group == name => {
+                        if let Some(q) = st.queues.get_mut(&name) {
+                            q.due = Some(b.at);
+                        }
+                        break;
+                    }
+                    Err(b) => {
+                        // Another of its groups is short now: wait there.
+                        let Some(p) = st.take_head(&name) else {
+                            break;
+                        };
+                        let other = st.queues.entry(b.group).or_default();
+                        if other.msgs.is_empty() {
+                            other.due = Some(b.at);
+                        }
+                        other.msgs.push_back(p);
+                        st.parked += 1;
+                    }
+                }
+            }
+        }
+        first
+    }
+
+    /// Keep in each queue only what is expected to go within
+    /// [`MAX_PARK_AGE`] at this worker's measured share of the group: the
+    /// newest messages beyond that are deferred (their jobs are then free),
+    /// the oldest stay, as they go next. Anything parked longer than
+    /// [`MAX_PARKED_FOR`] is deferred whatever the estimate said.
+    async fn sweep(&self, st: &mut State, shared: &Shared) {
+        let now = Instant::now();
+        let names: Vec<String> = st
+            .queues
+            .iter()
+            .filter(|(_, q)| !q.msgs.is_empty())
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in names {
+            let each = st.each(shared, &name);
+            let until_due = st
+                .queues
+                .get(&name)
+                .and_then(|q| q.due)
+                .map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
+            let room = horizon(&name).1.saturating_sub(until_due);
+            let keep = if each.is_zero() {
+                usize::MAX
+            } else {
+                // The head always stays: it goes next (a slow group's
+                // message back from a delayed job a little early waits
+                // here for its token rather than being deferred again).
+                ((room.as_secs_f64() / each.as_secs_f64()) as usize).max(1)
+            };
+            while let Some(q) = st.queues.get_mut(&name) {
+                let p = if q.msgs.len() > keep {
+                    q.msgs.pop_back()
+                } else if q
+                    .msgs
+                    .front()
+                    .is_some_and(|p| p.since + MAX_PARKED_FOR <= now)
+                {
+                    q.msgs.pop_front()
+                } else {
+                    break;
+                };
+                let Some(p) = p else {
+                    break;
+                };
+                st.parked -= 1;
+                let delay = st.estimate(shared, &name, now);
+                self.defer(st, shared, p.msg, &name, delay).await;
+            }
+        }
+    }
+
+    /// A message from the job stage: send it now, park it, or defer it.
+    async fn admit(&self, st: &mut State, shared: &Shared, mut msg: Msg) -> Admit {
+        regroup(shared, &mut msg);
+        if msg.rate_groups.is_empty() || shared.campaigns.blocked(msg.tracker.campaign_id).await {
+            return Admit::Go(msg);
+        }
+        let blocked = match shared.limiter.try_take(&msg.rate_groups, msg.weight).await {
+            Ok(()) => {
+                st.note_taken(&msg.rate_groups);
+                return Admit::Go(msg);
+            }
+            Err(b) => b,
+        };
+        let now = Instant::now();
+        let q = st.queues.entry(blocked.group.clone()).or_default();
+        if q.msgs.is_empty() || q.due.is_none_or(|d| d < blocked.at) {
+            q.due = Some(blocked.at);
+        }
+        let wait = st.estimate(shared, &blocked.group, now);
+        if wait > horizon(&blocked.group).0 || st.parked >= self.max_parked {
+            self.defer(st, shared, msg, &blocked.group, wait).await;
+        } else if let Some(q) = st.queues.get_mut(&blocked.group) {
+            q.msgs.push_back(Parked { msg, since: now });
+            st.parked += 1;
+        }
+        Admit::Held
+    }
+
+    /// Hand a message back to the ledger unsent and note on its job that it
+    /// is deferred for `delay`.
+    async fn defer(&self, st: &mut State, shared: &Shared, msg: Msg, group: &str, delay: Duration) {
+        let delay = delay.clamp(MIN_DEFER_DELAY, MAX_DEFER_DELAY);
+        msg.tracker.defer(msg.recipient_id, delay);
+        let second = (Instant::now() + delay)
+            .duration_since(self.epoch)
+            .as_secs();
+        *st.deferred
+            .entry(group.to_string())
+            .or_default()
+            .entry(second)
+            .or_default() += 1;
+        let report = Report {
+            tracker: msg.tracker,
+            recipient_id: msg.recipient_id,
+            attempt: msg.attempt,
+            kind: OutcomeKind::Unclaim,
+            unrecorded: None,
+        };
+        // A closed reporter means shutdown: the claim lapses after the TTR.
+        let _ = shared.to_report.send(report).await;
+    }
+
+    /// Refresh the snapshot read by the heartbeat.
+    fn publish(&self, st: &State) {
+        let now = Instant::now().duration_since(self.epoch).as_secs();
+        let mut out: HashMap<String, Usage> = HashMap::new();
+        for (name, q) in &st.queues {
+            if !q.msgs.is_empty() {
+                out.entry(name.clone()).or_default().parked = q.msgs.len() as u64;
+            }
+        }
+        for (name, by_second) in &st.deferred {
+            let n: u64 = by_second.range(now..).map(|(_, &c)| u64::from(c)).sum();
+            if n > 0 {
+                out.entry(name.clone()).or_default().deferred = n;
+            }
+        }
+        *self.usage.lock().unwrap_or_else(|p| p.into_inner()) = out;
+        self.parked_now.store(st.parked, Ordering::Release);
+    }
+}
+
+impl State {
+    fn take_head(&mut self, name: &str) -> Option<Parked> {
+        let p = self.queues.get_mut(name)?.msgs.pop_front()?;
+        self.parked -= 1;
+        Some(p)
+    }
+
+    fn pop_any(&mut self) -> Option<Msg> {
+        let name = self
+            .queues
+            .iter()
+            .find(|(_, q)| !q.msgs.is_empty())
+            .map(|(n, _)| n.clone())?;
+        self.take_head(&name).map(|p| p.msg)
+    }
+
+    fn note_taken(&mut self, groups: &[String]) {
+        let now = Instant::now();
+        for g in groups {
+            let backlogged = self.queues.get(g).is_some_and(|q| !q.msgs.is_empty());
+            let m = self.meters.entry(g.clone()).or_insert(Meter {
+                start: now,
+                count: 0,
+                rate: None,
+            });
+            m.count += 1;
+            let elapsed = now.duration_since(m.start);
+            if elapsed >= Duration::from_secs(1) {
+                // Only a window with a backlog says what this worker gets.
+                if backlogged {
+                    m.rate = Some(f64::from(m.count) / elapsed.as_secs_f64());
+                }
+                m.start = now;
+                m.count = 0;
+            }
+        }
+    }
+
+    /// Time between two messages of `group` at this worker: the configured
+    /// interval, or the share measured lately if slower.
+    fn each(&self, shared: &Shared, group: &str) -> Duration {
+        let configured = shared.limiter.interval(group).unwrap_or_default();
+        // A group whose next token is far off is caught by its due time;
+        // a pause of the whole worker (a slow database round trip) must not
+        // read as a tiny share and defer everything parked.
+        let measured = match self.meters.get(group).and_then(|m| m.rate) {
+            Some(r) if r > 0.0 => Duration::from_secs_f64(1.0 / r),
+            _ => Duration::ZERO,
+        };
+        configured.max(measured)
+    }
+
+    /// How long a message joining `group`'s queue now would wait: until the
+    /// group's next token, plus one share of the group per message ahead.
+    fn estimate(&self, shared: &Shared, group: &str, now: Instant) -> Duration {
+        let q = self.queues.get(group);
+        let ahead = q.map_or(0, |q| q.msgs.len()) as u32;
+        let until_due = q
+            .and_then(|q| q.due)
+            .map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
+        until_due + (self.each(shared, group) * ahead).min(MAX_BACKLOG_DELAY)
+    }
+}
+
+/// Work out the message's groups again if they changed since.
+fn regroup(shared: &Shared, msg: &mut Msg) {
+    let generation = shared.limiter.generation();
+    if msg.rate_generation != generation {
+        msg.rate_groups = shared.limiter.groups_for(&msg.campaign_name, &msg.domain);
+        msg.rate_generation = generation;
+    }
+}
