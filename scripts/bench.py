@@ -248,7 +248,7 @@ def main():
     ap.add_argument("--relay-rtt-ms", type=float, default=20, help="--network: relay round trip (default 20)")
     ap.add_argument("--lan-rtt-ms", type=float, default=1,
                     help="--network: beanstalkd and PostgreSQL round trip (default 1)")
-    ap.add_argument("--relay-n", type=int, default=3000, help="--network: recipients for the relay runs")
+    ap.add_argument("--relay-n", type=int, default=10_000, help="--network: recipients for the relay runs (default 10,000)")
     ap.add_argument("--lan-n", type=int, default=100_000, help="--network: recipients for the LAN runs")
     ap.add_argument("--bin", default=BIN, help=f"mailsplit binary (default {BIN})")
     args = ap.parse_args()

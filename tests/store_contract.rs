@@ -74,6 +74,7 @@ contract!(
     concurrent_claims_send_each_recipient_once,
     empty_inputs_are_no_ops,
     stale_sent_after_other_token_sent_is_lost,
+    a_batch_of_successes_counts_each_campaign_and_ends_a_failure_streak,
     store_functions_compose_inside_one_transaction,
 );
 
@@ -1545,6 +1546,82 @@ fn empty_inputs_are_no_ops(kind: Kind) {
     assert!(deliveries::ledger_counts(&mut f.conn, c)
         .unwrap()
         .is_empty());
+}
+
+/// A batch of successes only (on PostgreSQL one statement per campaign,
+/// without BEGIN and COMMIT): two campaigns and, in one of them, two jobs'
+/// tokens and a claim lost meanwhile. Each campaign counts exactly its own
+/// rows, the lost one reads `Lost` and is not counted, and the success ends
+/// the campaign's failure streak (the auto-pause bookkeeping moves as in a
+/// mixed batch).
+fn a_batch_of_successes_counts_each_campaign_and_ends_a_failure_streak(kind: Kind) {
+    let mut f = fixture(kind, 6);
+    let (news, ids) = (f.campaign, f.ids.clone());
+    let list_id = recipients::get_or_create_list(&mut f.conn, "main").unwrap();
+    let promo = new_campaign(&mut f.conn, "promo", list_id).id;
+    deliveries::claim(&mut f.conn, news, &ids[..2], 1, LEASE).unwrap();
+    deliveries::claim(&mut f.conn, news, &ids[2..4], 2, LEASE).unwrap();
+    // ids[4]: token 3's claim ran out and token 4 holds it now.
+    deliveries::claim(&mut f.conn, news, &ids[4..5], 3, -1).unwrap();
+    deliveries::claim(&mut f.conn, news, &ids[4..5], 4, LEASE).unwrap();
+    deliveries::claim(&mut f.conn, promo, &ids, 7, LEASE).unwrap();
+
+    // Three failures in a row in news first.
+    let failures: Vec<Outcome> = ids[..3]
+        .iter()
+        .map(|&r| {
+            let token = if r == ids[2] { 2 } else { 1 };
+            outcome(
+                &f,
+                r,
+                token,
+                OutcomeKind::Failed("550 5.7.1 blocked".into()),
+            )
+        })
+        .collect();
+    deliveries::record(&mut f.conn, &failures, 3).unwrap();
+    assert_eq!(
+        campaigns::counters(&mut f.conn, news).unwrap().fail_streak,
+        3
+    );
+    // Then a batch of successes: news' ids[3] (token 2) and the stale
+    // ids[4] (token 3), interleaved with promo's ids[0..3] (token 7).
+    let on = |campaign: i64, rid: i64, token: i64| Outcome {
+        campaign_id: campaign,
+        recipient_id: rid,
+        token,
+        kind: OutcomeKind::Sent,
+    };
+    let batch = vec![
+        on(promo, ids[0], 7),
+        on(news, ids[3], 2),
+        on(promo, ids[1], 7),
+        on(news, ids[4], 3),
+        on(promo, ids[2], 7),
+    ];
+    assert_eq!(
+        deliveries::record(&mut f.conn, &batch, 3).unwrap(),
+        vec![
+            Recorded::Final,
+            Recorded::Final,
+            Recorded::Final,
+            Recorded::Lost,
+            Recorded::Final
+        ]
+    );
+    assert_eq!(counted(&mut f.conn, news), (1, 3, 0));
+    assert_eq!(counted(&mut f.conn, promo), (3, 0, 0));
+    let c = campaigns::counters(&mut f.conn, news).unwrap();
+    assert_eq!((c.fail_streak, c.recent_done, c.recent_failed), (0, 4, 3));
+    assert!(c.last_at.is_some());
+    assert_counters_match_ledger(&mut f.conn, news);
+    assert_counters_match_ledger(&mut f.conn, promo);
+    // The heir of ids[4] still records it.
+    assert_eq!(
+        deliveries::record(&mut f.conn, &[on(news, ids[4], 4)], 3).unwrap(),
+        vec![Recorded::Final]
+    );
+    assert_eq!(counted(&mut f.conn, news), (2, 3, 0));
 }
 
 // ------------------------------------------------- stale claims and nesting

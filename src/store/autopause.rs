@@ -24,26 +24,15 @@ pub const MIN_SAMPLE: i64 = 100;
 /// `campaign create`'s default `--max-failure-rate`.
 pub const DEFAULT_MAX_FAILURE_RATE: f64 = 0.2;
 
-/// What one batch adds to a campaign's failure record.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct BatchFailures {
-    pub sent: i64,
-    pub failed: i64,
-    /// Failures after the batch's last success (in the order the outcomes
-    /// came); only meaningful when `sent > 0`.
-    pub trailing: i64,
-}
-
-/// The `SET` clauses that move the streak and the buckets; appended to the
-/// counters UPDATE (every right-hand side reads the row as it was). Only
-/// integers are formatted in.
-pub(crate) fn counter_sql(b: &BatchFailures) -> String {
-    let BatchFailures {
-        sent,
-        failed,
-        trailing,
-    } = *b;
-    let done = sent + failed;
+/// The `SET` clauses that move the streak and the buckets for a batch of
+/// `sent` successes and `failed` failures, `trailing` of them after the
+/// batch's last success (in the order the outcomes came; only meaningful
+/// when `sent > 0`). Appended to the counters UPDATE, where every
+/// right-hand side reads the row as it was. Each figure is an SQL
+/// expression: an integer, or a count the same statement computes; never
+/// text from outside.
+pub(crate) fn counter_sql(sent: &str, failed: &str, trailing: &str) -> String {
+    let done = format!("({sent} + {failed})");
     let roll = format!("recent_done + {done} >= {BUCKET}");
     format!(
         "fail_streak = CASE WHEN {sent} > 0 THEN {trailing} ELSE fail_streak + {failed} END, \
