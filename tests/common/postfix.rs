@@ -201,6 +201,31 @@ impl Postfix {
         }
     }
 
+    /// Wait until the log has `count` lines containing every one of
+    /// `needles`, asking Postfix to retry its deferred mail (`postqueue -f`)
+    /// every 2 s meanwhile: qmgr's own retry schedule (backoff, a
+    /// destination throttled after a failure) is Postfix's business, not
+    /// what a test of ours waits on.
+    pub fn wait_log_flushing(&self, secs: u64, needles: &[&str], count: usize) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let log = self.log();
+            let found = log
+                .lines()
+                .filter(|l| needles.iter().all(|n| l.contains(n)))
+                .count();
+            if found >= count {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {count} lines with {needles:?} in the Postfix log:\n{log}"
+            );
+            self.flush();
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    }
+
     /// Messages in the queue (deferred or active), by `postqueue -j`.
     pub fn queued(&self) -> usize {
         let out = Command::new("/usr/sbin/postqueue")
