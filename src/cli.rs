@@ -525,7 +525,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     report.skipped,
                     secs,
                     report.jobs as f64 / secs,
-                    if report.recovered { "; found the interrupted run's last job already queued" } else { "" }
+                    if report.recovered { "; found the interrupted run's last jobs already queued (see the log for how many were put again)" } else { "" }
                 );
             }
         }

@@ -2,12 +2,15 @@
 //! job per batch of active recipients, spread round-robin over the
 //! beanstalkd servers.
 //!
-//! Crash safety: before each put the store records an *intent* (the batch's
-//! last recipient id, the server, and that server's newest job id); after the
-//! put, the next step's transaction advances the cursor past the batch. If
-//! the process dies in between, the next run looks for the job on that server
-//! by id (ids only grow) and in the ledger, and puts it again only if it is in
-//! neither. So a re-run never enqueues a recipient twice and never skips one.
+//! Crash safety: the list is read a page at a time, and each page's jobs
+//! are a *window*. Before its first put the store records an *intent* (the
+//! page's last recipient id, and each server with its newest job id); the
+//! next step's transaction advances the cursor past the window's jobs. If
+//! the process dies in between, the next run looks for the window's
+//! recipients in the jobs above those ids (ids only grow) and in the ledger,
+//! and puts only those in neither. So a re-run never enqueues a recipient
+//! twice and never skips one, at one database round trip per page instead
+//! of per job.
 //!
 //! One run at a time: a run takes the campaign with a lease in the database
 //! (`campaigns.enqueue_owner`, `enqueue_lease_until`), renewed by every step
@@ -16,13 +19,14 @@
 //! when its lease runs out (at once to a run on the same host, which sees
 //! its process gone), and the next run continues from the cursor.
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::queue::{self, JobBody, QueueError, Server};
-use crate::store::campaigns::{self, Confirm, Intent, LeaseHolder, ENQUEUE_LEASE_RENEW};
+use crate::store::campaigns::{self, Confirm, Intent, LeaseHolder};
 use crate::store::{
     deliveries, installation, recipients, Campaign, CampaignState, Conn, RecipientStatus,
     StoreError,
@@ -146,6 +150,28 @@ impl Fanout {
             next: 0,
             identity,
         })
+    }
+    /// An intent for the members up to `upto`: every server with its
+    /// newest job id now.
+    fn intent(&self, upto: i64) -> Intent {
+        Intent {
+            upto,
+            servers: self
+                .servers
+                .iter()
+                .map(|(server, newest)| (server.addr.to_string(), *newest))
+                .collect(),
+        }
+    }
+
+    /// Put one signed job on the next server in turn.
+    fn put(&mut self, campaign: i64, batch: Vec<i64>, priority: u32) -> Result<(), QueueError> {
+        let slot = self.next % self.servers.len();
+        self.next += 1;
+        let encoded = JobBody::new(campaign, batch).encode(&self.identity);
+        let (server, newest) = &mut self.servers[slot];
+        *newest = server.put(&encoded, priority)?;
+        Ok(())
     }
 }
 
@@ -292,79 +318,97 @@ fn enqueue_leased(
         fanout: Fanout::connect(&opts.servers, &opts.tube, identity)?,
         owner: owner.to_string(),
         renewed: Instant::now(),
+        priority: queue::priority(campaign.priority),
     };
-    // One small transaction per job: on PostgreSQL each would otherwise wait
-    // for its own WAL flush (~0.3 ms here, 3 s of a million-recipient
-    // enqueue). If the database server (not this process) crashed and lost
-    // the last steps, a re-run would put those jobs again; the ledger's claim
-    // still sends each recipient once, so nobody is mailed twice or skipped.
+    // One small transaction per window: on PostgreSQL each would otherwise
+    // wait for its own WAL flush. If the database server (not this process)
+    // crashed and lost the last steps, a re-run would put those jobs again;
+    // the ledger's claim still sends each recipient once, so nobody is
+    // mailed twice or skipped.
     conn.defer_commit_flush()?;
     if campaign.pending_upto.is_some() {
-        report.recovered = resolve_in_doubt(conn, &campaign, &mut run, &opts.tube)?;
+        report.recovered = resolve_in_doubt(conn, &campaign, &mut run, opts)?;
         campaign = campaigns::find(conn, &campaign.id.to_string())?;
     }
 
     let bar = progress_bar(opts.progress, total as u64);
-    let priority = queue::priority(campaign.priority);
     let mut scan_pos = campaign.enqueue_cursor;
-    let mut batch: Vec<i64> = Vec::with_capacity(opts.batch_size);
-    let mut skipped: Vec<i64> = Vec::new();
-    // The put whose cursor advance rides on the next store transaction.
-    let mut unconfirmed: Option<Confirm> = None;
+    // Active members not yet in a job (less than a batch, carried from page
+    // to page), and the skipped members read since the last put.
+    let mut carry: Vec<i64> = Vec::with_capacity(opts.batch_size);
+    let mut held_skips: Vec<i64> = Vec::new();
+    // What the next step confirms: the last window's puts and the members
+    // they cover, up to its cursor.
+    let mut done = Confirm {
+        cursor: scan_pos,
+        ..Confirm::default()
+    };
 
+    // One window per page: one store step (confirm the last window, record
+    // this one's intent), then its jobs, put back to back.
     loop {
-        // Pages of recipients that are all skipped put nothing, so nothing
-        // renews the lease on the way: renew it here.
-        run.renew_if_due(conn, &campaign)?;
         let page = recipients::member_page(conn, campaign.list_id, scan_pos, PAGE_SIZE)?;
         let Some(&(last, _)) = page.last() else { break };
         let read = page.len() as u64;
+        let mut window: Vec<Vec<i64>> = Vec::new();
+        let mut covered = done.cursor;
         for (rid, status) in page {
             if status == RecipientStatus::Active {
-                batch.push(rid);
+                carry.push(rid);
+                if carry.len() == opts.batch_size {
+                    window.push(std::mem::replace(
+                        &mut carry,
+                        Vec::with_capacity(opts.batch_size),
+                    ));
+                }
             } else {
-                skipped.push(rid);
+                held_skips.push(rid);
                 report.skipped += 1;
             }
-            if batch.len() == opts.batch_size {
-                put_batch(
-                    conn,
-                    &campaign,
-                    &mut run,
-                    &mut batch,
-                    &mut skipped,
-                    &mut unconfirmed,
-                    priority,
-                )?;
-                report.jobs += 1;
-                report.recipients += opts.batch_size as u64;
+            if carry.is_empty() {
+                covered = rid;
             }
         }
+        let this = Confirm {
+            cursor: covered,
+            enqueued: window.iter().map(|b| b.len() as i64).sum(),
+            jobs: window.len() as i64,
+            skipped: take_covered(&mut held_skips, covered),
+        };
+        report.jobs += this.jobs as u64;
+        report.recipients += this.enqueued as u64;
+        // Pages that put nothing (all skipped) still step, renewing the
+        // lease and recording their skips.
+        run.put_window(conn, &campaign, &done, last, window)?;
+        done = this;
         bar.inc(read);
         scan_pos = last;
     }
-    if !batch.is_empty() {
-        report.recipients += batch.len() as u64;
+    if !carry.is_empty() {
+        let last = Confirm {
+            cursor: scan_pos,
+            enqueued: carry.len() as i64,
+            jobs: 1,
+            skipped: std::mem::take(&mut held_skips),
+        };
         report.jobs += 1;
-        put_batch(
-            conn,
-            &campaign,
-            &mut run,
-            &mut batch,
-            &mut skipped,
-            &mut unconfirmed,
-            priority,
-        )?;
+        report.recipients += carry.len() as u64;
+        run.put_window(conn, &campaign, &done, scan_pos, vec![carry])?;
+        done = last;
     }
-    // Confirm the last put together with any trailing skipped recipients.
-    let mut last = unconfirmed.take().unwrap_or_default();
-    last.cursor = last.cursor.max(scan_pos);
-    last.skipped.append(&mut skipped);
-    run.step(conn, &campaign, Some(&last), None)?;
+    run.step(conn, &campaign, Some(&done), None)?;
     campaigns::finish_enqueue(conn, campaign.id, owner)?;
     bar.finish_and_clear();
     report.elapsed = started.elapsed();
     Ok(report)
+}
+
+/// The skipped members up to `cursor` (taken out of `held`, which is in id
+/// order): a step records them as it moves the cursor past them.
+fn take_covered(held: &mut Vec<i64>, cursor: i64) -> Vec<i64> {
+    let split = held.partition_point(|&rid| rid <= cursor);
+    let rest = held.split_off(split);
+    std::mem::replace(held, rest)
 }
 
 /// One run's connections and its hold on the campaign.
@@ -374,6 +418,8 @@ struct Run {
     owner: String,
     /// When the lease was last renewed.
     renewed: Instant,
+    /// The campaign's jobs' beanstalkd priority.
+    priority: u32,
 }
 
 impl Run {
@@ -398,128 +444,175 @@ impl Run {
         }
     }
 
-    fn renew_if_due(&mut self, conn: &mut Conn, campaign: &Campaign) -> Result<(), EnqueueError> {
-        if self.renewed.elapsed() >= ENQUEUE_LEASE_RENEW {
-            campaigns::renew_enqueue_lease(conn, campaign.id, &self.owner).map_err(
-                |e| match e {
-                    StoreError::LeaseLost(_) => StoreError::LeaseLost(campaign.name.clone()),
-                    other => other,
-                },
-            )?;
-            self.renewed = Instant::now();
+    /// Confirm `done`, record the intent of a window of jobs covering the
+    /// members up to `upto`, then put them. With no jobs, just the confirm.
+    fn put_window(
+        &mut self,
+        conn: &mut Conn,
+        campaign: &Campaign,
+        done: &Confirm,
+        upto: i64,
+        window: Vec<Vec<i64>>,
+    ) -> Result<(), EnqueueError> {
+        if window.is_empty() {
+            return self.step(conn, campaign, Some(done), None);
+        }
+        let intent = self.fanout.intent(upto);
+        self.step(conn, campaign, Some(done), Some(&intent))?;
+        for batch in window {
+            self.fanout.put(campaign.id, batch, self.priority)?;
         }
         Ok(())
     }
 }
 
-/// Record the intent, put one job, and remember what to confirm.
-fn put_batch(
-    conn: &mut Conn,
-    campaign: &Campaign,
-    run: &mut Run,
-    batch: &mut Vec<i64>,
-    skipped: &mut Vec<i64>,
-    unconfirmed: &mut Option<Confirm>,
-    priority: u32,
-) -> Result<(), EnqueueError> {
-    let upto = *batch.last().unwrap_or(&0);
-    let slot = run.fanout.next % run.fanout.servers.len();
-    run.fanout.next += 1;
-    let intent = Intent {
-        upto,
-        server: run.fanout.servers[slot].0.addr.to_string(),
-        after_job: run.fanout.servers[slot].1 as i64,
-    };
-    run.step(conn, campaign, unconfirmed.as_ref(), Some(&intent))?;
-    let body = JobBody::new(campaign.id, std::mem::take(batch));
-    let encoded = body.encode(&run.fanout.identity);
-    let (server, newest) = &mut run.fanout.servers[slot];
-    *newest = server.put(&encoded, priority)?;
-    *unconfirmed = Some(Confirm {
-        cursor: upto,
-        enqueued: body.recipients.len() as i64,
-        jobs: 1,
-        skipped: std::mem::take(skipped),
-    });
-    batch.reserve(body.recipients.len());
-    Ok(())
-}
-
-/// A previous run died between recording an intent and confirming its put.
-/// Find out whether the job got in; confirm it if so, drop the intent if
-/// not. Returns whether the job was found.
+/// A previous run died inside a window: after recording its intent and
+/// before confirming its puts. Every active member in the window is in one
+/// of its jobs still on a server (found above the job id the intent
+/// recorded), in the ledger (a worker already took the job), or never put.
+/// Put the last kind in jobs of `batch_size` (a remainder of less than a
+/// batch at the window's end is left to the run, as the killed run would
+/// have carried it into its next page) and confirm the window. Returns
+/// whether any of the window was found.
 fn resolve_in_doubt(
     conn: &mut Conn,
     campaign: &Campaign,
     run: &mut Run,
-    tube: &str,
+    opts: &Options,
 ) -> Result<bool, EnqueueError> {
-    let (Some(upto), Some(server_addr), Some(after_job)) = (
-        campaign.pending_upto,
-        campaign.pending_server.clone(),
-        campaign.pending_after_job,
-    ) else {
+    let Some(intent) = campaign.pending_intent()? else {
         return Ok(false);
     };
-    let addr: SocketAddr = server_addr
-        .parse()
-        .map_err(|_| EnqueueError::InDoubt(server_addr.clone()))?;
-    let mut own;
-    let server = match run.fanout.servers.iter_mut().find(|(s, _)| s.addr == addr) {
-        Some((s, _)) => s,
-        None => {
-            own = Server::connect(addr).map_err(|_| EnqueueError::InDoubt(server_addr.clone()))?;
-            &mut own
-        }
-    };
-    let newest = server.newest_job_id(tube)?;
-    let after_job = after_job.max(0) as u64;
-    let mut found = false;
-    for id in (after_job + 1)..newest.min(after_job + MAX_PEEK_SCAN) {
-        if let Some(body) = server.peek(id)? {
-            if let Ok(job) = JobBody::decode(&body, &run.fanout.identity) {
-                if job.campaign == campaign.id && job.recipients.last() == Some(&upto) {
-                    found = true;
-                    break;
-                }
-            }
+    let after = campaign.enqueue_cursor;
+    let window = (after + 1)..=intent.upto;
+    let mut seen: HashSet<i64> = HashSet::new();
+    for (server_addr, after_job) in &intent.servers {
+        let queued = queued_in_window(
+            run,
+            campaign.id,
+            server_addr,
+            *after_job,
+            &window,
+            &opts.tube,
+        )?;
+        seen.extend(queued);
+        // A long search (many other jobs put since) must not lose the lease.
+        campaigns::renew_enqueue_lease(conn, campaign.id, &run.owner)?;
+    }
+    let in_queue = seen.len();
+    seen.extend(deliveries::recipients_in_range(
+        conn,
+        campaign.id,
+        after,
+        intent.upto,
+    )?);
+    let in_ledger = seen.len() - in_queue;
+    let last_seen = seen.iter().copied().max().unwrap_or(after);
+
+    // The jobs put from here on must be found by a later recovery too: every
+    // server of this run goes into the intent.
+    let mut wider = intent.clone();
+    for (addr, newest) in run.fanout.intent(intent.upto).servers {
+        if !wider.servers.iter().any(|(a, _)| *a == addr) {
+            wider.servers.push((addr, newest));
         }
     }
-    // Already taken and finished by a worker: the ledger has its recipients.
-    found = found || deliveries::any_in_range(conn, campaign.id, campaign.enqueue_cursor, upto)?;
-    if !found {
-        tracing::info!(upto, server = %addr, "interrupted job never reached beanstalkd; putting it again");
-        run.step(conn, campaign, None, None)?;
-        return Ok(false);
+    if wider != intent {
+        run.step(conn, campaign, None, Some(&wider))?;
     }
-    // Rebuild what the interrupted run would have confirmed.
+
     let mut confirm = Confirm {
-        cursor: upto,
-        enqueued: 0,
-        jobs: 1,
-        skipped: Vec::new(),
+        cursor: after,
+        ..Confirm::default()
     };
-    let mut pos = campaign.enqueue_cursor;
+    let (mut found, mut put) = (0i64, 0i64);
+    let mut batch: Vec<i64> = Vec::with_capacity(opts.batch_size);
+    let mut held_skips = Vec::new();
+    let mut pos = after;
     'pages: loop {
         let page = recipients::member_page(conn, campaign.list_id, pos, PAGE_SIZE)?;
         if page.is_empty() {
             break;
         }
         for (rid, status) in page {
-            if rid > upto {
+            if rid > intent.upto {
                 break 'pages;
             }
             pos = rid;
-            if status == RecipientStatus::Active {
-                confirm.enqueued += 1;
+            if status != RecipientStatus::Active {
+                held_skips.push(rid);
+            } else if seen.contains(&rid) {
+                found += 1;
             } else {
-                confirm.skipped.push(rid);
+                batch.push(rid);
+                if batch.len() == opts.batch_size {
+                    put += batch.len() as i64;
+                    confirm.jobs += 1;
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(opts.batch_size));
+                    run.fanout.put(campaign.id, full, run.priority)?;
+                }
+            }
+            if batch.is_empty() {
+                confirm.cursor = rid;
             }
         }
     }
-    tracing::info!(upto, server = %addr, "interrupted job found in the queue; not putting it again");
+    // A remainder with found members after it (the window was not put in
+    // order: not from a run of ours) goes out now as a shorter job.
+    if batch.first().is_some_and(|&first| first < last_seen) {
+        put += batch.len() as i64;
+        confirm.jobs += 1;
+        run.fanout
+            .put(campaign.id, std::mem::take(&mut batch), run.priority)?;
+        confirm.cursor = pos;
+    }
+    confirm.enqueued = found + put;
+    confirm.jobs += (found as u64).div_ceil(opts.batch_size as u64) as i64;
+    confirm.skipped = take_covered(&mut held_skips, confirm.cursor);
+    tracing::info!(
+        window_upto = intent.upto,
+        found_in_queue = in_queue,
+        found_in_ledger = in_ledger,
+        put_again = put,
+        "interrupted run resolved: {found} recipients of its last window found in the queue or the ledger, {put} put again"
+    );
     run.step(conn, campaign, Some(&confirm), None)?;
-    Ok(true)
+    Ok(found > 0)
+}
+
+/// The window's recipients in jobs of `campaign` on `server_addr` above job
+/// id `after_job`.
+fn queued_in_window(
+    run: &mut Run,
+    campaign: i64,
+    server_addr: &str,
+    after_job: u64,
+    window: &std::ops::RangeInclusive<i64>,
+    tube: &str,
+) -> Result<Vec<i64>, EnqueueError> {
+    let in_doubt = || EnqueueError::InDoubt(server_addr.to_string());
+    let addr: SocketAddr = server_addr.parse().map_err(|_| in_doubt())?;
+    let mut own;
+    let server = match run.fanout.servers.iter_mut().find(|(s, _)| s.addr == addr) {
+        Some((s, _)) => s,
+        None => {
+            own = Server::connect(addr).map_err(|_| in_doubt())?;
+            &mut own
+        }
+    };
+    let newest = server.newest_job_id(tube)?;
+    let mut queued = Vec::new();
+    for id in (after_job + 1)..newest.min(after_job + MAX_PEEK_SCAN) {
+        let Some(body) = server.peek(id)? else {
+            continue;
+        };
+        if let Ok(job) = JobBody::decode(&body, &run.fanout.identity) {
+            if job.campaign == campaign {
+                queued.extend(job.recipients.into_iter().filter(|r| window.contains(r)));
+            }
+        }
+    }
+    Ok(queued)
 }
 
 fn progress_bar(enabled: bool, total: u64) -> ProgressBar {

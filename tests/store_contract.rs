@@ -52,6 +52,7 @@ contract!(
     membership_is_not_duplicated,
     one_recipient_per_mailbox,
     migrate_merges_mailboxes_imported_twice,
+    migrate_carries_an_old_intent_over,
     member_page_is_keyset_paginated,
     campaign_create_and_find,
     duplicate_campaign_is_a_usage_error,
@@ -688,6 +689,12 @@ fn one_recipient_per_mailbox(kind: Kind) {
 /// A database at migration 3 (as `migrate` of the previous release left
 /// it): the SQL of migrations 1 to 3 and diesel's record of them.
 fn database_at_migration_3(kind: Kind) -> (TestDb, Conn) {
+    database_before_migration(kind, "00000000000004")
+}
+
+/// A database with every migration before `version` applied, as an older
+/// release's `migrate` left it.
+fn database_before_migration(kind: Kind, version: &str) -> (TestDb, Conn) {
     let db = TestDb::new(kind);
     let mut conn = Conn::open(&db.url).unwrap();
     let flavour = match kind {
@@ -700,10 +707,9 @@ fn database_at_migration_3(kind: Kind) -> (TestDb, Conn) {
     let mut versions: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|name| name.as_str() < "00000000000004")
+        .filter(|name| name.as_str() < version)
         .collect();
     versions.sort();
-    assert_eq!(versions.len(), 3, "{versions:?}");
     conn.execute_batch(
         "CREATE TABLE __diesel_schema_migrations (version VARCHAR(50) PRIMARY KEY NOT NULL, \
          run_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP)",
@@ -719,6 +725,41 @@ fn database_at_migration_3(kind: Kind) -> (TestDb, Conn) {
         .unwrap();
     }
     (db, conn)
+}
+
+/// An enqueue run of an older release, killed with its one-job intent
+/// recorded: migration 11 carries the intent over as a window of that one
+/// server, so the next run still searches for the job instead of putting it
+/// again; and a hand-edited intent is refused, not read as "nothing in
+/// doubt".
+fn migrate_carries_an_old_intent_over(kind: Kind) {
+    let (_db, mut conn) = database_before_migration(kind, "00000000000011");
+    let now = now_ms();
+    conn.execute_batch(&format!(
+        "INSERT INTO lists (id, name, created_at) VALUES (1, 'one', {now});
+         INSERT INTO campaigns (id, name, list_id, template, subject, from_addr, priority,            state, enqueue_cursor, pending_upto, pending_server, pending_after_job, created_at, updated_at) VALUES
+           (1, 'killed', 1, 'newsletter', 's', 'a@example.test', 1000, 'enqueuing', 300, 400,             '127.0.0.1:11300', 17, {now}, {now}),
+           (2, 'clean', 1, 'newsletter', 's', 'a@example.test', 1000, 'enqueuing', 300, NULL,             NULL, NULL, {now}, {now});"
+    ))
+    .unwrap();
+    conn.migrate().unwrap();
+    conn.check_migrated().unwrap();
+    let killed = campaigns::get(&mut conn, 1).unwrap().unwrap();
+    assert_eq!(
+        killed.pending_intent().unwrap(),
+        Some(Intent {
+            upto: 400,
+            servers: vec![("127.0.0.1:11300".into(), 17)],
+        })
+    );
+    let clean = campaigns::get(&mut conn, 2).unwrap().unwrap();
+    assert_eq!(clean.pending_intent().unwrap(), None);
+
+    conn.execute_batch("UPDATE campaigns SET pending_servers = '127.0.0.1:11300' WHERE id = 1")
+        .unwrap();
+    let edited = campaigns::get(&mut conn, 1).unwrap().unwrap();
+    let err = edited.pending_intent().unwrap_err().to_string();
+    assert!(err.contains("127.0.0.1:11300"), "{err}");
 }
 
 /// Recipients imported before mailbox keys existed, some twice under two
@@ -823,8 +864,7 @@ fn enqueue_step_moves_cursor_and_counters(kind: Kind) {
     // Intent for the first job (ids[0..4]) is recorded before the put.
     let intent = Intent {
         upto: ids[3],
-        server: "127.0.0.1:11300".into(),
-        after_job: 17,
+        servers: vec![("127.0.0.1:11300".into(), 17), ("[::1]:11301".into(), 4)],
     };
     campaigns::enqueue_step(&mut f.conn, c, RUN, None, Some(&intent)).unwrap();
     let camp = campaigns::get(&mut f.conn, c).unwrap().unwrap();
@@ -833,16 +873,14 @@ fn enqueue_step_moves_cursor_and_counters(kind: Kind) {
         "an intent alone does not move the cursor"
     );
     assert_eq!(camp.pending_upto, Some(ids[3]));
-    assert_eq!(camp.pending_server.as_deref(), Some("127.0.0.1:11300"));
-    assert_eq!(camp.pending_after_job, Some(17));
+    assert_eq!(camp.pending_intent().unwrap(), Some(intent));
     let counters = campaigns::counters(&mut f.conn, c).unwrap();
     assert_eq!((counters.enqueued, counters.jobs), (0, 0));
 
     // Confirm it (4 enqueued, ids[4] skipped) and record the next intent.
     let next = Intent {
         upto: ids[8],
-        server: "127.0.0.1:11301".into(),
-        after_job: 18,
+        servers: vec![("127.0.0.1:11301".into(), 18)],
     };
     let confirm = Confirm {
         cursor: ids[4],
@@ -853,8 +891,7 @@ fn enqueue_step_moves_cursor_and_counters(kind: Kind) {
     campaigns::enqueue_step(&mut f.conn, c, RUN, Some(&confirm), Some(&next)).unwrap();
     let camp = campaigns::get(&mut f.conn, c).unwrap().unwrap();
     assert_eq!(camp.enqueue_cursor, ids[4]);
-    assert_eq!(camp.pending_upto, Some(ids[8]));
-    assert_eq!(camp.pending_server.as_deref(), Some("127.0.0.1:11301"));
+    assert_eq!(camp.pending_intent().unwrap(), Some(next));
     let counters = campaigns::counters(&mut f.conn, c).unwrap();
     assert_eq!(
         (
@@ -866,9 +903,19 @@ fn enqueue_step_moves_cursor_and_counters(kind: Kind) {
         (4, 1, 1, 1)
     );
     assert_eq!(ledgered(&mut f.conn, c), (0, 0, 1));
-    assert!(deliveries::any_in_range(&mut f.conn, c, ids[3], ids[4]).unwrap());
-    assert!(!deliveries::any_in_range(&mut f.conn, c, 0, ids[3]).unwrap());
-    assert!(!deliveries::any_in_range(&mut f.conn, c, ids[4], ids[9]).unwrap());
+    assert_eq!(
+        deliveries::recipients_in_range(&mut f.conn, c, ids[3], ids[4]).unwrap(),
+        [ids[4]]
+    );
+    assert_eq!(
+        deliveries::recipients_in_range(&mut f.conn, c, 0, ids[9]).unwrap(),
+        [ids[4]]
+    );
+    assert!(
+        deliveries::recipients_in_range(&mut f.conn, c, ids[4], ids[9])
+            .unwrap()
+            .is_empty()
+    );
 
     // Confirm the last job and clear the intent; skipping ids[4] again
     // (a re-run after a crash) writes no second row and counts nothing.
@@ -882,14 +929,11 @@ fn enqueue_step_moves_cursor_and_counters(kind: Kind) {
     let camp = campaigns::get(&mut f.conn, c).unwrap().unwrap();
     assert_eq!(camp.enqueue_cursor, ids[9]);
     assert_eq!(
-        (
-            camp.pending_upto,
-            camp.pending_server.as_deref(),
-            camp.pending_after_job
-        ),
-        (None, None, None),
+        (camp.pending_upto, camp.pending_servers.as_deref()),
+        (None, None),
         "intent cleared"
     );
+    assert_eq!(camp.pending_intent().unwrap(), None);
     let counters = campaigns::counters(&mut f.conn, c).unwrap();
     assert_eq!(
         (
@@ -1021,8 +1065,7 @@ fn a_run_whose_lease_ran_out_changes_nothing(kind: Kind) {
     };
     let intent = Intent {
         upto: ids[3],
-        server: "127.0.0.1:1".into(),
-        after_job: 1,
+        servers: vec![("127.0.0.1:1".into(), 1)],
     };
     assert!(campaigns::enqueue_step(&mut f.conn, c, a, Some(&confirm), Some(&intent)).is_err());
     assert!(campaigns::enqueue_step(&mut f.conn, c, a, Some(&Confirm::default()), None).is_err());

@@ -34,9 +34,9 @@ pub struct Campaign {
     pub state: CampaignState,
     pub paused: bool,
     pub enqueue_cursor: i64,
+    /// The in-doubt window of an interrupted enqueue run (see [`Intent`]):
+    /// its last recipient id, and its servers as [`Intent::servers_text`].
     pub pending_upto: Option<i64>,
-    pub pending_server: Option<String>,
-    pub pending_after_job: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
     /// Base of the one-click unsubscribe links (`<public_url>/u/TOKEN`).
@@ -52,6 +52,26 @@ pub struct Campaign {
     /// The `enqueue` run holding the campaign, and until when (ms).
     pub enqueue_owner: Option<String>,
     pub enqueue_lease_until: Option<i64>,
+    pub pending_servers: Option<String>,
+}
+
+impl Campaign {
+    /// The intent an interrupted enqueue run left, if any. A malformed
+    /// record (written by hand) is an error, never a silent "nothing in
+    /// doubt", which could skip recipients.
+    pub fn pending_intent(&self) -> Result<Option<Intent>> {
+        match (self.pending_upto, self.pending_servers.as_deref()) {
+            (Some(upto), Some(text)) => {
+                Intent::parse(upto, text)
+                    .map(Some)
+                    .ok_or_else(|| StoreError::BadValue {
+                        what: "enqueue intent (ADDR AFTER_JOB, ...)",
+                        value: text.to_string(),
+                    })
+            }
+            _ => Ok(None),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Queryable, Selectable)]
@@ -319,11 +339,8 @@ pub fn start_enqueue(conn: &mut Conn, campaign_id: i64, list_size: i64) -> Resul
 
 /// How long an `enqueue` run holds its campaign without renewing: a run
 /// killed with -9 blocks the next one this long at most. Every step of a
-/// live run renews it (many times a second), and a run between steps at
-/// least every [`ENQUEUE_LEASE_RENEW`].
+/// live run renews it: one per page of the list, many times a second.
 pub const ENQUEUE_LEASE_MS: i64 = 30_000;
-/// How often a run that is not stepping renews its lease.
-pub const ENQUEUE_LEASE_RENEW: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Who holds a campaign's enqueue lease, when another run does.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -440,14 +457,40 @@ pub fn holds_enqueue_lease(conn: &mut Conn, campaign_id: i64, owner: &str) -> Re
     Ok(held.flatten().as_deref() == Some(owner))
 }
 
-/// A job about to be put into beanstalkd: if the process dies before the put
-/// is confirmed, the next run looks for it on `server` above job id
-/// `after_job` before putting it again.
+/// A window of jobs about to be put into beanstalkd: every active member
+/// of the list after the enqueue cursor up to `upto`. Recorded before the
+/// window's first put; if the process dies before the window is confirmed,
+/// the next run looks for its jobs on each server above the job id it had
+/// then (ids only grow) and in the ledger, and puts only what is in
+/// neither.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Intent {
     pub upto: i64,
-    pub server: String,
-    pub after_job: i64,
+    /// Each server (`host:port`) with its newest job id before the window.
+    pub servers: Vec<(String, u64)>,
+}
+
+impl Intent {
+    /// The servers as stored: `ADDR AFTER_JOB` separated by commas.
+    pub fn servers_text(&self) -> String {
+        self.servers
+            .iter()
+            .map(|(addr, after)| format!("{addr} {after}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Read [`Intent::servers_text`] back; `None` if malformed.
+    pub fn parse(upto: i64, text: &str) -> Option<Intent> {
+        let servers = text
+            .split(',')
+            .map(|entry| {
+                let (addr, after) = entry.trim().rsplit_once(' ')?;
+                Some((addr.to_string(), after.parse().ok()?))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Intent { upto, servers })
+    }
 }
 
 /// Recipients now covered by the cursor: a put job (if any) and the
@@ -549,13 +592,9 @@ impl Step<'_> {
         let cursor = self
             .confirm
             .map_or_else(|| "enqueue_cursor".to_string(), |c| c.cursor.to_string());
-        let (upto, server, after_job) = match self.intent {
-            Some(i) => (
-                i.upto.to_string(),
-                quoted(&i.server),
-                i.after_job.to_string(),
-            ),
-            None => ("NULL".into(), "NULL".into(), "NULL".into()),
+        let (upto, servers) = match self.intent {
+            Some(i) => (i.upto.to_string(), quoted(&i.servers_text())),
+            None => ("NULL".into(), "NULL".into()),
         };
         // The campaign row in one statement, guarded by the lease: renewed
         // if this run holds it. If another run took the campaign over (this
@@ -566,8 +605,8 @@ impl Step<'_> {
         sql.push_str(&format!(
             "UPDATE campaigns SET \
              enqueue_cursor = CASE WHEN enqueue_owner = {owner} THEN {cursor} END, \
-             enqueue_lease_until = {until}, pending_upto = {upto}, pending_server = {server}, \
-             pending_after_job = {after_job}, updated_at = {now} WHERE id = {campaign_id}",
+             enqueue_lease_until = {until}, pending_upto = {upto}, pending_servers = {servers}, \
+             updated_at = {now} WHERE id = {campaign_id}",
             owner = quoted(self.owner),
             until = self.now + ENQUEUE_LEASE_MS,
             now = self.now,

@@ -548,15 +548,21 @@ fn hard_bounce(conn: &mut Conn, campaign_id: i64, recipient_id: i64, reply: &str
 /// How often the observed send rate is recomputed.
 pub const RATE_WINDOW_MS: i64 = 5_000;
 
-/// Whether the ledger holds any row for recipients in `(after, upto]`.
-pub fn any_in_range(conn: &mut Conn, campaign_id: i64, after: i64, upto: i64) -> Result<bool> {
-    let n: i64 = on!(conn, |c| d::table
+/// The recipients in `(after, upto]` the ledger has a row for, in id order
+/// (an enqueue window: at most a page of the list).
+pub fn recipients_in_range(
+    conn: &mut Conn,
+    campaign_id: i64,
+    after: i64,
+    upto: i64,
+) -> Result<Vec<i64>> {
+    Ok(on!(conn, |c| d::table
         .filter(d::campaign_id.eq(campaign_id))
         .filter(d::recipient_id.gt(after))
         .filter(d::recipient_id.le(upto))
-        .count()
-        .get_result(c))?;
-    Ok(n > 0)
+        .order(d::recipient_id)
+        .select(d::recipient_id)
+        .load(c))?)
 }
 
 /// `COUNT(*)` of the ledger by state: what the counters must always equal.

@@ -45,8 +45,6 @@ diesel::table! {
         paused -> Bool,
         enqueue_cursor -> BigInt,
         pending_upto -> Nullable<BigInt>,
-        pending_server -> Nullable<Text>,
-        pending_after_job -> Nullable<BigInt>,
         created_at -> BigInt,
         updated_at -> BigInt,
         public_url -> Nullable<Text>,
@@ -57,6 +55,9 @@ diesel::table! {
         /// when (ms).
         enqueue_owner -> Nullable<Text>,
         enqueue_lease_until -> Nullable<BigInt>,
+        /// Migration 11: the servers of the in-doubt window (see
+        /// `campaigns::Intent`).
+        pending_servers -> Nullable<Text>,
     }
 }
 

@@ -1439,3 +1439,23 @@ pub fn alone() -> std::sync::MutexGuard<'static, ()> {
     static ALONE: Mutex<()> = Mutex::new(());
     ALONE.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+/// How a run resolved the previous run's in-doubt window (from its log):
+/// how many of its recipients were found and how many put again.
+pub fn in_doubt_outcome(log: &str) -> String {
+    let Some(line) = log.lines().find(|l| l.contains("interrupted run resolved")) else {
+        return "none".into();
+    };
+    let field = |name: &str| {
+        line.split_once(&format!("{name}="))
+            .and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+    };
+    format!(
+        "{} found in the queue, {} in the ledger, {} put again",
+        field("found_in_queue"),
+        field("found_in_ledger"),
+        field("put_again")
+    )
+}
