@@ -1,5 +1,6 @@
 //! One message's SMTP transaction on an open [`Session`]: MAIL FROM, RCPT
-//! TO, DATA, then the body (dot-stuffed by lettre) and its final reply.
+//! TO, DATA, then the body (dot-stuffed here, see [`dot_stuffed`]) and its
+//! final reply.
 //!
 //! When the relay offers PIPELINING (RFC 2920) the three commands go out in
 //! one write, and their three replies are read after it: two round trips
@@ -149,7 +150,14 @@ impl Session {
             }
             return verdict;
         }
-        match Step::of(self.conn.message(&msg.bytes).await) {
+        let body = dot_stuffed(&msg.bytes);
+        let sent = match std::str::from_utf8(&body) {
+            // Written as it is: lettre's `command` writes any text raw.
+            Ok(text) => self.conn.command(text).await,
+            // Not UTF-8 (never from our composer): lettre's own path.
+            Err(_) => self.conn.message(&msg.bytes).await,
+        };
+        match Step::of(sent) {
             Step::Accepted => Verdict::Sent,
             Step::Refused(e) => {
                 let (v, broken) = refusal(&e);
@@ -240,6 +248,28 @@ impl Session {
     }
 }
 
+/// The message as DATA sends it: every line that starts with a dot gets a
+/// second one (RFC 5321 4.5.2; a line starts at the message's first byte
+/// and after each CRLF), then the end-of-data line, exactly as lettre's
+/// `message` sends it. lettre's codec looks at one byte at a time (5 % of a
+/// worker's CPU in a profile of a 100k campaign); this copies the runs
+/// between line starts whole.
+fn dot_stuffed(message: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(message.len() + message.len() / 64 + 6);
+    if message.first() == Some(&b'.') {
+        out.push(b'.');
+    }
+    let mut from = 0;
+    for at in memchr::memmem::find_iter(message, b"\r\n.") {
+        out.extend_from_slice(&message[from..at + 2]);
+        out.push(b'.');
+        from = at + 2;
+    }
+    out.extend_from_slice(&message[from..]);
+    out.extend_from_slice(b"\r\n.\r\n");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -248,6 +278,29 @@ mod tests {
     use tokio::net::{TcpListener, TcpStream};
 
     use super::super::{Composed, Relay, Verdict};
+    use super::dot_stuffed;
+
+    #[test]
+    fn lines_starting_with_a_dot_get_a_second_one() {
+        let cases: [(&[u8], &[u8]); 7] = [
+            (b"", b"\r\n.\r\n"),
+            (b".", b"..\r\n.\r\n"),
+            (b"a\r\n.b\r\n", b"a\r\n..b\r\n\r\n.\r\n"),
+            (b".\r\n.\r\n..", b"..\r\n..\r\n...\r\n.\r\n"),
+            // Only CRLF ends a line: a bare LF or CR does not.
+            (b"a\n.b\r.c", b"a\n.b\r.c\r\n.\r\n"),
+            (b"a\r\r\n.b", b"a\r\r\n..b\r\n.\r\n"),
+            (b"x.\r\ny .\r\n", b"x.\r\ny .\r\n\r\n.\r\n"),
+        ];
+        for (message, wire) in cases {
+            assert_eq!(
+                dot_stuffed(message),
+                wire,
+                "{:?}",
+                String::from_utf8_lossy(message)
+            );
+        }
+    }
     use crate::config::SmtpUrl;
 
     fn message(to: &str) -> Composed {
