@@ -1,0 +1,1 @@
+ALTER TABLE deliveries RESET (fillfactor);
