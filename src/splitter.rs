@@ -327,7 +327,7 @@ fn enqueue_leased(
     // mailed twice or skipped.
     conn.defer_commit_flush()?;
     if campaign.pending_upto.is_some() {
-        report.recovered = resolve_in_doubt(conn, &campaign, &mut run, opts)?;
+        resolve_in_doubt(conn, &campaign, &mut run, opts, &mut report)?;
         campaign = campaigns::find(conn, &campaign.id.to_string())?;
     }
 
@@ -472,16 +472,17 @@ impl Run {
 /// recorded), in the ledger (a worker already took the job), or never put.
 /// Put the last kind in jobs of `batch_size` (a remainder of less than a
 /// batch at the window's end is left to the run, as the killed run would
-/// have carried it into its next page) and confirm the window. Returns
-/// whether any of the window was found.
+/// have carried it into its next page) and confirm the window. The jobs
+/// put, and whether any of the window was found, go into `report`.
 fn resolve_in_doubt(
     conn: &mut Conn,
     campaign: &Campaign,
     run: &mut Run,
     opts: &Options,
-) -> Result<bool, EnqueueError> {
+    report: &mut Report,
+) -> Result<(), EnqueueError> {
     let Some(intent) = campaign.pending_intent()? else {
-        return Ok(false);
+        return Ok(());
     };
     let after = campaign.enqueue_cursor;
     let window = (after + 1)..=intent.upto;
@@ -525,7 +526,7 @@ fn resolve_in_doubt(
         cursor: after,
         ..Confirm::default()
     };
-    let (mut found, mut put) = (0i64, 0i64);
+    let (mut found, mut put, mut put_jobs) = (0i64, 0i64, 0i64);
     let mut batch: Vec<i64> = Vec::with_capacity(opts.batch_size);
     let mut held_skips = Vec::new();
     let mut pos = after;
@@ -547,7 +548,7 @@ fn resolve_in_doubt(
                 batch.push(rid);
                 if batch.len() == opts.batch_size {
                     put += batch.len() as i64;
-                    confirm.jobs += 1;
+                    put_jobs += 1;
                     let full = std::mem::replace(&mut batch, Vec::with_capacity(opts.batch_size));
                     run.fanout.put(campaign.id, full, run.priority)?;
                 }
@@ -561,13 +562,13 @@ fn resolve_in_doubt(
     // order: not from a run of ours) goes out now as a shorter job.
     if batch.first().is_some_and(|&first| first < last_seen) {
         put += batch.len() as i64;
-        confirm.jobs += 1;
+        put_jobs += 1;
         run.fanout
             .put(campaign.id, std::mem::take(&mut batch), run.priority)?;
         confirm.cursor = pos;
     }
     confirm.enqueued = found + put;
-    confirm.jobs += (found as u64).div_ceil(opts.batch_size as u64) as i64;
+    confirm.jobs = put_jobs + (found as u64).div_ceil(opts.batch_size as u64) as i64;
     confirm.skipped = take_covered(&mut held_skips, confirm.cursor);
     tracing::info!(
         window_upto = intent.upto,
@@ -577,7 +578,10 @@ fn resolve_in_doubt(
         "interrupted run resolved: {found} recipients of its last window found in the queue or the ledger, {put} put again"
     );
     run.step(conn, campaign, Some(&confirm), None)?;
-    Ok(found > 0)
+    report.recovered = found > 0;
+    report.jobs += put_jobs as u64;
+    report.recipients += put as u64;
+    Ok(())
 }
 
 /// The window's recipients in jobs of `campaign` on `server_addr` above job

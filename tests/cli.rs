@@ -1055,6 +1055,11 @@ fn an_interrupted_window_is_finished_exactly(kind: Kind) {
         "{}",
         stderr(&run)
     );
+    assert!(
+        stdout(&run).contains("enqueued 24500 recipients in 245 jobs"),
+        "this run's own puts: {}",
+        stdout(&run)
+    );
     let s = env.status("c");
     assert_eq!(
         (&s["state"], &s["enqueued"], &s["jobs"]),
