@@ -317,7 +317,6 @@ fn enqueue_leased(
     let mut run = Run {
         fanout: Fanout::connect(&opts.servers, &opts.tube, identity)?,
         owner: owner.to_string(),
-        renewed: Instant::now(),
         priority: queue::priority(campaign.priority),
     };
     // One small transaction per window: on PostgreSQL each would otherwise
@@ -416,8 +415,6 @@ struct Run {
     fanout: Fanout,
     /// This run's name in the lease.
     owner: String,
-    /// When the lease was last renewed.
-    renewed: Instant,
     /// The campaign's jobs' beanstalkd priority.
     priority: u32,
 }
@@ -426,22 +423,18 @@ impl Run {
     /// One enqueue step under this run's lease (renewing it). A step that
     /// fails because another run took the campaign over says so.
     fn step(
-        &mut self,
+        &self,
         conn: &mut Conn,
         campaign: &Campaign,
         confirm: Option<&Confirm>,
         intent: Option<&Intent>,
     ) -> Result<(), EnqueueError> {
-        match campaigns::enqueue_step(conn, campaign.id, &self.owner, confirm, intent) {
-            Ok(()) => {
-                self.renewed = Instant::now();
-                Ok(())
+        campaigns::enqueue_step(conn, campaign.id, &self.owner, confirm, intent).map_err(|e| {
+            match campaigns::holds_enqueue_lease(conn, campaign.id, &self.owner) {
+                Ok(false) => StoreError::LeaseLost(campaign.name.clone()).into(),
+                _ => e.into(),
             }
-            Err(e) => match campaigns::holds_enqueue_lease(conn, campaign.id, &self.owner) {
-                Ok(false) => Err(StoreError::LeaseLost(campaign.name.clone()).into()),
-                _ => Err(e.into()),
-            },
-        }
+        })
     }
 
     /// Confirm `done`, record the intent of a window of jobs covering the
