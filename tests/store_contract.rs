@@ -65,6 +65,7 @@ contract!(
     a_run_whose_lease_ran_out_changes_nothing,
     fresh_claim_owns_everything,
     second_token_owns_nothing_and_sees_busy_until,
+    a_job_claims_only_list_members_and_reads_them,
     sent_is_final_for_every_later_claim,
     retry_reclaims_with_more_attempts_then_fails,
     unclaim_gives_the_attempt_back,
@@ -1147,6 +1148,65 @@ fn second_token_owns_nothing_and_sees_busy_until(kind: Kind) {
     let only_busy = deliveries::claim(&mut f.conn, c, &ids[..4], 3, LEASE).unwrap();
     assert!(only_busy.owned.is_empty());
     assert_eq!(only_busy.busy_until, Some(until));
+}
+
+/// A job as a worker claims it (`claim_job`, on PostgreSQL one prepared
+/// statement): whatever ids the job names, only the members of the
+/// campaign's list are claimed, each once; the recipients come back with
+/// what they are now (one unsubscribed since import), in id order; and a
+/// second claim of the same job by another token gets nothing, told how
+/// many are finished and until when the rest is held.
+fn a_job_claims_only_list_members_and_reads_them(kind: Kind) {
+    let mut f = fixture(kind, 5);
+    let (c, ids) = (f.campaign, f.ids.clone());
+    let list_id = recipients::find_list(&mut f.conn, "main").unwrap();
+    let (_, _) = import(&mut f.conn, "other", &people("outsider", 2), false);
+    let outsider = recipients::find_by_email(&mut f.conn, "outsider1@example.test")
+        .unwrap()
+        .unwrap();
+    let gone = person("user3@example.test", "User 3", "unsubscribed");
+    import(&mut f.conn, "main", &[gone], true);
+    // Out of order, a repeat, another list's recipient and an unknown id.
+    let job = [ids[3], ids[0], outsider, ids[0], i64::MAX, ids[2], ids[1]];
+
+    let got = deliveries::claim_job(&mut f.conn, c, list_id, &job, 1, LEASE).unwrap();
+    let members = &ids[..4];
+    assert_eq!(got.members, 4, "each member once, nobody else");
+    assert_eq!(
+        got.claim.owned,
+        members.iter().map(|&id| (id, 1)).collect::<Vec<_>>()
+    );
+    assert_eq!((got.claim.finished, got.claim.busy_until), (0, None));
+    let read: Vec<(i64, &str, RecipientStatus)> = got
+        .people
+        .iter()
+        .map(|r| (r.id, r.email.as_str(), r.status))
+        .collect();
+    assert_eq!(
+        read,
+        vec![
+            (ids[0], "user1@example.test", RecipientStatus::Active),
+            (ids[1], "user2@example.test", RecipientStatus::Active),
+            (ids[2], "user3@example.test", RecipientStatus::Unsubscribed),
+            (ids[3], "user4@example.test", RecipientStatus::Active),
+        ]
+    );
+    assert_eq!(got.people[1].name, "User 2");
+    assert_eq!(got.people[1].attributes, r#"{"city":"Paris"}"#);
+    let ledger = deliveries::ledger_counts(&mut f.conn, c).unwrap();
+    assert_eq!(ledger, BTreeMap::from([(DeliveryState::Claimed, 4)]));
+
+    // One of them is sent; another token claims the same job meanwhile.
+    let sent = outcome(&f, ids[0], 1, OutcomeKind::Sent);
+    deliveries::record(&mut f.conn, &[sent], 3).unwrap();
+    let before = now_ms();
+    let again = deliveries::claim_job(&mut f.conn, c, list_id, &job, 2, LEASE).unwrap();
+    assert_eq!(again.members, 4);
+    assert!(again.claim.owned.is_empty(), "{again:?}");
+    assert!(again.people.is_empty(), "{again:?}");
+    assert_eq!(again.claim.finished, 1);
+    let busy = again.claim.busy_until.expect("three are held by token 1");
+    assert!(busy >= before + LEASE - 1_000, "{busy} vs {before}");
 }
 
 fn sent_is_final_for_every_later_claim(kind: Kind) {

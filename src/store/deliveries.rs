@@ -4,9 +4,12 @@
 //! job and however often it comes back.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::LazyLock;
 
 use diesel::prelude::*;
 
+use super::prepared::{Bind, Prepared};
+use super::recipients::{self as recipients_store, Recipient, RecipientStatus};
 use super::schema::{deliveries as d, recipients};
 use super::{autopause, bounces, now_ms, on, Backend, Conn, InnerMut, Result, StoreError};
 
@@ -53,6 +56,77 @@ pub struct Claim {
     pub busy_until: Option<i64>,
 }
 
+/// A job's claim with what the worker needs to send it.
+#[derive(Debug, Default)]
+pub struct JobClaim {
+    pub claim: Claim,
+    /// The owned recipients, read after the claim (a recipient who bounced
+    /// or left since enqueue is seen as such), in id order.
+    pub people: Vec<Recipient>,
+    /// How many of the job's ids are members of the list (each once).
+    pub members: usize,
+}
+
+/// Claim a job: of `recipient_ids`, only the members of list `list_id` (a
+/// job names recipient ids, and only the campaign's own list may be mailed,
+/// whatever a job says), as [`claim`] does, and read the recipients it got.
+/// On PostgreSQL this is one prepared statement, one round trip.
+pub fn claim_job(
+    conn: &mut Conn,
+    campaign_id: i64,
+    list_id: i64,
+    recipient_ids: &[i64],
+    token: i64,
+    lease_ms: i64,
+) -> Result<JobClaim> {
+    if let InnerMut::Pg(c) = conn.inner_mut() {
+        let rows = claim_pg(
+            c,
+            Some(list_id),
+            campaign_id,
+            recipient_ids,
+            token,
+            lease_ms,
+        )?;
+        let members: Vec<i64> = rows.iter().map(|r| r.rid).collect();
+        let mut claim = Claim::default();
+        let mut people = Vec::with_capacity(rows.len());
+        for row in rows {
+            let Some(attempts) = row.attempts else {
+                continue;
+            };
+            claim.owned.push((row.rid, attempts));
+            if let (Some(email), Some(name), Some(attributes), Some(status)) =
+                (row.email, row.name, row.attributes, row.status)
+            {
+                people.push(Recipient {
+                    id: row.rid,
+                    email,
+                    name,
+                    attributes,
+                    status,
+                });
+            }
+        }
+        let claim = settle(conn, claim, campaign_id, &members, token)?;
+        return Ok(JobClaim {
+            claim,
+            people,
+            members: members.len(),
+        });
+    }
+    let ids = recipients_store::members_among(conn, list_id, recipient_ids)?;
+    let claim = claim(conn, campaign_id, &ids, token, lease_ms)?;
+    let owned: Vec<i64> = claim.owned.iter().map(|&(rid, _)| rid).collect();
+    let mut people = recipients_store::load(conn, &owned)?;
+    people.sort_unstable_by_key(|r| r.id);
+    Ok(JobClaim {
+        claim,
+        people,
+        members: ids.len(),
+    })
+}
+
 /// Claim every claimable recipient of a job for `token` until `now + lease`.
 /// Claimable: never seen, waiting for a retry, or claimed by somebody whose
 /// lease ran out (a dead worker).
@@ -63,10 +137,47 @@ pub fn claim(
     token: i64,
     lease_ms: i64,
 ) -> Result<Claim> {
+    let take = |conn: &mut Conn| {
+        let owned = match conn.inner_mut() {
+            InnerMut::Pg(c) => claim_pg(c, None, campaign_id, recipient_ids, token, lease_ms)?
+                .into_iter()
+                .filter_map(|r| Some((r.rid, r.attempts?)))
+                .collect(),
+            InnerMut::Sqlite(c) => claim_sqlite(c, campaign_id, recipient_ids, token, lease_ms)?,
+        };
+        let claim = Claim {
+            owned,
+            ..Claim::default()
+        };
+        settle(conn, claim, campaign_id, recipient_ids, token)
+    };
+    match conn.backend() {
+        // On PostgreSQL the claim is one statement, atomic by itself, and
+        // the rare read after it gets a snapshot of its own either way (READ
+        // COMMITTED): no BEGIN and COMMIT, two round trips fewer per job.
+        Backend::Postgres => take(conn),
+        // SQLite: three statements, one commit (and one fsync) for them.
+        Backend::Sqlite => conn.transaction(take),
+    }
+}
+
+/// SQLite cannot batch an upsert that says which rows it took: insert what
+/// is new, take over rows waiting for a retry or left by a dead worker
+/// (lease over), then read back what carries our token (the token is new
+/// for every claim, so only this call's rows do). Anything else is left
+/// alone. Returns what this claim got, with the attempt each is on.
+fn claim_sqlite(
+    c: &mut diesel::sqlite::SqliteConnection,
+    campaign_id: i64,
+    recipient_ids: &[i64],
+    token: i64,
+    lease_ms: i64,
+) -> Result<Vec<(i64, i32)>> {
     let now = now_ms();
     let until = now + lease_ms;
-    let take = |conn: &mut Conn| {
-        let fresh: Vec<_> = recipient_ids
+    let mut owned = Vec::with_capacity(recipient_ids.len());
+    for ids in recipient_ids.chunks(SQLITE_CHUNK) {
+        let fresh: Vec<_> = ids
             .iter()
             .map(|&rid| {
                 (
@@ -80,111 +191,160 @@ pub fn claim(
                 )
             })
             .collect();
-        let claimable = || {
-            d::state.eq(DeliveryState::Retry).or(d::state
-                .eq(DeliveryState::Claimed)
-                .and(d::claimed_until.lt(now)))
-        };
-        let take_over = || {
-            (
-                d::state.eq(DeliveryState::Claimed),
-                d::attempts.eq(d::attempts + 1),
-                d::claim_token.eq(Some(token)),
-                d::claimed_until.eq(Some(until)),
-                d::updated_at.eq(now),
-            )
-        };
-        // New rows are inserted, rows waiting for a retry or left by a dead
-        // worker (lease over) are taken over, anything else is left alone.
-        // diesel prepares an upsert or an UPDATE afresh every time (it never
-        // caches them), so the statements here are per job, not per row.
-        let mut owned: Vec<(i64, i32)> = match conn.inner_mut() {
-            // PostgreSQL: one `INSERT … ON CONFLICT DO UPDATE … WHERE
-            // <claimable> RETURNING`, which says which rows this claim got.
-            InnerMut::Pg(c) => {
-                let upsert = diesel::insert_into(d::table)
-                    .values(&fresh)
-                    .on_conflict((d::campaign_id, d::recipient_id))
-                    .do_update()
-                    .set(take_over());
-                diesel::query_dsl::methods::FilterDsl::filter(upsert, claimable())
-                    .returning((d::recipient_id, d::attempts))
-                    .get_results(c)?
-            }
-            // SQLite cannot batch that upsert: insert what is new, take over
-            // what is claimable, then read back what carries our token (the
-            // token is new for every claim, so only this call's rows do).
-            InnerMut::Sqlite(c) => {
-                let mut got = Vec::with_capacity(fresh.len());
-                for (rows, ids) in fresh
-                    .chunks(SQLITE_CHUNK)
-                    .zip(recipient_ids.chunks(SQLITE_CHUNK))
-                {
-                    diesel::insert_or_ignore_into(d::table)
-                        .values(rows)
-                        .execute(c)?;
-                    diesel::update(
-                        d::table
-                            .filter(d::campaign_id.eq(campaign_id))
-                            .filter(d::recipient_id.eq_any(ids))
-                            .filter(claimable()),
-                    )
-                    .set(take_over())
-                    .execute(c)?;
-                    got.extend(
-                        owned_rows!(campaign_id, token, ids)
-                            .select((d::recipient_id, d::attempts))
-                            .load::<(i64, i32)>(c)?,
-                    );
-                }
-                got
-            }
-        };
-        owned.sort_unstable();
-        let mut claim = Claim {
-            owned,
-            ..Claim::default()
-        };
-        if claim.owned.len() == recipient_ids.len() {
-            return Ok(claim);
-        }
-        // Rare: some are finished or held by another worker; ask which.
-        let rows: Vec<ClaimRow> = on!(conn, |c| d::table
-            .filter(d::campaign_id.eq(campaign_id))
-            .filter(d::recipient_id.eq_any(recipient_ids))
-            .select((
-                d::recipient_id,
-                d::state,
-                d::claim_token,
-                d::claimed_until,
-                d::attempts
-            ))
-            .load(c))?;
-        for (rid, state, owner, claimed_until, attempts) in rows {
-            match state {
-                // Already ours from an earlier call with this token.
-                DeliveryState::Claimed if owner == Some(token) => {
-                    if !claim.owned.iter().any(|&(r, _)| r == rid) {
-                        claim.owned.push((rid, attempts));
-                    }
-                }
-                DeliveryState::Claimed | DeliveryState::Retry => {
-                    let until = claimed_until.unwrap_or(now).max(now);
-                    claim.busy_until = Some(claim.busy_until.map_or(until, |b| b.max(until)));
-                }
-                _ => claim.finished += 1,
-            }
-        }
-        Ok(claim)
-    };
-    match conn.backend() {
-        // On PostgreSQL the claim is one statement, atomic by itself, and
-        // the rare read after it gets a snapshot of its own either way (READ
-        // COMMITTED): no BEGIN and COMMIT, two round trips fewer per job.
-        Backend::Postgres => take(conn),
-        // SQLite: three statements, one commit (and one fsync) for them.
-        Backend::Sqlite => conn.transaction(take),
+        diesel::insert_or_ignore_into(d::table)
+            .values(&fresh)
+            .execute(c)?;
+        diesel::update(
+            d::table
+                .filter(d::campaign_id.eq(campaign_id))
+                .filter(d::recipient_id.eq_any(ids))
+                .filter(
+                    d::state.eq(DeliveryState::Retry).or(d::state
+                        .eq(DeliveryState::Claimed)
+                        .and(d::claimed_until.lt(now))),
+                ),
+        )
+        .set((
+            d::state.eq(DeliveryState::Claimed),
+            d::attempts.eq(d::attempts + 1),
+            d::claim_token.eq(Some(token)),
+            d::claimed_until.eq(Some(until)),
+            d::updated_at.eq(now),
+        ))
+        .execute(c)?;
+        owned.extend(
+            owned_rows!(campaign_id, token, ids)
+                .select((d::recipient_id, d::attempts))
+                .load::<(i64, i32)>(c)?,
+        );
     }
+    Ok(owned)
+}
+
+/// One row of [`claim_pg`]: a member of the job, with its attempt number
+/// and its recipient's fields when this claim got it.
+#[derive(QueryableByName)]
+struct ClaimRowPg {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    rid: i64,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Integer>)]
+    attempts: Option<i32>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    email: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    name: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    attributes: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    status: Option<RecipientStatus>,
+}
+
+/// The claim on PostgreSQL, with the members of a list (`?` list, `?` ids)
+/// or every id given (`?` ids) as the job.
+static CLAIM_PG_LIST: LazyLock<String> = LazyLock::new(|| {
+    claim_pg_sql(
+        "SELECT recipient_id AS rid FROM list_members WHERE list_id = ? AND recipient_id = ANY(?)",
+    )
+});
+static CLAIM_PG_IDS: LazyLock<String> =
+    LazyLock::new(|| claim_pg_sql("SELECT DISTINCT rid FROM unnest(?::bigint[]) AS u(rid)"));
+
+/// One `INSERT … ON CONFLICT DO UPDATE … WHERE <claimable> RETURNING` that
+/// inserts what is new and takes over rows waiting for a retry or left by a
+/// dead worker (lease over), and leaves anything else alone. Its result is
+/// one row per member (`attempts` NULL where another holds it or it is
+/// finished), joined to the recipients this claim got. In id order, so two
+/// workers claiming overlapping jobs lock rows in the same order.
+fn claim_pg_sql(members: &str) -> String {
+    let (claimed, retry) = (
+        DeliveryState::Claimed.as_str(),
+        DeliveryState::Retry.as_str(),
+    );
+    format!(
+        "WITH m AS MATERIALIZED ({members}), \
+         c AS ( \
+           INSERT INTO deliveries AS d \
+             (campaign_id, recipient_id, state, attempts, claim_token, claimed_until, updated_at) \
+           SELECT ?::bigint, m.rid, '{claimed}', 1, ?::bigint, ?::bigint, ?::bigint \
+             FROM m ORDER BY m.rid \
+           ON CONFLICT (campaign_id, recipient_id) DO UPDATE \
+             SET state = '{claimed}', attempts = d.attempts + 1, \
+                 claim_token = excluded.claim_token, claimed_until = excluded.claimed_until, \
+                 updated_at = excluded.updated_at \
+             WHERE d.state = '{retry}' \
+                OR (d.state = '{claimed}' AND d.claimed_until < excluded.updated_at) \
+           RETURNING d.recipient_id AS rid, d.attempts) \
+         SELECT m.rid, c.attempts, r.email, r.name, r.attributes, r.status \
+         FROM m LEFT JOIN c ON c.rid = m.rid LEFT JOIN recipients AS r ON r.id = c.rid \
+         ORDER BY m.rid"
+    )
+}
+
+fn claim_pg(
+    c: &mut diesel::pg::PgConnection,
+    list_id: Option<i64>,
+    campaign_id: i64,
+    recipient_ids: &[i64],
+    token: i64,
+    lease_ms: i64,
+) -> Result<Vec<ClaimRowPg>> {
+    let now = now_ms();
+    let (sql, mut binds) = match list_id {
+        Some(list) => (&*CLAIM_PG_LIST, vec![Bind::Int(list)]),
+        None => (&*CLAIM_PG_IDS, vec![]),
+    };
+    binds.extend([
+        Bind::Ints(recipient_ids),
+        Bind::Int(campaign_id),
+        Bind::Int(token),
+        Bind::Int(now + lease_ms),
+        Bind::Int(now),
+    ]);
+    Ok(Prepared::new(sql, binds).load(c)?)
+}
+
+/// Complete a claim: when it did not get every one of `recipient_ids`
+/// (rare), say how many are finished and until when the others are held.
+fn settle(
+    conn: &mut Conn,
+    mut claim: Claim,
+    campaign_id: i64,
+    recipient_ids: &[i64],
+    token: i64,
+) -> Result<Claim> {
+    claim.owned.sort_unstable();
+    if claim.owned.len() == recipient_ids.len() {
+        return Ok(claim);
+    }
+    // Ask which: some are finished or held by another worker.
+    let now = now_ms();
+    let rows: Vec<ClaimRow> = on!(conn, |c| d::table
+        .filter(d::campaign_id.eq(campaign_id))
+        .filter(d::recipient_id.eq_any(recipient_ids))
+        .select((
+            d::recipient_id,
+            d::state,
+            d::claim_token,
+            d::claimed_until,
+            d::attempts
+        ))
+        .load(c))?;
+    for (rid, state, owner, claimed_until, attempts) in rows {
+        match state {
+            // Already ours from an earlier call with this token.
+            DeliveryState::Claimed if owner == Some(token) => {
+                if !claim.owned.iter().any(|&(r, _)| r == rid) {
+                    claim.owned.push((rid, attempts));
+                }
+            }
+            DeliveryState::Claimed | DeliveryState::Retry => {
+                let until = claimed_until.unwrap_or(now).max(now);
+                claim.busy_until = Some(claim.busy_until.map_or(until, |b| b.max(until)));
+            }
+            _ => claim.finished += 1,
+        }
+    }
+    Ok(claim)
 }
 
 /// Push back the lease on everything `token` still holds (a long job).
@@ -415,7 +575,7 @@ fn bump_counters(conn: &mut Conn, campaign_id: i64, delta: &Delta, now: i64) -> 
         &delta.failed.to_string(),
         &delta.skipped.to_string(),
         &delta.trailing.to_string(),
-        now,
+        &now.to_string(),
     );
     conn.execute_batch(&format!(
         "UPDATE campaign_counters SET {set} WHERE campaign_id = {campaign_id}"
@@ -424,13 +584,13 @@ fn bump_counters(conn: &mut Conn, campaign_id: i64, delta: &Delta, now: i64) -> 
 
 /// The `SET` clauses of the counters UPDATE for a batch that adds `sent`,
 /// `failed` and `skipped` outcomes, `trailing` failures after its last
-/// success. Each figure is an SQL expression: an integer, or a count the
-/// same statement computes (see [`record_sent_pg`]); nothing from outside
-/// is formatted in, so no injection is possible, and the arithmetic reads
-/// the same on both backends. In an UPDATE every right-hand side reads the
-/// row as it was, so the new total is spelled out as the old one plus this
-/// batch.
-fn counters_set(sent: &str, failed: &str, skipped: &str, trailing: &str, now: i64) -> String {
+/// success, at time `now`. Each figure is an SQL expression: an integer, or
+/// a value the same statement binds or computes (see [`record_sent_pg`]);
+/// nothing from outside is formatted in, so no injection is possible, and
+/// the arithmetic reads the same on both backends. In an UPDATE every
+/// right-hand side reads the row as it was, so the new total is spelled out
+/// as the old one plus this batch.
+fn counters_set(sent: &str, failed: &str, skipped: &str, trailing: &str, now: &str) -> String {
     let added = format!("({sent} + {failed} + {skipped})");
     let due = format!("(window_at = 0 OR window_at <= {now} - {RATE_WINDOW_MS})");
     let failures = autopause::counter_sql(sent, failed, trailing);
@@ -446,6 +606,38 @@ fn counters_set(sent: &str, failed: &str, skipped: &str, trailing: &str, now: i6
     )
 }
 
+/// The statement of [`record_sent_pg`]: one text for every batch, so each
+/// connection prepares it once (see [`super::prepared`]).
+static RECORD_SENT_PG: LazyLock<String> = LazyLock::new(|| {
+    let (sent, claimed) = (
+        DeliveryState::Sent.as_str(),
+        DeliveryState::Claimed.as_str(),
+    );
+    let set = counters_set("n.k", "0", "0", "0", "p.now");
+    // Data-modifying WITH clauses run exactly once whether or not the SELECT
+    // reads them, all on one snapshot. The campaign comes from the array
+    // too, not as a value of its own: with a single campaign, a planner
+    // whose statistics still see a small `deliveries` (a new campaign grows
+    // it faster than autovacuum looks) scanned the campaign's whole key
+    // range for its claimed rows and joined the batch to it, 8.8 ms a batch
+    // on average 20,000 rows in and growing with the campaign. Without it,
+    // the only way in is one primary-key probe per outcome.
+    format!(
+        "WITH p AS (SELECT ?::bigint AS now, ?::bigint AS campaign), \
+         done AS ( \
+           UPDATE deliveries AS d \
+           SET state = '{sent}', claim_token = NULL, last_error = NULL, updated_at = p.now \
+           FROM p, unnest(?::bigint[], ?::bigint[], ?::bigint[]) AS o(cid, rid, tok) \
+           WHERE d.campaign_id = o.cid AND d.recipient_id = o.rid \
+             AND d.claim_token = o.tok AND d.state = '{claimed}' \
+           RETURNING d.recipient_id AS rid, o.tok AS tok), \
+         n AS (SELECT count(*) AS k FROM done), \
+         bump AS (UPDATE campaign_counters SET {set} \
+           FROM n, p WHERE campaign_id = p.campaign AND n.k > 0) \
+         SELECT rid, tok FROM done"
+    )
+});
+
 /// PostgreSQL, a batch of successes only (nearly every batch): for each
 /// campaign, one statement marks `sent` the rows still claimed by their
 /// outcome's token and moves the counters by the rows it marked. A
@@ -458,7 +650,7 @@ fn record_sent_pg(
     outcomes: &[Outcome],
     now: i64,
 ) -> Result<Vec<Recorded>> {
-    use diesel::sql_types::{Array, BigInt};
+    use diesel::sql_types::BigInt;
 
     #[derive(QueryableByName)]
     struct Marked {
@@ -473,41 +665,21 @@ fn record_sent_pg(
     for (i, o) in outcomes.iter().enumerate() {
         by_campaign.entry(o.campaign_id).or_default().push(i);
     }
-    let (sent, claimed) = (
-        DeliveryState::Sent.as_str(),
-        DeliveryState::Claimed.as_str(),
-    );
     for (campaign_id, idx) in by_campaign {
         let cids: Vec<i64> = vec![campaign_id; idx.len()];
         let rids: Vec<i64> = idx.iter().map(|&i| outcomes[i].recipient_id).collect();
         let toks: Vec<i64> = idx.iter().map(|&i| outcomes[i].token).collect();
-        let set = counters_set("n.k", "0", "0", "0", now);
-        // Data-modifying WITH clauses run exactly once whether or not the
-        // SELECT reads them, all on one snapshot. The campaign comes from
-        // the array too, not as a constant: with a constant, a planner whose
-        // statistics still see a small `deliveries` (a new campaign grows it
-        // faster than autovacuum looks) scanned the campaign's whole key
-        // range for its claimed rows and joined the batch to it, 8.8 ms a
-        // batch on average 20,000 rows in and growing with the campaign.
-        // Without it, the only way in is one primary-key probe per outcome.
-        let sql = format!(
-            "WITH done AS ( \
-               UPDATE deliveries AS d \
-               SET state = '{sent}', claim_token = NULL, last_error = NULL, updated_at = {now} \
-               FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS o(cid, rid, tok) \
-               WHERE d.campaign_id = o.cid AND d.recipient_id = o.rid \
-                 AND d.claim_token = o.tok AND d.state = '{claimed}' \
-               RETURNING d.recipient_id AS rid, o.tok AS tok), \
-             n AS (SELECT count(*) AS k FROM done), \
-             bump AS (UPDATE campaign_counters SET {set} \
-               FROM n WHERE campaign_id = {campaign_id} AND n.k > 0) \
-             SELECT rid, tok FROM done"
-        );
-        let marked: Vec<Marked> = diesel::sql_query(sql)
-            .bind::<Array<BigInt>, _>(&cids)
-            .bind::<Array<BigInt>, _>(&rids)
-            .bind::<Array<BigInt>, _>(&toks)
-            .load(c)?;
+        let marked: Vec<Marked> = Prepared::new(
+            &RECORD_SENT_PG,
+            vec![
+                Bind::Int(now),
+                Bind::Int(campaign_id),
+                Bind::Ints(&cids),
+                Bind::Ints(&rids),
+                Bind::Ints(&toks),
+            ],
+        )
+        .load(c)?;
         let marked: HashSet<(i64, i64)> = marked.into_iter().map(|m| (m.rid, m.tok)).collect();
         for i in idx {
             let o = &outcomes[i];

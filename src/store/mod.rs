@@ -20,6 +20,7 @@ pub mod deliveries;
 pub mod dkim_keys;
 pub mod installation;
 pub mod optouts;
+mod prepared;
 pub mod rates;
 pub mod recipients;
 pub mod schema;

@@ -129,19 +129,17 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
     let lease = JOB_TTR.as_millis() as i64;
     let (campaign_id, list_id) = (info.mail.id, info.mail.list_id);
     let named = body.recipients.len();
-    let (claim, people, members) = shared
+    let deliveries::JobClaim {
+        claim,
+        people,
+        members,
+    } = shared
         .db
         .run(move |c| {
             // Only members of the campaign's list are claimed, whatever the
             // job names: an id that does not exist or belongs to another
             // list is neither sent nor counted.
-            let ids = recipients::members_among(c, list_id, &body.recipients)?;
-            let claim = deliveries::claim(c, campaign_id, &ids, token, lease)?;
-            // Read after the claim: a recipient who bounced or left since
-            // enqueue is seen as such.
-            let owned: Vec<i64> = claim.owned.iter().map(|&(rid, _)| rid).collect();
-            let people = recipients::load(c, &owned)?;
-            Ok((claim, people, ids.len()))
+            deliveries::claim_job(c, campaign_id, list_id, &body.recipients, token, lease)
         })
         .await
         .map_err(|e| retry_later("cannot claim recipients", e))?;
