@@ -22,6 +22,15 @@ fn main() -> ExitCode {
     // -shm files, hold recipients' personal data) is its owner's alone.
     // SAFETY: umask only replaces the process's file-creation mask.
     unsafe { libc::umask(0o077) };
+    // glibc's malloc still serves the C libraries (libsqlite3, libpq and
+    // its TLS). It gives each thread that first allocates an arena of its
+    // own, and SQLite runs on whichever of tokio's blocking threads holds
+    // the connection, so its pages spread over many arenas. One arena:
+    // a SQLite worker's peak RSS over a 1M campaign went 32.1 → 29.8 MB,
+    // at the same rate (the connection is used by one thread at a time,
+    // so there is no lock to contend). Before any thread exists.
+    // SAFETY: mallopt only changes a malloc tunable.
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
     let cli = match parse() {
         Ok(cli) => cli,
         Err(code) => return code,
