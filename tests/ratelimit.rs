@@ -548,14 +548,14 @@ fn rate_commands_validate_their_input() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_down_halves_the_local_rate_and_recovers() {
     use mailsplit::ratelimit::Limiter;
-    use mailsplit::store::Db;
     use mailsplit::store::{rates, Conn};
+    use mailsplit::store::{Db, Plans};
 
     let db = TestDb::new(Kind::Sqlite);
     let mut conn = Conn::open(&db.url).unwrap();
     conn.migrate().unwrap();
     rates::set(&mut conn, "relay:127.0.0.1:25", 400.0, 1).unwrap();
-    let limiter = Limiter::new(Db::new(&db.url, Some(conn)), "127.0.0.1:25");
+    let limiter = Limiter::new(Db::new(&db.url, Some(conn), Plans::Custom), "127.0.0.1:25");
     limiter.refresh().await.unwrap();
     let groups = limiter.groups_for("news", "example.test");
     assert_eq!(groups, vec!["relay:127.0.0.1:25".to_string()]);

@@ -45,6 +45,7 @@ macro_rules! contract {
 }
 
 contract!(
+    generic_plans_only_while_the_ledger_is_large,
     migrate_applies_once,
     check_migrated_on_empty_database_names_the_fix,
     upsert_counts_inserted_then_updated,
@@ -1207,6 +1208,62 @@ fn a_job_claims_only_list_members_and_reads_them(kind: Kind) {
     assert_eq!(again.claim.finished, 1);
     let busy = again.claim.busy_until.expect("three are held by token 1");
     assert!(busy >= before + LEASE - 1_000, "{busy} vs {before}");
+}
+
+/// A worker's connection keeps generic plans (planned once, not per
+/// execution) only while `deliveries` is large: a plan made on a small
+/// table is a sequential scan, kept as the table grows. The ledger's
+/// rules hold through the switch, and a table emptied under running
+/// workers (`TRUNCATE`) sends them back to custom plans.
+fn generic_plans_only_while_the_ledger_is_large(kind: Kind) {
+    let mut f = fixture(kind, 5);
+    let (c, ids) = (f.campaign, f.ids.clone());
+    let mode = |conn: &mut Conn| conn.plan_cache_mode().unwrap();
+    assert!(!f.conn.generic_plans_while_large().unwrap());
+    if kind == Kind::Sqlite {
+        assert_eq!(mode(&mut f.conn), None, "SQLite has no plan cache mode");
+        return;
+    }
+    assert_eq!(mode(&mut f.conn).as_deref(), Some("force_custom_plan"));
+    // Another campaign's 60,000 finished rows: about 10 MB with the
+    // table's fillfactor of 50, past the 8 MiB mark.
+    f.conn
+        .execute_batch(
+            "INSERT INTO deliveries (campaign_id, recipient_id, state, attempts, updated_at) \
+             SELECT 999999, g, 'sent', 1, 0 FROM generate_series(1, 60000) AS g",
+        )
+        .unwrap();
+    // A connection looks at most every 2 s: a new one looks at once.
+    let mut conn = Conn::open(&f.url).unwrap();
+    assert!(conn.generic_plans_while_large().unwrap());
+    assert_eq!(mode(&mut conn).as_deref(), Some("force_generic_plan"));
+
+    // The claim and the batches of successes and failures, on generic plans.
+    let claim = deliveries::claim(&mut conn, c, &ids, 7, LEASE).unwrap();
+    assert_eq!(claim.owned.len(), 5);
+    let mut outcomes: Vec<Outcome> = ids[..4]
+        .iter()
+        .map(|&r| outcome(&f, r, 7, OutcomeKind::Sent))
+        .collect();
+    outcomes.push(outcome(&f, ids[4], 7, OutcomeKind::Failed("550 no".into())));
+    let recorded = deliveries::record(&mut conn, &outcomes, 3).unwrap();
+    assert_eq!(recorded, vec![Recorded::Final; 5]);
+    // A second batch of the same outcomes finds no claimed row.
+    assert_eq!(
+        deliveries::record(&mut conn, &outcomes[..4], 3).unwrap(),
+        vec![Recorded::Lost; 4]
+    );
+    let counts = deliveries::ledger_counts(&mut conn, c).unwrap();
+    assert_eq!(
+        counts,
+        BTreeMap::from([(DeliveryState::Sent, 4), (DeliveryState::Failed, 1)])
+    );
+
+    // Emptied: back to custom plans at the next look.
+    f.conn.execute_batch("TRUNCATE deliveries").unwrap();
+    std::thread::sleep(Duration::from_millis(2_100));
+    assert!(!conn.generic_plans_while_large().unwrap());
+    assert_eq!(mode(&mut conn).as_deref(), Some("force_custom_plan"));
 }
 
 fn sent_is_final_for_every_later_claim(kind: Kind) {

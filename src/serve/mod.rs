@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ServeSettings;
 use crate::shutdown;
-use crate::store::{self, installation, Db};
+use crate::store::{self, installation, Db, Plans};
 use crate::tokens::Identity;
 
 /// What every handler can reach.
@@ -53,7 +53,7 @@ pub fn run(settings: ServeSettings) -> Result<()> {
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
         let state = Arc::new(AppState {
-            db: Db::new(&settings.database_url, Some(conn)),
+            db: Db::new(&settings.database_url, Some(conn), Plans::Custom),
             identity,
             settings: settings.clone(),
         });

@@ -10,13 +10,25 @@ use super::{Conn, Result, StoreError};
 pub struct Db {
     url: String,
     conn: Mutex<Option<Conn>>,
+    plans: Plans,
+}
+
+/// How the connection's prepared statements are planned on PostgreSQL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plans {
+    /// For each execution's values (every connection's default).
+    Custom,
+    /// Once per connection while the ledger is large (a worker's few hot
+    /// statements; see `store::plans`).
+    GenericWhileLarge,
 }
 
 impl Db {
-    pub fn new(url: &str, conn: Option<Conn>) -> Arc<Db> {
+    pub fn new(url: &str, conn: Option<Conn>, plans: Plans) -> Arc<Db> {
         Arc::new(Db {
             url: url.to_string(),
             conn: Mutex::new(conn),
+            plans,
         })
     }
 
@@ -40,6 +52,13 @@ impl Db {
             // SQLite file where the database was.
             None => guard.insert(Conn::open_with(&self.url, super::Access::ReadWrite)?),
         };
+        if self.plans == Plans::GenericWhileLarge {
+            // A failure here is the connection's: `f` meets it too, and
+            // its error is the one to report.
+            if let Err(e) = conn.generic_plans_while_large() {
+                tracing::debug!(error = %e, "cannot look at the ledger's size");
+            }
+        }
         let result = f(conn);
         if let Err(e) = &result {
             if e.is_transient() {

@@ -20,6 +20,7 @@ pub mod deliveries;
 pub mod dkim_keys;
 pub mod installation;
 pub mod optouts;
+mod plans;
 mod prepared;
 pub mod rates;
 pub mod recipients;
@@ -35,7 +36,7 @@ use diesel::{Connection, QueryableByName};
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
 
 pub use campaigns::{Campaign, CampaignState, Counters};
-pub use db::Db;
+pub use db::{Db, Plans};
 pub use deliveries::{Claim, DeliveryState, Outcome, OutcomeKind};
 pub use installation::Installation;
 pub use recipients::{Recipient, RecipientStatus};
@@ -152,6 +153,7 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 pub struct Conn {
     inner: Inner,
     depth: u32,
+    plans: plans::PlanMode,
 }
 
 enum Inner {
@@ -358,15 +360,21 @@ impl Conn {
                 // The ledger grows from empty during a campaign. A generic
                 // plan cached while it was small (a sequential scan) would
                 // stay in use as it grows to millions of rows, all the more
-                // where autovacuum is off; plan each statement for its data.
-                c.batch_execute("SET plan_cache_mode = force_custom_plan")?;
+                // where autovacuum is off; plan each statement for its data
+                // (a worker's connection switches once the ledger is large:
+                // see `plans`).
+                c.batch_execute(plans::CUSTOM_PLANS)?;
                 if access == Access::ReadOnly {
                     c.batch_execute("SET default_transaction_read_only = on")?;
                 }
                 Inner::Pg(c)
             }
         };
-        Ok(Conn { inner, depth: 0 })
+        Ok(Conn {
+            inner,
+            depth: 0,
+            plans: plans::PlanMode::default(),
+        })
     }
 
     pub(crate) fn inner_mut(&mut self) -> InnerMut<'_> {

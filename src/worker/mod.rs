@@ -46,7 +46,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{WorkerSettings, FLAG_REFRESH};
 use crate::mail::Relay;
 use crate::shutdown;
-use crate::store::{self, installation, Db};
+use crate::store::{self, installation, Db, Plans};
 use crate::tokens::Identity;
 use flags::Campaigns;
 use pipeline::Shared;
@@ -130,7 +130,7 @@ async fn pipeline_run(
     }
     drop(jobs_tx);
 
-    let db = Db::new(&settings.database_url, Some(conn));
+    let db = Db::new(&settings.database_url, Some(conn), Plans::GenericWhileLarge);
     let limiter = crate::ratelimit::Limiter::new(Arc::clone(&db), relay.target());
     limiter.refresh().await.context("cannot read rate groups")?;
     let shared = Arc::new(Shared {
