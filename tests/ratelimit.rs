@@ -372,6 +372,72 @@ fn a_domain_at_two_a_minute_goes_out_from_delayed_jobs() {
     assert_eq!(status["pending"], 0);
 }
 
+/// Every job holds 99 recipients at fast.test (50/s) and one at slow.test
+/// (one an hour). A worker with `--concurrency 20` holds three jobs, about
+/// 300 fast.test recipients or 6 s of its rate, of which 2 s may be parked:
+/// the rest is deferred for a second or two, and each job's slow.test
+/// recipient (after the first) for an hour. The fast ones must come back in
+/// seconds. Deferred into one new job per finished job, delayed for the
+/// longest of its recipients' delays, they would wait out the hour with the
+/// slow one; they go into a job per rate group.
+#[test]
+fn a_fast_domains_deferred_recipients_do_not_wait_for_a_slow_ones() {
+    let _alone = common::alone();
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = Beanstalkd::start(tmp.path());
+    let peer = ScriptedSmtp::start(Script::default());
+    let mut env = Env::new(Kind::Sqlite, &bs.addr());
+    env.smtp = peer.url();
+    env.ok(&["migrate"]);
+    let n = 1_000;
+    import_rows(
+        &env,
+        "mixed",
+        (0..n).map(|i| {
+            let domain = if i % 100 == 50 {
+                "slow.test"
+            } else {
+                "fast.test"
+            };
+            format!("user{i}@{domain}")
+        }),
+    );
+    env.ok(&["rate", "set", "domain:slow.test", "1/h", "--burst", "1"]);
+    env.ok(&["rate", "set", "domain:fast.test", "50/s", "--burst", "5"]);
+    env.create_campaign("mixed", "mixed", &[]);
+    env.ok(&["enqueue", "mixed"]);
+    let _w = logged_worker(&env, "w0", &["--concurrency", "20"]);
+    let n_fast = n - n / 100;
+    let fast_sent = || times_of(&peer, |a| a.ends_with("@fast.test"));
+    // 990 at 50/s take 20 s.
+    wait_for(90, "every fast.test recipient", || {
+        fast_sent().len() >= n_fast
+    });
+    let fast = fast_sent();
+    let slow = times_of(&peer, |a| a.ends_with("@slow.test"));
+    let took = (fast[fast.len() - 1] - fast[0]).as_secs_f64();
+    let log = std::fs::read_to_string(env.dir.path().join("w0.log")).unwrap();
+    let split = log.matches("put in 2 new job(s)").count();
+    eprintln!(
+        "fast.test: {} in {took:.1} s; slow.test: {}; {split} jobs deferred into a job per group",
+        fast.len(),
+        slow.len()
+    );
+    assert_eq!(fast.len(), n_fast);
+    assert_eq!(peer.duplicates(), 0);
+    // The first slow.test recipient took the burst; the next is an hour off.
+    assert_eq!(slow.len(), 1, "{}", logs(&env));
+    assert!(
+        split > 0,
+        "no job deferred recipients of both groups, so this run shows nothing:\n{}",
+        logs(&env)
+    );
+    assert!(
+        took < 40.0,
+        "fast.test took {took:.1} s for 20 s of its rate"
+    );
+}
+
 /// kill -9 of a worker while it holds parked messages and has deferred
 /// recipients: nobody lost (everyone delivered, the ledger complete), and
 /// at most `--concurrency` recipients sent twice.

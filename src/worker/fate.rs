@@ -2,10 +2,11 @@
 //! recipient's outcome is durably recorded, then [`finish`] decides — delete
 //! it, release it with a delay (retries due, paused campaign, another worker
 //! still holding some of its recipients), or put its deferred recipients
-//! (rate tokens far off, see `schedule`) into a new delayed job and delete
-//! it — and says so in one log line per job with what happened to its
-//! recipients.
+//! (rate tokens far off, see `schedule`) into new delayed jobs, one per rate
+//! group that deferred them, and delete it — and says so in one log line per
+//! job with what happened to its recipients.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -13,7 +14,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::pipeline::Shared;
-use super::reserve::Cmd;
+use super::reserve::{Cmd, NewJob};
 use crate::queue::JobBody;
 use crate::store::deliveries::{OutcomeKind, Recorded};
 use crate::store::{now_ms, CampaignState};
@@ -86,12 +87,18 @@ pub struct Progress {
     retry_attempt: Option<i32>,
     /// Some recipients were handed back unsent.
     unclaimed: bool,
-    /// Recipients deferred for lack of rate tokens, and the longest of
-    /// their delays.
-    deferred: Vec<i64>,
-    defer_delay: Duration,
+    /// Recipients deferred for lack of rate tokens, by the group whose
+    /// tokens are far off.
+    deferred: BTreeMap<String, Deferred>,
     /// Deferrals whose handing back is not recorded yet.
     deferring: usize,
+}
+
+/// Recipients deferred for one rate group, and the longest of their delays.
+#[derive(Default)]
+struct Deferred {
+    recipients: Vec<i64>,
+    delay: Duration,
 }
 
 impl Progress {
@@ -124,12 +131,13 @@ pub struct Tracker {
 }
 
 impl Tracker {
-    /// Recipient `rid` is deferred for `delay` (its tokens are that far
-    /// off); its `Unclaim` outcome follows through the reporter.
-    pub fn defer(&self, rid: i64, delay: Duration) {
+    /// Recipient `rid` is deferred for `delay` (the tokens of `group` are
+    /// that far off); its `Unclaim` outcome follows through the reporter.
+    pub fn defer(&self, rid: i64, group: &str, delay: Duration) {
         let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
-        p.deferred.push(rid);
-        p.defer_delay = p.defer_delay.max(delay);
+        let d = p.deferred.entry(group.to_string()).or_default();
+        d.recipients.push(rid);
+        d.delay = d.delay.max(delay);
         p.deferring += 1;
     }
 
@@ -155,24 +163,26 @@ impl Tracker {
 /// Decide the fate of a job whose outcomes are all recorded, tell its server
 /// thread, and free its slot.
 ///
-/// Deferred recipients go into a new job (same campaign, priority and tube,
-/// signed like every job, delayed until their tokens are due), put on the
-/// job's own server before the job is deleted, by its server thread. Their
-/// claims were handed back first, so whichever of the two jobs a worker
-/// reserves claims them; a crash between the put and the delete leaves
-/// both jobs, and the ledger's claim still sends each recipient once. A
-/// failed put releases the job instead (nobody is lost).
+/// Deferred recipients go into new jobs (same campaign, priority and tube,
+/// signed like every job, delayed until their tokens are due), one per rate
+/// group that deferred them, so a recipient held back by a fast group's
+/// short queue does not wait out a slow group's long delay. They are put on
+/// the job's own server before the job is deleted, by its server thread.
+/// Their claims were handed back first, so whichever job a worker reserves
+/// claims them; a crash between the puts and the delete leaves both, and
+/// the ledger's claim still sends each recipient once. A failed put
+/// releases the job instead (nobody is lost).
 pub async fn finish(shared: &Shared, t: &Tracker) {
-    let (retry_attempt, unclaimed, deferred, defer_delay, tally) = {
+    let (retry_attempt, unclaimed, deferred, tally) = {
         let mut p = t.progress.lock().unwrap_or_else(|e| e.into_inner());
         (
             p.retry_attempt,
             p.unclaimed,
             std::mem::take(&mut p.deferred),
-            p.defer_delay,
             p.tally,
         )
     };
+    let defer_delay = deferred.values().map(|d| d.delay).max().unwrap_or_default();
     let flags = shared.campaigns.flag_state(t.campaign_id).await;
     let release = |delay: Duration| Cmd::Release {
         id: t.job_id,
@@ -193,7 +203,13 @@ pub async fn finish(shared: &Shared, t: &Tracker) {
                 id: t.job_id,
                 priority: t.priority,
                 delay: defer_delay,
-                body: JobBody::new(t.campaign_id, deferred).encode(&shared.identity),
+                jobs: deferred
+                    .into_values()
+                    .map(|d| NewJob {
+                        delay: d.delay,
+                        body: JobBody::new(t.campaign_id, d.recipients).encode(&shared.identity),
+                    })
+                    .collect(),
             }
         }
         // Others to retry as well: one release covers them all.
@@ -210,8 +226,13 @@ pub async fn finish(shared: &Shared, t: &Tracker) {
     let then = match &cmd {
         Cmd::Delete(_) => "deleted".to_string(),
         Cmd::Release { delay, .. } => format!("released for {delay:?}"),
-        Cmd::Defer { delay, .. } => {
-            format!("deferred recipients put in a new job due in {delay:?}, job deleted")
+        Cmd::Defer { jobs, .. } => {
+            let due: Vec<String> = jobs.iter().map(|j| format!("{:?}", j.delay)).collect();
+            format!(
+                "deferred recipients put in {} new job(s) due in {}, job deleted",
+                jobs.len(),
+                due.join(", ")
+            )
         }
         other => format!("{other:?}"),
     };

@@ -7,7 +7,7 @@
 //!    campaigns and their pause/cancel flags), ledger claim, compose;
 //! 3. [`schedule`]: per rate group, a queue of parked messages; a sender
 //!    gets the next message whose tokens are taken, and messages whose
-//!    tokens are far off are deferred to a new delayed job;
+//!    tokens are far off are deferred to new delayed jobs (one per group);
 //! 4. [`send`]: `--concurrency` senders, each opening its SMTP session
 //!    before it takes a message, within the adaptive session count and the
 //!    relay's shared connection limit ([`sessions`]); at most

@@ -45,15 +45,22 @@ pub enum Cmd {
         priority: u32,
     },
     Touch(u64),
-    /// Put `body` (the job's deferred recipients) into the tube with
-    /// `delay`, then delete the job; if the put fails, release the job
-    /// with `delay` instead.
+    /// Put `jobs` (the job's deferred recipients) into the tube, then
+    /// delete the job; if a put fails, release the job with `delay` (the
+    /// longest) instead.
     Defer {
         id: u64,
         priority: u32,
         delay: Duration,
-        body: Vec<u8>,
+        jobs: Vec<NewJob>,
     },
+}
+
+/// A job to put, delayed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewJob {
+    pub delay: Duration,
+    pub body: Vec<u8>,
 }
 
 impl Cmd {
@@ -215,19 +222,13 @@ impl ServerLoop {
                 id,
                 priority,
                 delay,
-                body,
-            } => match s.put_delayed(&body, priority, delay) {
-                Ok(new) => {
-                    tracing::debug!(
-                        job = id,
-                        new_job = new,
-                        ?delay,
-                        "deferred recipients put in a new job"
-                    );
-                    s.delete(id)
-                }
+                jobs,
+            } => match put_jobs(s, id, priority, &jobs) {
+                Ok(()) => s.delete(id),
                 // If the connection is gone, so is the reservation and
                 // the release fails too: the job is back in the queue whole.
+                // Jobs put before the failure hold some of its recipients
+                // twice over; the ledger's claim sends each once.
                 Err(e) => {
                     tracing::warn!(job = id, error = %format!("{:#}", anyhow::Error::from(e)), "cannot put deferred recipients in a new job: releasing the job instead");
                     s.release(id, priority, delay)
@@ -246,4 +247,13 @@ impl ServerLoop {
             other => other,
         }
     }
+}
+
+/// Put job `id`'s deferred recipients into their new jobs.
+fn put_jobs(s: &mut Server, id: u64, priority: u32, jobs: &[NewJob]) -> Result<(), QueueError> {
+    for j in jobs {
+        let new = s.put_delayed(&j.body, priority, j.delay)?;
+        tracing::debug!(job = id, new_job = new, delay = ?j.delay, "deferred recipients put in a new job");
+    }
+    Ok(())
 }

@@ -12,8 +12,8 @@
 //! so are the newest parked messages beyond what this worker's measured
 //! share of the group sends within [`MAX_PARK_AGE`], and any message parked
 //! for [`MAX_PARKED_FOR`]. Deferred means handed back to the ledger
-//! unsent and noted on its job, which then puts those recipients into a new
-//! delayed job (see `fate::finish`). So jobs never stay reserved behind a
+//! unsent and noted on its job, which then puts those recipients into new
+//! delayed jobs, one per group (see `fate::finish`). So jobs never stay reserved behind a
 //! slow group, and memory stays bounded whatever the backlog.
 //!
 //! Only one sender schedules at a time (the others queue on the state's
@@ -61,6 +61,12 @@ fn horizon(group: &str) -> (Duration, Duration) {
 /// estimated backlog ahead of it, but the backlog part is capped at this, so
 /// a `rate set` that raises the rate is soon met by enough work.
 const MAX_BACKLOG_DELAY: Duration = Duration::from_secs(4);
+/// A deferred message comes back this long before its expected turn, so
+/// that it is parked again while its queue still holds work: coming back
+/// takes a reserve and a claim, and the workers' shares shift meanwhile.
+/// Back exactly on time, the queue runs dry first and the group's rate
+/// dips until the work arrives.
+const DEFER_EARLY: Duration = Duration::from_secs(1);
 /// Deferral delays are kept within these bounds.
 const MIN_DEFER_DELAY: Duration = Duration::from_secs(1);
 const MAX_DEFER_DELAY: Duration = Duration::from_secs(3_600);
@@ -455,10 +461,12 @@ impl Scheduler {
     }
 
     /// Hand a message back to the ledger unsent and note on its job that it
-    /// is deferred for `delay`.
-    async fn defer(&self, st: &mut State, shared: &Shared, msg: Msg, group: &str, delay: Duration) {
-        let delay = delay.clamp(MIN_DEFER_DELAY, MAX_DEFER_DELAY);
-        msg.tracker.defer(msg.recipient_id, delay);
+    /// is deferred, to come back a little before `wait` is over.
+    async fn defer(&self, st: &mut State, shared: &Shared, msg: Msg, group: &str, wait: Duration) {
+        let delay = wait
+            .saturating_sub(DEFER_EARLY)
+            .clamp(MIN_DEFER_DELAY, MAX_DEFER_DELAY);
+        msg.tracker.defer(msg.recipient_id, group, delay);
         let second = (Instant::now() + delay)
             .duration_since(self.epoch)
             .as_secs();
