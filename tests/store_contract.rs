@@ -74,6 +74,7 @@ contract!(
     extended_lease_is_not_claimable,
     stale_token_records_nothing,
     counters_equal_ledger_after_mixed_outcomes,
+    a_batch_says_which_campaigns_it_paused,
     concurrent_claims_send_each_recipient_once,
     empty_inputs_are_no_ops,
     stale_sent_after_other_token_sent_is_lost,
@@ -1208,6 +1209,51 @@ fn a_job_claims_only_list_members_and_reads_them(kind: Kind) {
     assert_eq!(again.claim.finished, 1);
     let busy = again.claim.busy_until.expect("three are held by token 1");
     assert!(busy >= before + LEASE - 1_000, "{busy} vs {before}");
+}
+
+/// The batch whose failures make 100 in a row pauses its campaign and says
+/// so, for its worker to stop sending for it at once (not at its next look
+/// at the flags, while a relay refusing everything fails more recipients).
+/// The batches before it and after it (the campaign already paused) say
+/// nothing.
+fn a_batch_says_which_campaigns_it_paused(kind: Kind) {
+    let mut f = fixture(kind, 110);
+    let (c, ids) = (f.campaign, f.ids.clone());
+    f.conn
+        .execute_batch(&format!(
+            "UPDATE campaigns SET max_failure_rate = 0.2 WHERE id = {c}"
+        ))
+        .unwrap();
+    assert_eq!(
+        deliveries::claim(&mut f.conn, c, &ids, 7, LEASE)
+            .unwrap()
+            .owned
+            .len(),
+        110
+    );
+    let failed: Vec<Outcome> = ids
+        .iter()
+        .map(|&r| {
+            outcome(
+                &f,
+                r,
+                7,
+                OutcomeKind::Failed("554 5.7.1 relay denied".into()),
+            )
+        })
+        .collect();
+    let paused = |conn: &mut Conn| campaigns::flags(conn, &[c]).unwrap()[0].1.paused;
+    // 99 in a row, and too few to judge a failure rate by.
+    let before = deliveries::record_batch(&mut f.conn, &failed[..99], 3).unwrap();
+    assert_eq!(before.results, vec![Recorded::Final; 99]);
+    assert!(before.paused.is_empty(), "{before:?}");
+    assert!(!paused(&mut f.conn));
+    let at = deliveries::record_batch(&mut f.conn, &failed[99..100], 3).unwrap();
+    assert_eq!(at.paused, vec![c]);
+    assert!(paused(&mut f.conn));
+    let after = deliveries::record_batch(&mut f.conn, &failed[100..], 3).unwrap();
+    assert_eq!(after.results, vec![Recorded::Final; 10]);
+    assert!(after.paused.is_empty(), "{after:?}");
 }
 
 /// A worker's connection keeps generic plans (planned once, not per

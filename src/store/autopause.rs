@@ -6,8 +6,11 @@
 //! failures, [`check`] pauses the campaign if the streak reached
 //! [`FAILURE_STREAK_LIMIT`] or the failure rate over the last 250 to 500
 //! outcomes passed the campaign's `max_failure_rate`, and stores why.
-//! Workers see the pause like any other within a second; a resume clears
-//! the record ([`forget`]) so the campaign is judged afresh after the fix.
+//! The worker whose batch paused it learns so from
+//! [`super::deliveries::record_batch`] and stops at once; other workers
+//! look again after their next batch with failures, or at their next flag
+//! refresh. A resume clears the record ([`forget`]) so the campaign is
+//! judged afresh after the fix.
 
 use diesel::prelude::*;
 

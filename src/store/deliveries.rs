@@ -417,14 +417,32 @@ struct Delta {
     last_error: Option<String>,
 }
 
+/// What recording a batch of outcomes did.
+#[derive(Debug)]
+pub struct Recording {
+    /// One per outcome, in order.
+    pub results: Vec<Recorded>,
+    /// Campaigns this batch's failures paused (see [`autopause`]).
+    pub paused: Vec<i64>,
+}
+
 /// Record a batch of outcomes in one transaction and move the counters by
 /// the rows actually changed. `max_attempts` turns a transient failure on the
 /// last attempt into `failed`. Returns one [`Recorded`] per outcome.
 pub fn record(conn: &mut Conn, outcomes: &[Outcome], max_attempts: i32) -> Result<Vec<Recorded>> {
+    record_batch(conn, outcomes, max_attempts).map(|r| r.results)
+}
+
+/// [`record`], also saying which campaigns the batch auto-paused, so that
+/// its worker stops sending for them at once.
+pub fn record_batch(conn: &mut Conn, outcomes: &[Outcome], max_attempts: i32) -> Result<Recording> {
     let now = now_ms();
     if outcomes.iter().all(|o| o.kind == OutcomeKind::Sent) {
         if let InnerMut::Pg(c) = conn.inner_mut() {
-            return record_sent_pg(c, outcomes, now);
+            return Ok(Recording {
+                results: record_sent_pg(c, outcomes, now)?,
+                paused: Vec::new(),
+            });
         }
     }
     conn.transaction(|conn| {
@@ -550,6 +568,7 @@ pub fn record(conn: &mut Conn, outcomes: &[Outcome], max_attempts: i32) -> Resul
                 _ => {}
             }
         }
+        let mut paused = Vec::new();
         for (campaign_id, delta) in deltas {
             if delta.sent + delta.failed + delta.skipped > 0 {
                 bump_counters(conn, campaign_id, &delta, now)?;
@@ -559,10 +578,11 @@ pub fn record(conn: &mut Conn, outcomes: &[Outcome], max_attempts: i32) -> Resul
                     autopause::check(conn, campaign_id, delta.last_error.as_deref(), now)?
                 {
                     tracing::warn!(campaign = campaign_id, "{reason}");
+                    paused.push(campaign_id);
                 }
             }
         }
-        Ok(results)
+        Ok(Recording { results, paused })
     })
 }
 

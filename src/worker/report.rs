@@ -188,12 +188,15 @@ pub async fn reporter(
                 .collect(),
         );
         let mut backoff = Duration::from_millis(200);
-        let recorded = loop {
+        let deliveries::Recording {
+            results: recorded,
+            paused,
+        } = loop {
             let todo = Arc::clone(&outcomes);
             let max_attempts = shared.max_attempts;
             match shared
                 .db
-                .run(move |c| deliveries::record(c, &todo, max_attempts))
+                .run(move |c| deliveries::record_batch(c, &todo, max_attempts))
                 .await
             {
                 Ok(r) => break r,
@@ -210,14 +213,15 @@ pub async fn reporter(
             .filter(|(r, s)| r.kind == OutcomeKind::Sent && **s == Recorded::Final)
             .count();
         shared.sent.fetch_add(sent as u64, Ordering::Relaxed);
-        // A batch with failures may have auto-paused its campaign (see
-        // `store::autopause`): look at once rather than at the next flag
-        // refresh, so a relay refusing everything costs as few recipients
-        // as possible.
+        // This batch auto-paused a campaign (see `store::autopause`): stop
+        // sending for it now. A batch with failures may show that another
+        // worker's batch paused one: look at once rather than at the next
+        // flag refresh (at most every FAILURE_LOOK_INTERVAL), so a relay
+        // refusing everything costs as few recipients as possible.
         let failures = outcomes
             .iter()
             .any(|o| matches!(o.kind, OutcomeKind::Failed(_) | OutcomeKind::Bounced(_)));
-        if failures && last_look.elapsed() >= FAILURE_LOOK_INTERVAL {
+        if !paused.is_empty() || (failures && last_look.elapsed() >= FAILURE_LOOK_INTERVAL) {
             last_look = tokio::time::Instant::now();
             if let Err(e) = shared.campaigns.refresh(&shared.db).await {
                 tracing::warn!(error = %e, "cannot refresh campaign flags");
