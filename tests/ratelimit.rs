@@ -7,6 +7,29 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
+/// A fresh beanstalkd, a scripted SMTP peer that accepts everything, and
+/// an environment (its database on `kind`) that sends to it.
+struct Rig {
+    env: Env,
+    peer: ScriptedSmtp,
+    bs: Beanstalkd,
+    _tmp: tempfile::TempDir,
+}
+
+fn rig(kind: Kind) -> Rig {
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = Beanstalkd::start(tmp.path());
+    let peer = ScriptedSmtp::start(Script::default());
+    let mut env = Env::new(kind, &bs.addr());
+    env.smtp = peer.url();
+    Rig {
+        env,
+        peer,
+        bs,
+        _tmp: tmp,
+    }
+}
+
 /// Most accepted in any window of `len` starting at an accept.
 fn max_in_window(times: &[Instant], len: Duration) -> usize {
     let mut best = 0;
@@ -55,11 +78,12 @@ fn xact_commits(env: &Env) -> i64 {
 
 fn three_workers_hold_a_relay_limit(kind: Kind) {
     let _alone = common::alone();
-    let tmp = tempfile::tempdir().unwrap();
-    let bs = Beanstalkd::start(tmp.path());
-    let peer = ScriptedSmtp::start(Script::default());
-    let mut env = Env::new(kind, &bs.addr());
-    env.smtp = peer.url();
+    let Rig {
+        env,
+        peer,
+        bs: _bs,
+        _tmp,
+    } = rig(kind);
     env.import_n("news", 2_600);
     env.ok(&[
         "rate",
@@ -177,11 +201,12 @@ fn import_rows(env: &Env, list: &str, emails: impl Iterator<Item = String>) {
 #[test]
 fn a_slow_domain_does_not_slow_the_others() {
     let _alone = common::alone();
-    let tmp = tempfile::tempdir().unwrap();
-    let bs = Beanstalkd::start(tmp.path());
-    let peer = ScriptedSmtp::start(Script::default());
-    let mut env = Env::new(Kind::Sqlite, &bs.addr());
-    env.smtp = peer.url();
+    let Rig {
+        env,
+        peer,
+        bs: _bs,
+        _tmp,
+    } = rig(Kind::Sqlite);
     env.ok(&["migrate"]);
     let (n_slow, n_fast) = (1_000, 2_000);
     import_rows(
@@ -289,11 +314,12 @@ fn a_slow_domain_does_not_slow_the_others() {
 #[test]
 fn a_domain_at_two_a_minute_goes_out_from_delayed_jobs() {
     let _alone = common::alone();
-    let tmp = tempfile::tempdir().unwrap();
-    let bs = Beanstalkd::start(tmp.path());
-    let peer = ScriptedSmtp::start(Script::default());
-    let mut env = Env::new(Kind::Sqlite, &bs.addr());
-    env.smtp = peer.url();
+    let Rig {
+        env,
+        peer,
+        bs,
+        _tmp,
+    } = rig(Kind::Sqlite);
     env.ok(&["migrate"]);
     let n = 5_000;
     // Three slow recipients, in three different jobs.
@@ -383,11 +409,12 @@ fn a_domain_at_two_a_minute_goes_out_from_delayed_jobs() {
 #[test]
 fn a_fast_domains_deferred_recipients_do_not_wait_for_a_slow_ones() {
     let _alone = common::alone();
-    let tmp = tempfile::tempdir().unwrap();
-    let bs = Beanstalkd::start(tmp.path());
-    let peer = ScriptedSmtp::start(Script::default());
-    let mut env = Env::new(Kind::Sqlite, &bs.addr());
-    env.smtp = peer.url();
+    let Rig {
+        env,
+        peer,
+        bs: _bs,
+        _tmp,
+    } = rig(Kind::Sqlite);
     env.ok(&["migrate"]);
     let n = 1_000;
     import_rows(
@@ -445,11 +472,12 @@ fn a_fast_domains_deferred_recipients_do_not_wait_for_a_slow_ones() {
 fn kill_9_with_parked_and_deferred_recipients() {
     let _alone = common::alone();
     use mailsplit::store::{rates, workers};
-    let tmp = tempfile::tempdir().unwrap();
-    let bs = Beanstalkd::start(tmp.path());
-    let peer = ScriptedSmtp::start(Script::default());
-    let mut env = Env::new(Kind::Sqlite, &bs.addr());
-    env.smtp = peer.url();
+    let Rig {
+        env,
+        peer,
+        bs: _bs,
+        _tmp,
+    } = rig(Kind::Sqlite);
     env.ok(&["migrate"]);
     let n = 1_200;
     import_rows(
@@ -518,11 +546,12 @@ fn kill_9_with_parked_and_deferred_recipients() {
 #[test]
 fn a_campaign_group_set_just_before_enqueue_holds_from_the_first_message() {
     let _alone = common::alone();
-    let tmp = tempfile::tempdir().unwrap();
-    let bs = Beanstalkd::start(tmp.path());
-    let peer = ScriptedSmtp::start(Script::default());
-    let mut env = Env::new(Kind::Sqlite, &bs.addr());
-    env.smtp = peer.url();
+    let Rig {
+        env,
+        peer,
+        bs: _bs,
+        _tmp,
+    } = rig(Kind::Sqlite);
     env.import_n("news", 300);
     env.create_campaign("news", "news", &[]);
     let _w: Vec<Proc> = (0..2)
