@@ -245,8 +245,6 @@ fn a_slow_domain_does_not_slow_the_others() {
     let slow_peak_before = max_in_window(&before, Duration::from_secs(1));
     let slow_peak = max_in_window(&slow, Duration::from_secs(1));
     let fast_peak = max_in_window(&fast, Duration::from_secs(1));
-    let fast_rate =
-        count_between(&fast, Duration::from_secs(1), Duration::from_secs(6)) as f64 / 6.0;
     let slow_rate =
         count_between(&slow, Duration::from_secs(1), Duration::from_secs(6)) as f64 / 6.0;
     let per_second = |times: &[Instant], from: Instant, secs: u64| -> Vec<usize> {
@@ -260,9 +258,18 @@ fn a_slow_domain_does_not_slow_the_others() {
             })
             .collect()
     };
+    // fast.test in each of the 10 s after the first second (which holds
+    // the burst; it needs about 13 s in all). Coupled to slow.test, every
+    // one of them holds about 40. A loaded machine stalls now and then for
+    // most of a second (CI has shown one second at 33, and two at 86 and
+    // 90): the median says what the design does, the mean bounds the rest.
+    let mut fast_seconds = per_second(&fast, fast[0] + Duration::from_secs(1), 10);
+    let fast_rate = fast_seconds.iter().sum::<usize>() as f64 / 10.0;
+    fast_seconds.sort_unstable();
+    let fast_median = (fast_seconds[4] + fast_seconds[5]) as f64 / 2.0;
     let after = per_second(&slow, raised, 8);
     eprintln!(
-        "slow.test 20/s: {slow_rate:.1}/s, peak {slow_peak_before} in 1 s; fast.test 150/s: {fast_rate:.1}/s, peak {fast_peak} in 1 s"
+        "slow.test 20/s: {slow_rate:.1}/s, peak {slow_peak_before} in 1 s; fast.test 150/s: {fast_rate:.1}/s (median second {fast_median}), peak {fast_peak} in 1 s"
     );
     eprintln!(
         "fast.test per second from the first message: {:?}",
@@ -287,8 +294,8 @@ fn a_slow_domain_does_not_slow_the_others() {
         "fast.test held {fast_peak} in 1 s, over 150/s + 15"
     );
     assert!(
-        fast_rate >= 0.85 * 150.0,
-        "fast.test only {fast_rate:.1}/s while slow.test was at {slow_rate:.1}/s: held back by slow.test\n{}",
+        fast_median >= 0.85 * 150.0 && fast_rate >= 0.75 * 150.0,
+        "fast.test only {fast_median}/s in its median second ({fast_rate:.1}/s on average) while slow.test was at {slow_rate:.1}/s: held back by slow.test\n{}",
         logs(&env)
     );
     assert!(slow_rate >= 0.75 * 20.0, "slow.test only {slow_rate:.1}/s");
