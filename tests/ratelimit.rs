@@ -181,12 +181,12 @@ fn logs(env: &Env) -> String {
     out
 }
 
-/// Import `rows` (`(email, name)`) as list `list`.
-fn import_rows(env: &Env, list: &str, emails: impl Iterator<Item = String>) {
+/// Import `n` recipients, `user{i}@{domain(i)}`, as list `list`.
+fn import_domains(env: &Env, list: &str, n: usize, domain: impl Fn(usize) -> &'static str) {
     let csv = env.dir.path().join(format!("{list}.csv"));
     let mut rows = String::from("email,name\n");
-    for (i, e) in emails.enumerate() {
-        rows.push_str(&format!("{e},User {i}\n"));
+    for i in 0..n {
+        rows.push_str(&format!("user{i}@{},User {i}\n", domain(i)));
     }
     std::fs::write(&csv, rows).unwrap();
     env.ok(&["import", csv.to_str().unwrap(), "--list", list]);
@@ -209,15 +209,14 @@ fn a_slow_domain_does_not_slow_the_others() {
     } = rig(Kind::Sqlite);
     env.ok(&["migrate"]);
     let (n_slow, n_fast) = (1_000, 2_000);
-    import_rows(
-        &env,
-        "mixed",
-        (0..n_slow + n_fast).map(|i| {
-            // Domains in mixed case: groups match whatever the case.
-            let domain = if i % 3 == 0 { "Slow.Test" } else { "fast.test" };
-            format!("user{i}@{domain}")
-        }),
-    );
+    // Domains in mixed case: groups match whatever the case.
+    import_domains(&env, "mixed", n_slow + n_fast, |i| {
+        if i % 3 == 0 {
+            "Slow.Test"
+        } else {
+            "fast.test"
+        }
+    });
     env.ok(&["rate", "set", "domain:slow.test", "20/s", "--burst", "2"]);
     env.ok(&["rate", "set", "domain:FAST.test", "150/s", "--burst", "15"]);
     env.create_campaign("mixed", "mixed", &[]);
@@ -331,18 +330,13 @@ fn a_domain_at_two_a_minute_goes_out_from_delayed_jobs() {
     let n = 5_000;
     // Three slow recipients, in three different jobs.
     let slow_at = [10, 2_510, 4_990];
-    import_rows(
-        &env,
-        "big",
-        (0..n).map(|i| {
-            let domain = if slow_at.contains(&i) {
-                "slow.test"
-            } else {
-                "example.test"
-            };
-            format!("user{i}@{domain}")
-        }),
-    );
+    import_domains(&env, "big", n, |i| {
+        if slow_at.contains(&i) {
+            "slow.test"
+        } else {
+            "example.test"
+        }
+    });
     env.ok(&["rate", "set", "domain:slow.test", "2/m", "--burst", "1"]);
     env.create_campaign("big", "big", &[]);
     env.ok(&["enqueue", "big"]);
@@ -424,18 +418,13 @@ fn a_fast_domains_deferred_recipients_do_not_wait_for_a_slow_ones() {
     } = rig(Kind::Sqlite);
     env.ok(&["migrate"]);
     let n = 1_000;
-    import_rows(
-        &env,
-        "mixed",
-        (0..n).map(|i| {
-            let domain = if i % 100 == 50 {
-                "slow.test"
-            } else {
-                "fast.test"
-            };
-            format!("user{i}@{domain}")
-        }),
-    );
+    import_domains(&env, "mixed", n, |i| {
+        if i % 100 == 50 {
+            "slow.test"
+        } else {
+            "fast.test"
+        }
+    });
     env.ok(&["rate", "set", "domain:slow.test", "1/h", "--burst", "1"]);
     env.ok(&["rate", "set", "domain:fast.test", "50/s", "--burst", "5"]);
     env.create_campaign("mixed", "mixed", &[]);
@@ -487,14 +476,13 @@ fn kill_9_with_parked_and_deferred_recipients() {
     } = rig(Kind::Sqlite);
     env.ok(&["migrate"]);
     let n = 1_200;
-    import_rows(
-        &env,
-        "k",
-        (0..n).map(|i| {
-            let domain = if i % 3 == 0 { "slow.test" } else { "fast.test" };
-            format!("user{i}@{domain}")
-        }),
-    );
+    import_domains(&env, "k", n, |i| {
+        if i % 3 == 0 {
+            "slow.test"
+        } else {
+            "fast.test"
+        }
+    });
     env.ok(&["rate", "set", "domain:slow.test", "15/s", "--burst", "2"]);
     env.create_campaign("k", "k", &[]);
     env.ok(&["enqueue", "k"]);
