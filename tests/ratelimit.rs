@@ -192,6 +192,26 @@ fn import_domains(env: &Env, list: &str, n: usize, domain: impl Fn(usize) -> &'s
     env.ok(&["import", csv.to_str().unwrap(), "--list", list]);
 }
 
+/// A rig on SQLite with campaign `name` enqueued: `n` recipients,
+/// `user{i}@{domain(i)}`, on a list of the same name, under the rate groups
+/// `rates` (`(group, rate, burst)`) set before the enqueue.
+fn enqueued(
+    name: &str,
+    n: usize,
+    domain: impl Fn(usize) -> &'static str,
+    rates: &[(&str, &str, &str)],
+) -> Rig {
+    let rig = rig(Kind::Sqlite);
+    rig.env.ok(&["migrate"]);
+    import_domains(&rig.env, name, n, domain);
+    for &(group, rate, burst) in rates {
+        rig.env.ok(&["rate", "set", group, rate, "--burst", burst]);
+    }
+    rig.env.create_campaign(name, name, &[]);
+    rig.env.ok(&["enqueue", name]);
+    rig
+}
+
 /// Issue 16's mix: every job holds both domains, a third at slow.test and
 /// two thirds at fast.test. The rates (20/s and 150/s) are not in the mix's
 /// 1:2 proportion, so a design that couples the domains (senders waiting for
@@ -201,26 +221,22 @@ fn import_domains(env: &Env, list: &str, n: usize, domain: impl Fn(usize) -> &'s
 #[test]
 fn a_slow_domain_does_not_slow_the_others() {
     let _alone = common::alone();
+    let (n_slow, n_fast) = (1_000, 2_000);
+    // Domains in mixed case: groups match whatever the case.
     let Rig {
         env,
         peer,
         bs: _bs,
         _tmp,
-    } = rig(Kind::Sqlite);
-    env.ok(&["migrate"]);
-    let (n_slow, n_fast) = (1_000, 2_000);
-    // Domains in mixed case: groups match whatever the case.
-    import_domains(&env, "mixed", n_slow + n_fast, |i| {
-        if i % 3 == 0 {
-            "Slow.Test"
-        } else {
-            "fast.test"
-        }
-    });
-    env.ok(&["rate", "set", "domain:slow.test", "20/s", "--burst", "2"]);
-    env.ok(&["rate", "set", "domain:FAST.test", "150/s", "--burst", "15"]);
-    env.create_campaign("mixed", "mixed", &[]);
-    env.ok(&["enqueue", "mixed"]);
+    } = enqueued(
+        "mixed",
+        n_slow + n_fast,
+        |i| if i % 3 == 0 { "Slow.Test" } else { "fast.test" },
+        &[
+            ("domain:slow.test", "20/s", "2"),
+            ("domain:FAST.test", "150/s", "15"),
+        ],
+    );
     let _w: Vec<Proc> = (0..3)
         .map(|i| logged_worker(&env, &format!("w{i}"), &["--concurrency", "20"]))
         .collect();
@@ -320,26 +336,26 @@ fn a_slow_domain_does_not_slow_the_others() {
 #[test]
 fn a_domain_at_two_a_minute_goes_out_from_delayed_jobs() {
     let _alone = common::alone();
+    let n = 5_000;
+    // Three slow recipients, in three different jobs.
+    const SLOW_AT: [usize; 3] = [10, 2_510, 4_990];
     let Rig {
         env,
         peer,
         bs,
         _tmp,
-    } = rig(Kind::Sqlite);
-    env.ok(&["migrate"]);
-    let n = 5_000;
-    // Three slow recipients, in three different jobs.
-    let slow_at = [10, 2_510, 4_990];
-    import_domains(&env, "big", n, |i| {
-        if slow_at.contains(&i) {
-            "slow.test"
-        } else {
-            "example.test"
-        }
-    });
-    env.ok(&["rate", "set", "domain:slow.test", "2/m", "--burst", "1"]);
-    env.create_campaign("big", "big", &[]);
-    env.ok(&["enqueue", "big"]);
+    } = enqueued(
+        "big",
+        n,
+        |i| {
+            if SLOW_AT.contains(&i) {
+                "slow.test"
+            } else {
+                "example.test"
+            }
+        },
+        &[("domain:slow.test", "2/m", "1")],
+    );
     let put_by_enqueue = bs.tube_stat(&env.tube, "total-jobs");
     let _w: Vec<Proc> = (0..2)
         .map(|i| logged_worker(&env, &format!("w{i}"), &["--concurrency", "50"]))
@@ -410,25 +426,27 @@ fn a_domain_at_two_a_minute_goes_out_from_delayed_jobs() {
 #[test]
 fn a_fast_domains_deferred_recipients_do_not_wait_for_a_slow_ones() {
     let _alone = common::alone();
+    let n = 1_000;
     let Rig {
         env,
         peer,
         bs: _bs,
         _tmp,
-    } = rig(Kind::Sqlite);
-    env.ok(&["migrate"]);
-    let n = 1_000;
-    import_domains(&env, "mixed", n, |i| {
-        if i % 100 == 50 {
-            "slow.test"
-        } else {
-            "fast.test"
-        }
-    });
-    env.ok(&["rate", "set", "domain:slow.test", "1/h", "--burst", "1"]);
-    env.ok(&["rate", "set", "domain:fast.test", "50/s", "--burst", "5"]);
-    env.create_campaign("mixed", "mixed", &[]);
-    env.ok(&["enqueue", "mixed"]);
+    } = enqueued(
+        "mixed",
+        n,
+        |i| {
+            if i % 100 == 50 {
+                "slow.test"
+            } else {
+                "fast.test"
+            }
+        },
+        &[
+            ("domain:slow.test", "1/h", "1"),
+            ("domain:fast.test", "50/s", "5"),
+        ],
+    );
     let _w = logged_worker(&env, "w0", &["--concurrency", "20"]);
     let n_fast = n - n / 100;
     let fast_sent = || times_of(&peer, |a| a.ends_with("@fast.test"));
@@ -468,24 +486,18 @@ fn a_fast_domains_deferred_recipients_do_not_wait_for_a_slow_ones() {
 fn kill_9_with_parked_and_deferred_recipients() {
     let _alone = common::alone();
     use mailsplit::store::{rates, workers};
+    let n = 1_200;
     let Rig {
         env,
         peer,
         bs: _bs,
         _tmp,
-    } = rig(Kind::Sqlite);
-    env.ok(&["migrate"]);
-    let n = 1_200;
-    import_domains(&env, "k", n, |i| {
-        if i % 3 == 0 {
-            "slow.test"
-        } else {
-            "fast.test"
-        }
-    });
-    env.ok(&["rate", "set", "domain:slow.test", "15/s", "--burst", "2"]);
-    env.create_campaign("k", "k", &[]);
-    env.ok(&["enqueue", "k"]);
+    } = enqueued(
+        "k",
+        n,
+        |i| if i % 3 == 0 { "slow.test" } else { "fast.test" },
+        &[("domain:slow.test", "15/s", "2")],
+    );
     let mut victim = logged_worker(&env, "victim", &["--concurrency", "10"]);
     let _other = logged_worker(&env, "other", &["--concurrency", "10"]);
     let pid = i64::from(victim.0.id());

@@ -13,8 +13,9 @@
 //! share of the group sends within [`MAX_PARK_AGE`], and any message parked
 //! for [`MAX_PARKED_FOR`]. Deferred means handed back to the ledger
 //! unsent and noted on its job, which then puts those recipients into new
-//! delayed jobs, one per group (see `fate::finish`). So jobs never stay reserved behind a
-//! slow group, and memory stays bounded whatever the backlog.
+//! delayed jobs, one per group (see `fate::finish`). So jobs never stay
+//! reserved behind a slow group, and memory stays bounded whatever the
+//! backlog.
 //!
 //! Only one sender schedules at a time (the others queue on the state's
 //! lock, in order): each check-then-take of tokens is therefore atomic in
