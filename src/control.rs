@@ -8,7 +8,8 @@ use std::net::SocketAddr;
 
 use crate::config::FLAG_REFRESH;
 use crate::queue::{QueueError, Server};
-use crate::store::campaigns::{self, Control};
+use crate::store::campaigns;
+pub use crate::store::campaigns::Control;
 use crate::store::{Campaign, Conn, StoreError};
 
 /// Most delayed jobs one resume kicks per server.

@@ -2,10 +2,9 @@
 //! whole cause chain, and exit with the documented code (0 success,
 //! 1 runtime failure, 2 usage error).
 
-use std::io::Write;
 use std::process::ExitCode;
 
-use mailsplit::cli::{exit_code, parse, run};
+use mailsplit::cli::{fail, parse, run};
 
 /// mimalloc instead of glibc malloc: a worker allocates per message (MIME
 /// parts, SMTP buffers) from many threads, and glibc's arena locks and
@@ -36,15 +35,7 @@ fn main() -> ExitCode {
         Err(code) => return code,
     };
     mailsplit::logging::init();
-    match run(cli) {
-        Ok(code) => code,
-        Err(err) => {
-            // Every URL in the chain is shown redacted already; this is
-            // the last line of defence for one that is not.
-            let shown = mailsplit::redact::text(&format!("{err:#}"));
-            // Not eprintln!: it panics when stderr is a closed pipe.
-            let _ = writeln!(std::io::stderr(), "mailsplit: error: {shown}");
-            ExitCode::from(exit_code(&err))
-        }
-    }
+    // Errors print their whole cause chain, redacted; a closed stdout
+    // ends quietly with 0.
+    run(cli).unwrap_or_else(fail)
 }

@@ -87,6 +87,11 @@ pub enum Handled {
     Ignored(String),
 }
 
+/// The identity VERP tokens are checked under: this database's own.
+pub fn identity(conn: &mut Conn) -> Result<Identity, StoreError> {
+    Ok(Identity::from(&crate::store::installation::load(conn)?))
+}
+
 /// Handle one message. `envelope` is the address Postfix delivered it to
 /// (pipe(8)'s `${recipient}`), when given. Fails only when the database
 /// does: the caller then asks for the message again later.

@@ -42,16 +42,27 @@ pub struct AppState {
 
 pub type State = Arc<AppState>;
 
+/// Why `serve` could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The database is unreachable, unmigrated, or its URL is wrong.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    /// Binding or serving failed.
+    #[error(transparent)]
+    Run(#[from] anyhow::Error),
+}
+
 /// Check the database, bind both listeners (failing with the address that
 /// could not be bound), and serve until SIGTERM or SIGINT.
-pub fn run(settings: ServeSettings) -> Result<()> {
+pub fn run(settings: ServeSettings) -> Result<(), ServeError> {
     let mut conn = store::open_migrated(&settings.database_url)?;
     let identity = Identity::from(&installation::load(&mut conn)?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(async move {
+    let served: Result<()> = runtime.block_on(async move {
         let state = Arc::new(AppState {
             db: Db::new(&settings.database_url, Some(conn), Plans::Custom),
             identity,
@@ -74,7 +85,8 @@ pub fn run(settings: ServeSettings) -> Result<()> {
         a.and(b)?;
         tracing::info!("serve stopped");
         Ok(())
-    })
+    });
+    Ok(served?)
 }
 
 async fn bind(addr: SocketAddr, option: &str) -> Result<tokio::net::TcpListener> {

@@ -63,9 +63,23 @@ fn max_parked(concurrency: usize) -> usize {
     concurrency * 4 + 100
 }
 
+/// Why a worker could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// The database is unreachable, unmigrated, or its URL is wrong.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    /// The relay's TLS set-up failed.
+    #[error(transparent)]
+    Relay(#[from] crate::mail::MailError),
+    /// The running pipeline failed.
+    #[error(transparent)]
+    Run(#[from] anyhow::Error),
+}
+
 /// Check the settings against the world (database schema and identity,
 /// relay TLS files), then run the worker until it is told to stop.
-pub fn run(settings: WorkerSettings) -> Result<()> {
+pub fn run(settings: WorkerSettings) -> Result<(), WorkerError> {
     // Fail now, with the fix named, if the database is wrong or unmigrated.
     let mut conn = store::open_migrated(&settings.database_url)?;
     // The file just opened: checked at every flag refresh.
@@ -76,7 +90,7 @@ pub fn run(settings: WorkerSettings) -> Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(pipeline_run(settings, relay, identity, conn, db_file))
+    Ok(runtime.block_on(pipeline_run(settings, relay, identity, conn, db_file))?)
 }
 
 /// Run the worker until it is told to stop.

@@ -1,0 +1,378 @@
+//! The command line as clap sees it: commands, flags, their help and their
+//! environment variables. Nothing here checks a value beyond its type;
+//! [`super::resolve`] turns these into settings.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{self, DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY};
+use crate::redact;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "mailsplit",
+    version,
+    about = "Send one email campaign to a million recipients over beanstalkd, exactly once each.",
+    long_about = "Send one email campaign to a million recipients over beanstalkd, exactly once each.\n\n\
+A typical run:\n  \
+mailsplit migrate\n  \
+mailsplit import people.csv --list customers\n  \
+mailsplit campaign create spring --list customers --template newsletter \\\n      \
+--subject 'Spring news' --from news@example.com\n  \
+mailsplit enqueue spring\n  \
+mailsplit worker --smtp smtp://127.0.0.1:25     # one or more, e.g. under supervisord\n  \
+mailsplit status spring"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// `Debug` shows the database URL through [`redact`].
+#[derive(Args, Clone)]
+pub struct Global {
+    /// Database: sqlite://FILE (default, created on `migrate`) or postgres://USER@HOST/DB
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, default_value = config::DEFAULT_DATABASE_URL, global = true)]
+    pub database_url: String,
+    /// beanstalkd server(s), HOST:PORT; a comma-separated list spreads jobs over several
+    #[arg(long, env = "BEANSTALKD", default_value = config::DEFAULT_BEANSTALKD, global = true)]
+    pub beanstalkd: String,
+    /// beanstalkd tube the jobs go through
+    #[arg(long, env = "MAILSPLIT_TUBE", default_value = config::DEFAULT_TUBE, global = true)]
+    pub tube: String,
+}
+
+impl std::fmt::Debug for Global {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Global")
+            .field("database_url", &redact::Url(&self.database_url))
+            .field("beanstalkd", &self.beanstalkd)
+            .field("tube", &self.tube)
+            .finish()
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create or upgrade the database schema (safe to run again)
+    Migrate,
+    /// Load recipients from a CSV file with a header row into a list
+    ///
+    /// Column `email` is required, `name` is optional, `status` (active,
+    /// unsubscribed, bounced) is optional; every other column becomes a
+    /// template attribute. Bad rows are reported with their line number and
+    /// skipped. Importing again updates recipients, never duplicates them.
+    Import {
+        /// CSV file to read
+        file: PathBuf,
+        /// List to add the recipients to (created if new)
+        #[arg(long)]
+        list: String,
+    },
+    /// Create and list campaigns
+    #[command(subcommand)]
+    Campaign(CampaignCommand),
+    /// List the templates compiled into this binary
+    Templates,
+    /// Put a campaign's recipients into beanstalkd, one job per batch
+    ///
+    /// Safe to run again after a crash: it continues where it stopped and
+    /// never enqueues a recipient twice. One run per campaign at a time: a
+    /// second run waits for the first. A run killed with -9 gives the
+    /// campaign up at once to a run on the same machine, within 30 s to one
+    /// on another.
+    Enqueue {
+        /// Campaign name or id
+        campaign: String,
+        /// Recipients per job
+        #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
+        batch_size: usize,
+        /// Seconds to wait while another run enqueues the same campaign
+        #[arg(long, default_value_t = config::DEFAULT_ENQUEUE_WAIT.as_secs())]
+        wait: u64,
+    },
+    /// Send queued mail: reserve jobs, send over SMTP, record every outcome
+    ///
+    /// Runs until SIGTERM/SIGINT or until its own executable is replaced
+    /// (a deploy), then finishes or hands back the jobs in flight and exits 0.
+    Worker(WorkerArgs),
+    /// Shared rate limits per relay, campaign or recipient domain
+    #[command(subcommand)]
+    Rate(RateCommand),
+    /// DKIM keys: workers sign every message whose From domain has one
+    #[command(subcommand)]
+    Dkim(DkimCommand),
+    /// Stop sending a campaign (workers notice within a second)
+    Pause {
+        /// Campaign name or id
+        campaign: String,
+    },
+    /// Continue a paused campaign where it stopped
+    Resume {
+        /// Campaign name or id
+        campaign: String,
+    },
+    /// Stop a campaign for good; workers delete its remaining jobs
+    Cancel {
+        /// Campaign name or id
+        campaign: String,
+    },
+    /// Print the message one recipient of a campaign would get (MIME source)
+    Preview {
+        /// Campaign name or id
+        campaign: String,
+        /// Recipient email (default: the first member of the campaign's list)
+        #[arg(long)]
+        recipient: Option<String>,
+    },
+    /// Serve HTTP: one-click unsubscribe (public) and the admin routes
+    ///
+    /// The public listener is what a reverse proxy exposes at the campaigns'
+    /// public URL. The admin listener needs the bearer token in
+    /// MAILSPLIT_ADMIN_TOKEN; without one it binds to loopback only. Runs
+    /// until SIGTERM/SIGINT.
+    Serve(ServeArgs),
+    /// Record a bounce or complaint report (Postfix pipe transport, Maildir)
+    ///
+    /// Reads one message on stdin, as Postfix's pipe(8) delivers it, and
+    /// takes the envelope recipient (the VERP address) as an optional
+    /// argument. master.cf:
+    ///
+    ///   mailsplit unix - n n - 10 pipe
+    ///     flags=Rq user=mailsplit argv=/usr/local/bin/mailsplit bounce ${recipient}
+    ///
+    /// and in main.cf: `mailsplit_destination_recipient_limit = 1` and a
+    /// transport_maps entry sending the bounce domain to `mailsplit:`.
+    /// Exit 0 when the message was recorded or ignored (not a report, or
+    /// nobody of ours), 75 (EX_TEMPFAIL: Postfix keeps the message and
+    /// tries again) when the database cannot be reached.
+    Bounce(BounceArgs),
+    /// Put jobs again for every recipient of a campaign without a final outcome
+    ///
+    /// For a campaign whose jobs beanstalkd lost (restarted without a
+    /// binlog, tube emptied): it stays "sending" with recipients pending
+    /// and nobody working on them. Safe to run twice and while workers run;
+    /// the ledger still sends each recipient once.
+    Requeue {
+        /// Campaign name or id
+        campaign: String,
+        /// Also retry failed deliveries (after fixing the relay), except to
+        /// recipients who bounced or unsubscribed
+        #[arg(long)]
+        failed: bool,
+        /// Recipients per job
+        #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
+        batch_size: usize,
+    },
+    /// The worker fleet: host, pid, binary, state, last heartbeat, rate
+    ///
+    /// Every worker writes a heartbeat row every 2 s and deletes it when it
+    /// exits cleanly. A worker silent for 15 s is shown as lost (killed, or
+    /// cut off from the database); its row is forgotten after a day. During
+    /// a deploy, the summary line counts the workers on the newest binary.
+    Workers {
+        /// One JSON object per worker, one per line
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show counts, state, rate and ETA of one or all campaigns
+    Status {
+        /// Campaign name or id (all campaigns when omitted)
+        campaign: Option<String>,
+        /// One JSON object per campaign, one per line
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RateCommand {
+    /// Create or change a rate group shared by every worker
+    ///
+    /// GROUP is relay:HOST:PORT (a worker's --smtp relay), campaign:NAME,
+    /// domain:DOMAIN (recipients at that domain) or domain:* (every domain
+    /// without a group of its own). A message counts against each group
+    /// that applies to it.
+    Set {
+        /// relay:HOST:PORT, campaign:NAME, domain:DOMAIN or domain:*
+        group: String,
+        /// Rate: N/s, N/m or N/h
+        rate: String,
+        /// Tokens that may be spent at once after a quiet spell (default: a tenth of a second's worth, at least 1)
+        #[arg(long)]
+        burst: Option<u32>,
+        /// relay: groups only: SMTP sessions all workers together may hold
+        /// open to the relay (its process limit, a provider's per-IP cap); 0
+        /// removes the limit
+        #[arg(long)]
+        connections: Option<u32>,
+    },
+    /// The groups with their configured and observed rates
+    List,
+    /// Remove a group (its mail is no longer limited by it)
+    Delete { group: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DkimCommand {
+    /// Generate a key for a domain, store it, and print the DNS TXT record
+    ///
+    /// Publish the record before sending: receivers look the key up at
+    /// SELECTOR._domainkey.DOMAIN. One key per algorithm and domain; a
+    /// domain with an RSA and an ed25519 key gets both signatures.
+    Keygen {
+        /// The From domain to sign for, e.g. example.com
+        domain: String,
+        /// Selector: the DNS label the key is published under
+        #[arg(long, default_value = DEFAULT_DKIM_SELECTOR)]
+        selector: String,
+        /// rsa (2048 bits, verified everywhere) or ed25519 (RFC 8463)
+        #[arg(long, default_value = "rsa", value_parser = ["rsa", "ed25519"])]
+        algorithm: String,
+    },
+    /// Domains, selectors, algorithms and the TXT record of each key
+    List,
+    /// Delete a domain's keys; its mail goes out unsigned
+    Delete {
+        domain: String,
+        /// Delete only the key with this selector
+        #[arg(long)]
+        selector: Option<String>,
+    },
+}
+
+/// `dkim keygen`'s selector when none is given.
+pub const DEFAULT_DKIM_SELECTOR: &str = "mailsplit";
+
+#[derive(Subcommand, Debug)]
+pub enum CampaignCommand {
+    /// Create a campaign for a list
+    Create {
+        /// Unique campaign name
+        name: String,
+        /// Recipient list (from `mailsplit import --list`)
+        #[arg(long)]
+        list: String,
+        /// Template name (see `mailsplit templates`)
+        #[arg(long)]
+        template: String,
+        /// Subject line
+        #[arg(long)]
+        subject: String,
+        /// Sender address, e.g. news@example.com or "Shop <news@example.com>"
+        #[arg(long)]
+        from: String,
+        /// beanstalkd priority, lower is sooner. Default: smaller lists get
+        /// a lower number, so a small campaign overtakes a big one.
+        #[arg(long)]
+        priority: Option<u32>,
+        /// Where `mailsplit serve` is reachable from the internet, e.g.
+        /// https://mail.example.com: every message gets a one-click
+        /// unsubscribe link <public-url>/u/TOKEN (List-Unsubscribe, and the
+        /// templates' unsubscribe link). https only; http for loopback hosts
+        #[arg(long, env = "MAILSPLIT_PUBLIC_URL")]
+        public_url: Option<String>,
+        /// VERP return path, e.g. bounces@bounce.example.com: each message's
+        /// envelope sender becomes bounces+TOKEN@bounce.example.com, and
+        /// that domain's mail goes to `mailsplit bounce` (see its --help)
+        #[arg(long, env = "MAILSPLIT_RETURN_PATH")]
+        return_path: Option<String>,
+        /// Workers pause the campaign when more than this share of its last
+        /// 250-500 messages failed, or 100 failed in a row: 20%, 0.2, or off
+        #[arg(long, default_value = "20%")]
+        max_failure_rate: String,
+    },
+    /// One line per campaign
+    List,
+}
+
+/// `Debug` shows the SMTP URL through [`redact`].
+#[derive(Args, Clone)]
+pub struct WorkerArgs {
+    /// SMTP relay: smtp://HOST:PORT, smtp://USER:PASS@HOST:587?tls=required, smtps://HOST:465
+    #[arg(long, env = "SMTP_URL", hide_env_values = true, default_value = config::DEFAULT_SMTP_URL)]
+    pub smtp: String,
+    /// Concurrent SMTP sessions in this process
+    #[arg(long, env = "MAILSPLIT_CONCURRENCY", default_value_t = DEFAULT_CONCURRENCY)]
+    pub concurrency: usize,
+    /// Tries per recipient on temporary (4xx) failures before it is failed
+    #[arg(long, default_value_t = config::DEFAULT_MAX_ATTEMPTS)]
+    pub max_attempts: i32,
+    /// Seconds a stopping worker lets jobs in flight finish
+    #[arg(long, default_value_t = config::DEFAULT_GRACE.as_secs())]
+    pub grace: u64,
+    /// Seconds to wait for the relay (connect, and each message's exchange)
+    /// before counting the try as a temporary failure
+    #[arg(long, default_value_t = config::DEFAULT_SMTP_TIMEOUT.as_secs())]
+    pub smtp_timeout: u64,
+    /// Messages per SMTP session; then the session QUITs and its
+    /// connection slot is free for another sender or worker
+    #[arg(long, env = "MAILSPLIT_MAX_PER_SESSION", default_value_t = config::DEFAULT_MAX_PER_SESSION)]
+    pub max_per_session: usize,
+}
+
+impl std::fmt::Debug for WorkerArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerArgs")
+            .field("smtp", &redact::Url(&self.smtp))
+            .field("concurrency", &self.concurrency)
+            .field("max_attempts", &self.max_attempts)
+            .field("grace", &self.grace)
+            .field("smtp_timeout", &self.smtp_timeout)
+            .field("max_per_session", &self.max_per_session)
+            .finish()
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BounceArgs {
+    /// The envelope recipient of the report (pipe(8)'s ${recipient}): its
+    /// VERP token names campaign and recipient
+    pub recipient: Option<String>,
+    /// Handle every message in DIR/new instead of stdin, moving each to
+    /// DIR/cur
+    #[arg(long, value_name = "DIR")]
+    pub maildir: Option<PathBuf>,
+    /// Soft bounces (mailbox full, temporary failures) that make a
+    /// recipient bounced…
+    #[arg(long, default_value_t = crate::bounce::DEFAULT_SOFT_LIMIT)]
+    pub soft_limit: u32,
+    /// …within this many days
+    #[arg(long, default_value_t = crate::bounce::DEFAULT_SOFT_WINDOW_DAYS)]
+    pub soft_window_days: u32,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Public routes (one-click unsubscribe), HOST:PORT
+    #[arg(long, env = "MAILSPLIT_LISTEN", default_value = config::DEFAULT_LISTEN)]
+    pub listen: String,
+    /// Admin routes (dashboard, API, metrics), HOST:PORT
+    #[arg(long, env = "MAILSPLIT_ADMIN_LISTEN", default_value = config::DEFAULT_ADMIN_LISTEN)]
+    pub admin_listen: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_of_the_parsed_command_line_hides_passwords() {
+        let cli = Cli::try_parse_from([
+            "mailsplit",
+            "--database-url",
+            "postgres://me:DbS3cret@db/x",
+            "worker",
+            "--smtp",
+            "smtps://u:SmtpS3cret@relay:465",
+        ])
+        .unwrap();
+        let shown = format!("{cli:?} {cli:#?}");
+        assert!(!shown.contains("DbS3cret"), "{shown}");
+        assert!(!shown.contains("SmtpS3cret"), "{shown}");
+        assert!(shown.contains("relay:465"), "{shown}");
+    }
+}

@@ -1,0 +1,39 @@
+//! One short file per command family. Each command resolves its options
+//! ([`super::resolve`]), makes its call into a stage, and prints what came
+//! back through [`super::out`].
+
+pub mod bounce;
+pub mod campaign;
+pub mod control;
+pub mod dkim;
+pub mod import;
+pub mod migrate;
+pub mod queue;
+pub mod rate;
+pub mod serve;
+pub mod status;
+pub mod templates;
+pub mod worker;
+
+use crate::store::{self, Conn};
+
+use super::args::Global;
+use super::exit::CliError;
+
+/// What every command returns.
+pub type Result<T = ()> = std::result::Result<T, CliError>;
+
+/// Open the database as it is (`migrate` creates the schema).
+fn open(g: &Global) -> Result<Conn> {
+    Ok(Conn::open(&g.database_url)?)
+}
+
+/// Open, and fail with "run `mailsplit migrate`" when the schema is missing.
+fn open_migrated(g: &Global) -> Result<Conn> {
+    Ok(store::open_migrated(&g.database_url)?)
+}
+
+/// [`open_migrated`] for commands that only read.
+fn open_read_only(g: &Global) -> Result<Conn> {
+    Ok(store::open_read_only(&g.database_url)?)
+}

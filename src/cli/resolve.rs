@@ -1,0 +1,98 @@
+//! Arguments → settings: each command's raw options, checked and turned
+//! into the values its stage takes (ripgrep's low args → high args). A bad
+//! value fails here, naming the option, before anything is opened.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::bounce;
+use crate::config::{self, ConfigError, ServeSettings, SmtpUrl, WorkerSettings};
+
+use super::args::{BounceArgs, Global, ServeArgs, WorkerArgs};
+
+/// The environment variable that holds the admin token (never a flag: a
+/// flag shows in `ps`).
+pub const ADMIN_TOKEN_ENV: &str = "MAILSPLIT_ADMIN_TOKEN";
+/// The environment variable that holds the bounce webhook's token; without
+/// it `serve` has no webhook route.
+pub const WEBHOOK_TOKEN_ENV: &str = "MAILSPLIT_WEBHOOK_TOKEN";
+
+/// `worker`'s options, checked, into its settings.
+pub fn worker_settings(g: &Global, args: &WorkerArgs) -> Result<WorkerSettings, ConfigError> {
+    config::check_tube(&g.tube)?;
+    let smtp_timeout =
+        config::check_range("--smtp-timeout", args.smtp_timeout as usize, 1, 3_600)? as u64;
+    Ok(WorkerSettings {
+        database_url: g.database_url.clone(),
+        servers: config::parse_beanstalkd(&g.beanstalkd)?,
+        tube: g.tube.clone(),
+        smtp: SmtpUrl::parse(&args.smtp)?,
+        concurrency: config::check_range("--concurrency", args.concurrency, 1, 5_000)?,
+        max_attempts: config::check_range(
+            "--max-attempts",
+            args.max_attempts.max(0) as usize,
+            1,
+            100,
+        )? as i32,
+        grace: Duration::from_secs(args.grace),
+        smtp_timeout: Duration::from_secs(smtp_timeout),
+        max_per_session: config::check_range(
+            "--max-per-session",
+            args.max_per_session,
+            1,
+            1_000_000,
+        )?,
+    })
+}
+
+/// `serve`'s options, checked, into its settings: the admin routes are
+/// never reachable from another machine without a token.
+pub fn serve_settings(g: &Global, args: &ServeArgs) -> Result<ServeSettings, ConfigError> {
+    config::check_tube(&g.tube)?;
+    let admin_listen = config::parse_listen("--admin-listen", &args.admin_listen)?;
+    let admin_token = std::env::var(ADMIN_TOKEN_ENV)
+        .ok()
+        .filter(|t| !t.trim().is_empty());
+    if admin_token.is_none() && !admin_listen.ip().is_loopback() {
+        return Err(ConfigError::AdminWithoutToken(admin_listen));
+    }
+    Ok(ServeSettings {
+        database_url: g.database_url.clone(),
+        servers: config::parse_beanstalkd(&g.beanstalkd)?,
+        tube: g.tube.clone(),
+        listen: config::parse_listen("--listen", &args.listen)?,
+        admin_listen,
+        admin_token,
+        webhook_token: std::env::var(WEBHOOK_TOKEN_ENV)
+            .ok()
+            .filter(|t| !t.trim().is_empty()),
+    })
+}
+
+/// What `enqueue` and `requeue` put jobs with: the checked batch size and
+/// beanstalkd servers (and tube).
+pub fn queue_options(
+    g: &Global,
+    batch_size: usize,
+) -> Result<(usize, Vec<SocketAddr>), ConfigError> {
+    let batch_size =
+        config::check_range("--batch-size", batch_size, 1, config::MAX_JOB_RECIPIENTS)?;
+    let servers = config::parse_beanstalkd(&g.beanstalkd)?;
+    config::check_tube(&g.tube)?;
+    Ok((batch_size, servers))
+}
+
+/// `bounce`'s soft-bounce options, checked.
+pub fn bounce_settings(args: &BounceArgs) -> Result<bounce::Settings, ConfigError> {
+    let soft_limit = config::check_range("--soft-limit", args.soft_limit as usize, 1, 1_000)?;
+    let days = config::check_range(
+        "--soft-window-days",
+        args.soft_window_days as usize,
+        1,
+        3_650,
+    )?;
+    Ok(bounce::Settings {
+        soft_limit: soft_limit as u32,
+        soft_window: Duration::from_secs(days as u64 * 86_400),
+    })
+}
