@@ -75,6 +75,59 @@ pub enum DkimError {
     Sign,
 }
 
+/// Generate a key for `domain` under `selector` and store it (one key per
+/// algorithm and domain): what `dkim keygen` does. The domain and selector
+/// are checked first.
+pub fn keygen(
+    conn: &mut crate::store::Conn,
+    domain: &str,
+    selector: &str,
+    algorithm: &str,
+) -> Result<StoredKey, KeygenError> {
+    let domain = crate::compose::ascii_domain(domain)
+        .ok_or_else(|| DkimError::BadDomain(domain.to_string()))?;
+    let selector = check_selector(selector)?;
+    let algorithm: DkimAlgorithm = algorithm.parse()?;
+    let key = generate(algorithm)?;
+    let stored = StoredKey::new(
+        domain,
+        selector,
+        algorithm,
+        BASE64.encode(&key.private_pkcs8),
+        BASE64.encode(&key.public),
+    );
+    crate::store::dkim_keys::insert(conn, &stored)?;
+    Ok(stored)
+}
+
+/// Why `dkim keygen` failed: the key (domain, selector, generation) or the
+/// database.
+#[derive(Debug, thiserror::Error)]
+pub enum KeygenError {
+    #[error(transparent)]
+    Dkim(#[from] DkimError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+}
+
+/// Every stored key, by domain.
+pub fn keys(conn: &mut crate::store::Conn) -> crate::store::Result<Vec<StoredKey>> {
+    crate::store::dkim_keys::list(conn)
+}
+
+/// Delete a domain's keys (only the one with `selector`, if given); how
+/// many went. The domain is checked first.
+pub fn delete_keys(
+    conn: &mut crate::store::Conn,
+    domain: &str,
+    selector: Option<&str>,
+) -> Result<(String, usize), KeygenError> {
+    let domain = crate::compose::ascii_domain(domain)
+        .ok_or_else(|| DkimError::BadDomain(domain.to_string()))?;
+    let deleted = crate::store::dkim_keys::delete(conn, &domain, selector)?;
+    Ok((domain, deleted))
+}
+
 /// A new key pair: the private key to store (PKCS#8 DER) and the public
 /// key as the TXT record's `p=` wants it (SubjectPublicKeyInfo DER for
 /// RSA, the raw 32 bytes for ed25519).

@@ -138,6 +138,13 @@ impl Fleet {
     }
 }
 
+/// The fleet as its heartbeat rows show it now, and that moment (ms
+/// since the epoch) to render it at.
+pub fn load(conn: &mut crate::store::Conn) -> crate::store::Result<(Fleet, i64)> {
+    let now = crate::store::now_ms();
+    Ok((view(crate::store::workers::list(conn)?, now), now))
+}
+
 /// The fleet from its heartbeat rows at time `now_ms`.
 pub fn view(rows: Vec<WorkerRow>, now_ms: i64) -> Fleet {
     let lost_ms = LOST_AFTER.as_millis() as i64;

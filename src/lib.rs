@@ -17,13 +17,16 @@
 //! spellings are one mailbox, and the wire spelling) sits below the store.
 
 pub mod bounce;
+pub mod campaign;
 pub mod cli;
 pub mod compose;
 pub mod config;
 pub mod control;
+pub mod database;
 pub mod dkim;
 pub mod fleet;
 pub mod import;
+pub mod limits;
 pub mod logging;
 pub mod mail;
 pub mod mailbox;

@@ -8,15 +8,17 @@
 
 use std::process::ExitCode;
 
+use crate::campaign::CampaignError;
 use crate::compose::ComposeError;
 use crate::config::ConfigError;
-use crate::dkim::DkimError;
+use crate::database::StoreError;
+use crate::dkim::{DkimError, KeygenError};
 use crate::import::ImportError;
+use crate::limits::LimitError;
 use crate::redact;
 use crate::requeue::RequeueError;
 use crate::serve::ServeError;
 use crate::splitter::EnqueueError;
-use crate::store::StoreError;
 use crate::templates::TemplateError;
 use crate::worker::WorkerError;
 
@@ -83,6 +85,12 @@ pub enum CliError {
     #[error(transparent)]
     Dkim(#[from] DkimError),
     #[error(transparent)]
+    Keygen(#[from] KeygenError),
+    #[error(transparent)]
+    Campaign(#[from] CampaignError),
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    #[error(transparent)]
     Enqueue(#[from] EnqueueError),
     #[error(transparent)]
     Requeue(#[from] RequeueError),
@@ -107,6 +115,9 @@ impl ExitKind for CliError {
             CliError::Compose(e) => e.exit_kind(),
             CliError::Store(e) => e.exit_kind(),
             CliError::Dkim(e) => e.exit_kind(),
+            CliError::Keygen(e) => e.exit_kind(),
+            CliError::Campaign(e) => e.exit_kind(),
+            CliError::Limit(e) => e.exit_kind(),
             CliError::Enqueue(e) => e.exit_kind(),
             CliError::Requeue(e) => e.exit_kind(),
             CliError::Import(e) => e.exit_kind(),
@@ -155,6 +166,36 @@ impl ExitKind for DkimError {
             self,
             DkimError::BadDomain(_) | DkimError::BadSelector(_)
         ))
+    }
+}
+
+impl ExitKind for KeygenError {
+    fn exit_kind(&self) -> Exit {
+        match self {
+            KeygenError::Dkim(e) => e.exit_kind(),
+            KeygenError::Store(e) => e.exit_kind(),
+        }
+    }
+}
+
+impl ExitKind for CampaignError {
+    fn exit_kind(&self) -> Exit {
+        match self {
+            CampaignError::Bad(_) => Exit::Usage,
+            CampaignError::Config(e) => e.exit_kind(),
+            CampaignError::Template(e) => e.exit_kind(),
+            CampaignError::Compose(e) => e.exit_kind(),
+            CampaignError::Store(e) => e.exit_kind(),
+        }
+    }
+}
+
+impl ExitKind for LimitError {
+    fn exit_kind(&self) -> Exit {
+        match self {
+            LimitError::Bad(_) => Exit::Usage,
+            LimitError::Store(e) => e.exit_kind(),
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use crate::cli::resolve::bounce_settings;
 use crate::redact;
 use crate::tokens::Identity;
 
-use super::{open_migrated, Result};
+use super::{open_migrated, Conn, Result};
 
 /// Record one report from stdin, or every message of a Maildir. The
 /// message is read before the database is opened, so Postfix's write
@@ -55,7 +55,7 @@ pub fn bounce(g: &Global, args: &BounceArgs) -> Result<ExitCode> {
 
 /// Every message in DIR/new, then a summary line.
 fn maildir(
-    conn: &mut crate::store::Conn,
+    conn: &mut Conn,
     identity: &Identity,
     dir: &Path,
     settings: &Settings,

@@ -3,11 +3,9 @@
 use crate::cli::args::{DkimCommand, Global};
 use crate::cli::exit::UsageError;
 use crate::cli::out::{error_line, outln};
-use crate::compose;
-use crate::dkim::{self as d, DkimAlgorithm, DkimError, StoredKey};
-use crate::store::{dkim_keys, Conn};
+use crate::dkim::{self as d, DkimAlgorithm, StoredKey};
 
-use super::{open_migrated, open_read_only, Result};
+use super::{open_migrated, open_read_only, Conn, Result};
 
 /// `dkim keygen | list | delete`.
 pub fn dkim(g: &Global, cmd: DkimCommand) -> Result {
@@ -24,24 +22,10 @@ pub fn dkim(g: &Global, cmd: DkimCommand) -> Result {
     }
 }
 
-fn domain_of(raw: &str) -> std::result::Result<String, DkimError> {
-    compose::ascii_domain(raw).ok_or_else(|| DkimError::BadDomain(raw.to_string()))
-}
-
 /// Generate and store a key, and print the TXT record to publish.
 fn keygen(conn: &mut Conn, domain: &str, selector: &str, algorithm: &str) -> Result {
-    let domain = domain_of(domain)?;
-    let selector = d::check_selector(selector)?;
-    let algorithm: DkimAlgorithm = algorithm.parse()?;
-    let key = d::generate(algorithm)?;
-    let stored = StoredKey::new(
-        domain.clone(),
-        selector,
-        algorithm,
-        data_encoding::BASE64.encode(&key.private_pkcs8),
-        data_encoding::BASE64.encode(&key.public),
-    );
-    dkim_keys::insert(conn, &stored)?;
+    let stored = d::keygen(conn, domain, selector, algorithm)?;
+    let (domain, algorithm) = (&stored.domain, stored.algorithm);
     let size = match algorithm {
         DkimAlgorithm::Rsa => format!("rsa {} bits", d::RSA_BITS),
         DkimAlgorithm::Ed25519 => "ed25519".to_string(),
@@ -53,7 +37,7 @@ fn keygen(conn: &mut Conn, domain: &str, selector: &str, algorithm: &str) -> Res
              key for {domain} too (`mailsplit dkim keygen {domain} --selector OTHER`)"
         )
     });
-    let printed = print_keygen(&domain, &size, &stored);
+    let printed = print_keygen(domain, &size, &stored);
     if let Some(note) = note {
         error_line(&note);
     }
@@ -76,7 +60,7 @@ fn print_keygen(domain: &str, size: &str, stored: &StoredKey) -> Result {
 
 /// Every key with its TXT record.
 fn list(conn: &mut Conn) -> Result {
-    let keys = dkim_keys::list(conn)?;
+    let keys = d::keys(conn)?;
     if keys.is_empty() {
         outln!("no DKIM keys; make one with `mailsplit dkim keygen DOMAIN`")?;
     }
@@ -94,8 +78,7 @@ fn list(conn: &mut Conn) -> Result {
 
 /// Delete a domain's keys (or one selector's).
 fn delete(conn: &mut Conn, domain: &str, selector: Option<&str>) -> Result {
-    let domain = domain_of(domain)?;
-    let deleted = dkim_keys::delete(conn, &domain, selector)?;
+    let (domain, deleted) = d::delete_keys(conn, domain, selector)?;
     if deleted == 0 {
         return Err(UsageError(format!(
             "no DKIM key for {domain}{}; `mailsplit dkim list` shows them",

@@ -2,15 +2,15 @@
 
 use crate::cli::args::Global;
 use crate::cli::out::{error_line, outln};
-use crate::store;
+use crate::database;
 
-use super::{open, Result};
+use super::Result;
 
 /// Create or upgrade the schema, and say what was applied.
 pub fn migrate(g: &Global) -> Result {
-    let mut conn = open(g)?;
-    let applied = conn.migrate()?;
-    if let Some((path, mode)) = store::exposed_sqlite_file(&g.database_url) {
+    let migrated = database::migrate(&g.database_url)?;
+    let applied = migrated.applied;
+    if let Some((path, mode)) = migrated.exposed {
         error_line(&format!(
             "mailsplit: note: {path} (recipients' personal data) is readable by other users (mode {mode:o}); `chmod 600 {path}` makes it private"
         ));

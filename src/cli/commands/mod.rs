@@ -15,7 +15,7 @@ pub mod status;
 pub mod templates;
 pub mod worker;
 
-use crate::store::{self, Conn};
+use crate::database::{self, Conn};
 
 use super::args::Global;
 use super::exit::CliError;
@@ -23,17 +23,12 @@ use super::exit::CliError;
 /// What every command returns.
 pub type Result<T = ()> = std::result::Result<T, CliError>;
 
-/// Open the database as it is (`migrate` creates the schema).
-fn open(g: &Global) -> Result<Conn> {
-    Ok(Conn::open(&g.database_url)?)
-}
-
 /// Open, and fail with "run `mailsplit migrate`" when the schema is missing.
 fn open_migrated(g: &Global) -> Result<Conn> {
-    Ok(store::open_migrated(&g.database_url)?)
+    Ok(database::open_migrated(&g.database_url)?)
 }
 
 /// [`open_migrated`] for commands that only read.
 fn open_read_only(g: &Global) -> Result<Conn> {
-    Ok(store::open_read_only(&g.database_url)?)
+    Ok(database::open_read_only(&g.database_url)?)
 }

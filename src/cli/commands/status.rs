@@ -1,10 +1,10 @@
 //! `mailsplit status` and `mailsplit workers`: what is going on.
 
+use crate::campaign;
 use crate::cli::args::Global;
 use crate::cli::out::outln;
 use crate::fleet;
-use crate::status::{self, CampaignStatus};
-use crate::store::{self, campaigns, connections, rates, workers, Conn};
+use crate::limits;
 
 use super::{open_read_only, Result};
 
@@ -12,43 +12,27 @@ use super::{open_read_only, Result};
 /// `json`, the rate groups and connection limits.
 pub fn status(g: &Global, campaign: Option<&str>, json: bool) -> Result {
     let mut conn = open_read_only(g)?;
-    let rows = match campaign {
-        Some(name) => {
-            let c = campaigns::find(&mut conn, name)?;
-            let counters = campaigns::counters(&mut conn, c.id)?;
-            vec![(c, counters)]
-        }
-        None => campaigns::list(&mut conn)?,
-    };
-    for (c, counters) in rows {
-        let shown = CampaignStatus::new(&c, &counters);
+    for shown in campaign::statuses(&mut conn, campaign)? {
         if json {
             outln!("{}", serde_json::to_string(&shown)?)?;
         } else {
             outln!("{}", shown.render())?;
         }
     }
-    if !json {
-        limits(&mut conn)?;
+    if json {
+        return Ok(());
     }
-    Ok(())
-}
-
-/// The rate groups and connection limits under `status`.
-fn limits(conn: &mut Conn) -> Result {
-    let groups = rates::list(conn)?;
-    if !groups.is_empty() {
-        let usage = status::live_usage(conn)?;
+    let all = limits::overview(&mut conn)?;
+    if !all.rates.is_empty() {
         outln!("rate groups:")?;
-        for group in groups {
-            outln!("  {}", status::rate_line(&group, &usage))?;
+        for line in &all.rates {
+            outln!("  {line}")?;
         }
     }
-    let limits = connections::list(conn)?;
-    if !limits.is_empty() {
+    if !all.connections.is_empty() {
         outln!("connection limits:")?;
-        for limit in limits {
-            outln!("  {}", status::connections_line(&limit))?;
+        for line in &all.connections {
+            outln!("  {line}")?;
         }
     }
     Ok(())
@@ -56,9 +40,7 @@ fn limits(conn: &mut Conn) -> Result {
 
 /// The worker fleet, as a table or one JSON object per worker.
 pub fn workers(g: &Global, json: bool) -> Result {
-    let mut conn = open_read_only(g)?;
-    let now = store::now_ms();
-    let fleet = fleet::view(workers::list(&mut conn)?, now);
+    let (fleet, now) = fleet::load(&mut open_read_only(g)?)?;
     if json {
         for w in &fleet.workers {
             outln!("{}", serde_json::to_string(w)?)?;

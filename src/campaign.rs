@@ -1,0 +1,221 @@
+//! The campaign stage: what `mailsplit campaign create` checks and does,
+//! and the campaigns `status` and `campaign list` show. Validation lives
+//! here, not in the command line: a campaign is created only from a
+//! [`Checked`] request, so every caller gets the same checks in the same
+//! order (name, template, From, return path, failure rate, subject,
+//! public URL; then the list, in the database).
+
+use crate::compose;
+use crate::config::{self, ConfigError};
+use crate::status::CampaignStatus;
+use crate::store::campaigns::{self, NewCampaign};
+use crate::store::{dkim_keys, recipients, Campaign, Conn, StoreError};
+use crate::templates::{self, TemplateError};
+
+/// Why a campaign could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum CampaignError {
+    /// A value the user typed that no other module judges.
+    #[error("{0}")]
+    Bad(String),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    #[error(transparent)]
+    Compose(#[from] compose::ComposeError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// `campaign create`'s options, as typed.
+#[derive(Debug, Clone, Default)]
+pub struct CreateRequest {
+    pub name: String,
+    pub list: String,
+    pub template: String,
+    pub subject: String,
+    pub from: String,
+    pub priority: Option<u32>,
+    pub public_url: Option<String>,
+    pub return_path: Option<String>,
+    /// `20%`, `0.2` or `off`.
+    pub max_failure_rate: String,
+}
+
+/// A [`CreateRequest`] whose values passed every check that needs no
+/// database.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    request: CreateRequest,
+    from: lettre::message::Mailbox,
+    return_path: Option<String>,
+    public_url: Option<String>,
+    max_failure_rate: Option<f64>,
+}
+
+/// A created campaign and what its creator should hear about it.
+#[derive(Debug)]
+pub struct Created {
+    pub campaign: Campaign,
+    pub list: String,
+    pub recipients: i64,
+    pub template: String,
+    pub priority: i64,
+    pub public_url: Option<String>,
+    pub warnings: Vec<Warning>,
+}
+
+/// Something large providers require of bulk mail that this campaign's
+/// messages will miss.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Warning {
+    /// No public URL: no one-click unsubscribe (RFC 8058).
+    NoPublicUrl,
+    /// No DKIM key for the From domain: the mail goes out unsigned.
+    NoDkimKey(String),
+}
+
+impl std::fmt::Display for Warning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Warning::NoPublicUrl => write!(
+                f,
+                "no --public-url (or MAILSPLIT_PUBLIC_URL): the messages will carry no \
+                 one-click unsubscribe (RFC 8058), which Gmail, Yahoo and Outlook require of bulk mail"
+            ),
+            Warning::NoDkimKey(domain) => write!(
+                f,
+                "{domain} has no DKIM key: the messages go out unsigned, and large \
+                 providers reject or junk unsigned bulk mail; `mailsplit dkim keygen {domain}` makes one"
+            ),
+        }
+    }
+}
+
+/// Check everything that needs no database, in the documented order.
+pub fn check(request: CreateRequest) -> Result<Checked, CampaignError> {
+    config::check_campaign_name(&request.name)?;
+    templates::check(&request.template)?;
+    let from = compose::parse_from(&request.from)?;
+    let return_path = request
+        .return_path
+        .as_deref()
+        .filter(|r| !r.trim().is_empty())
+        .map(compose::parse_return_path)
+        .transpose()?;
+    let max_failure_rate = parse_failure_rate(&request.max_failure_rate)?;
+    let subject = &request.subject;
+    if subject.trim().is_empty() || subject.chars().any(char::is_control) {
+        return Err(CampaignError::Bad(
+            "--subject must be one non-empty line".into(),
+        ));
+    }
+    let public_url = request
+        .public_url
+        .as_deref()
+        .filter(|u| !u.trim().is_empty())
+        .map(config::parse_public_url)
+        .transpose()?;
+    Ok(Checked {
+        request,
+        from,
+        return_path,
+        public_url,
+        max_failure_rate,
+    })
+}
+
+/// Create the campaign for its list (which must exist), with the default
+/// priority for the list's size unless one was given.
+pub fn create(conn: &mut Conn, checked: Checked) -> Result<Created, CampaignError> {
+    let r = &checked.request;
+    let list_id = recipients::find_list(conn, &r.list)?;
+    let size = recipients::list_size(conn, list_id)?;
+    let priority = r.priority.map_or_else(|| default_priority(size), i64::from);
+    let campaign = campaigns::create(
+        conn,
+        &NewCampaign {
+            name: &r.name,
+            list_id,
+            template: &r.template,
+            subject: &r.subject,
+            from_addr: &checked.from.to_string(),
+            priority,
+            recipients: size,
+            public_url: checked.public_url.as_deref(),
+            return_path: checked.return_path.as_deref(),
+            max_failure_rate: checked.max_failure_rate,
+        },
+    )?;
+    let mut warnings = Vec::new();
+    if checked.public_url.is_none() {
+        warnings.push(Warning::NoPublicUrl);
+    }
+    let domain = compose::from_domain(&checked.from);
+    if dkim_keys::for_domain(conn, &domain)?.is_empty() {
+        warnings.push(Warning::NoDkimKey(domain));
+    }
+    Ok(Created {
+        campaign,
+        list: checked.request.list,
+        recipients: size,
+        template: checked.request.template,
+        priority,
+        public_url: checked.public_url,
+        warnings,
+    })
+}
+
+/// One campaign (by name or id) or all, with their counters, as `status`
+/// and `campaign list` show them.
+pub fn statuses(conn: &mut Conn, name: Option<&str>) -> Result<Vec<CampaignStatus>, StoreError> {
+    let rows = match name {
+        Some(name) => {
+            let c = campaigns::find(conn, name)?;
+            let counters = campaigns::counters(conn, c.id)?;
+            vec![(c, counters)]
+        }
+        None => campaigns::list(conn)?,
+    };
+    Ok(rows
+        .iter()
+        .map(|(c, counters)| CampaignStatus::new(c, counters))
+        .collect())
+}
+
+/// Whether a campaign of exactly this name exists (not an id, not another
+/// spelling): what a `campaign:NAME` rate group must name.
+pub fn exists(conn: &mut Conn, name: &str) -> Result<bool, StoreError> {
+    match campaigns::find(conn, name) {
+        Ok(c) => Ok(c.name == name),
+        Err(StoreError::UnknownCampaign(_)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// `--max-failure-rate`: `20%`, `0.2` or `off`.
+fn parse_failure_rate(raw: &str) -> Result<Option<f64>, CampaignError> {
+    let raw = raw.trim();
+    if raw.eq_ignore_ascii_case("off") || raw.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let rate = match raw.strip_suffix('%') {
+        Some(pct) => pct.trim().parse::<f64>().ok().map(|p| p / 100.0),
+        None => raw.parse::<f64>().ok(),
+    };
+    match rate {
+        Some(r) if (0.0..=1.0).contains(&r) => Ok(Some(r)),
+        _ => Err(CampaignError::Bad(format!(
+            "bad --max-failure-rate {raw:?}: use a percentage (20%), a fraction (0.2) or off"
+        ))),
+    }
+}
+
+/// Smaller lists get more urgent priorities (lower numbers), so a small
+/// campaign's jobs are not stuck behind a big one's: 100 for a handful of
+/// recipients, 300 for a million.
+pub fn default_priority(list_size: i64) -> i64 {
+    let bits = 64 - (list_size.max(1) as u64).leading_zeros() as i64;
+    100 + 10 * bits
+}

@@ -1,0 +1,129 @@
+//! `mailsplit rate`: the shared rate groups and relay connection limits
+//! every worker obeys, as an operator sets, lists and deletes them. The
+//! workers' side of the same rows is [`crate::ratelimit`].
+
+use crate::campaign;
+use crate::status;
+use crate::store::{connections, rates, Conn, StoreError};
+
+/// Why a rate group could not be set or deleted.
+#[derive(Debug, thiserror::Error)]
+pub enum LimitError {
+    /// A group, rate or option the user typed that makes no sense.
+    #[error("{0}")]
+    Bad(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A group to set: its name, rate and burst as typed, and the relay's
+/// connection limit (`Some(0)` removes it).
+#[derive(Debug, Clone)]
+pub struct SetRequest<'a> {
+    pub group: &'a str,
+    pub rate: &'a str,
+    pub burst: Option<u32>,
+    pub connections: Option<u32>,
+}
+
+/// A group as [`set`] stored it.
+#[derive(Debug, Clone)]
+pub struct Set {
+    /// The group's name as stored.
+    pub group: String,
+    pub per_second: f64,
+    pub burst: i64,
+    pub connections: Option<u32>,
+}
+
+/// Check a request that needs no database: the group's name, that
+/// `--connections` is for a relay, the rate; returns the request with the
+/// group's canonical name, the rate per second and the burst.
+pub fn check(req: &SetRequest<'_>) -> Result<Set, LimitError> {
+    let group = rates::check_name(req.group)?;
+    if req.connections.is_some() && !group.starts_with("relay:") {
+        return Err(LimitError::Bad(format!(
+            "--connections applies to relay:HOST:PORT groups, not {group:?}"
+        )));
+    }
+    let rate = req.rate;
+    let per_second = crate::ratelimit::parse_rate(rate).ok_or_else(|| {
+        LimitError::Bad(format!(
+            "bad rate {rate:?}: use N/s, N/m or N/h, e.g. 200/s"
+        ))
+    })?;
+    let burst = req
+        .burst
+        .map_or_else(|| (per_second / 10.0).ceil().max(1.0) as i64, i64::from);
+    Ok(Set {
+        group,
+        per_second,
+        burst,
+        connections: req.connections,
+    })
+}
+
+/// Store a checked group (a `campaign:` group must name a campaign), and
+/// its connection limit.
+pub fn set(conn: &mut Conn, set: &Set) -> Result<(), LimitError> {
+    let group = &set.group;
+    if let Some(name) = group.strip_prefix("campaign:") {
+        if !campaign::exists(conn, name)? {
+            return Err(LimitError::Bad(format!(
+                "bad rate group {group:?}: there is no campaign {name:?}; a campaign group is campaign:NAME with the name of an existing campaign (`mailsplit status` lists them), e.g. campaign:news"
+            )));
+        }
+    }
+    rates::set(conn, group, set.per_second, set.burst)?;
+    match set.connections {
+        Some(0) => {
+            connections::delete(conn, group)?;
+        }
+        Some(n) => connections::set(conn, group, i64::from(n))?,
+        None => {}
+    }
+    Ok(())
+}
+
+/// Remove a group and its connection limit.
+pub fn delete(conn: &mut Conn, group: &str) -> Result<(), LimitError> {
+    let had_connections = connections::delete(conn, group)?;
+    if !rates::delete(conn, group)? && !had_connections {
+        return Err(LimitError::Bad(format!(
+            "no rate group {group:?}; `mailsplit rate list` shows them"
+        )));
+    }
+    Ok(())
+}
+
+/// Every group and connection limit, one line each, as `rate list` and
+/// `status` show them.
+#[derive(Debug, Default)]
+pub struct Overview {
+    /// Configured and observed rate, parked and deferred, per group.
+    pub rates: Vec<String>,
+    /// Connections allowed and in use, per relay.
+    pub connections: Vec<String>,
+}
+
+/// The [`Overview`] now.
+pub fn overview(conn: &mut Conn) -> Result<Overview, StoreError> {
+    let groups = rates::list(conn)?;
+    let rate_lines = if groups.is_empty() {
+        Vec::new()
+    } else {
+        let usage = status::live_usage(conn)?;
+        groups
+            .iter()
+            .map(|g| status::rate_line(g, &usage))
+            .collect()
+    };
+    let connection_lines = connections::list(conn)?
+        .iter()
+        .map(status::connections_line)
+        .collect();
+    Ok(Overview {
+        rates: rate_lines,
+        connections: connection_lines,
+    })
+}
