@@ -72,6 +72,10 @@ impl Postfix {
         chmod(&dir, 0o755);
         chmod(&conf, 0o755);
         chown_postfix(&data);
+        for p in &opts.pipes {
+            let program = p.argv.split_whitespace().next().unwrap_or_default();
+            assert_others_can_run(Path::new(program));
+        }
         let port = free_port();
         let mut transport = String::new();
         for (domain, via) in &opts.transports {
@@ -283,6 +287,33 @@ impl Drop for Postfix {
 fn chmod(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// pipe(8) runs its command as another user (`nobody`): the program and
+/// every directory above it must be open to others, or each delivery is
+/// deferred with "Permission denied" and the test would only time out.
+/// A `target/` built under umask 077 (scripts/quickstart.sh once did) is not.
+fn assert_others_can_run(program: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let program = program
+        .canonicalize()
+        .unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+    for (path, need) in std::iter::once((program.as_path(), 0o005))
+        .chain(program.ancestors().skip(1).map(|dir| (dir, 0o001)))
+    {
+        let mode = std::fs::metadata(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode();
+        assert!(
+            mode & need == need,
+            "{} is mode {:o}: Postfix's pipe user cannot run {} (build under umask 022, \
+             or chmod go+rx the build output)",
+            path.display(),
+            mode & 0o7777,
+            program.display()
+        );
+    }
 }
 
 fn chown_postfix(path: &Path) {
