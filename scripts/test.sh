@@ -171,7 +171,7 @@ trap finish EXIT
 
 step "quickstart, as a new user runs it first (scripts/quickstart.sh --debug --n 2000)"
 # why: the README's two commands in order, in one clone: a quickstart that
-# leaves target/ private fails tests/postfix.rs below. --debug shares the
+# leaves target/ private fails tests/it/postfix.rs below. --debug shares the
 # tests' build instead of a cold release build; 2,000 recipients (20 jobs)
 # still take two supervised workers through a whole campaign.
 scripts/quickstart.sh --debug --n 2000

@@ -5,11 +5,9 @@
 //! killed worker's row stays and turns lost; rows lost for a day are
 //! forgotten when the next worker starts.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::util::*;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -111,9 +109,7 @@ fn fleet(kind: Kind) {
     wait_for(30, "the lost row to be forgotten", || {
         row_of(&env, &d).is_some() && row_of(&env, &b).is_none()
     });
-    wait_for(120, "the second campaign to finish", || {
-        env.status("second")["pending"] == 0
-    });
+    wait_done(&env, "second", 120);
     // Everyone got the mail; only what the killed worker had on the wire
     // (its --concurrency) can have gone twice.
     assert_eq!(env.status("second")["sent"], 400);

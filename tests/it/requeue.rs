@@ -3,11 +3,9 @@
 //! after a bounded number of failures, says why, and finishes with
 //! `resume` and `requeue --failed` once the relay is fixed.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::util::*;
 use mailsplit::store::{campaigns, deliveries, DeliveryState};
 
 /// The counters equal a `COUNT(*)` over the ledger.
@@ -74,7 +72,7 @@ fn requeue_after_the_queue_is_lost(kind: Kind) {
     // And again while workers run.
     std::thread::sleep(Duration::from_millis(500));
     env.ok(&["requeue", "news"]);
-    wait_for(120, "campaign done", || env.status("news")["pending"] == 0);
+    wait_done(&env, "news", 120);
     let s = env.status("news");
     assert_eq!(
         (s["sent"].as_i64(), s["failed"].as_i64()),
@@ -174,7 +172,7 @@ fn auto_pause_then_finish(kind: Kind) {
         "{out}"
     );
     let _w = env.worker(&["--concurrency", "5"]);
-    wait_for(120, "campaign done", || env.status("news")["pending"] == 0);
+    wait_done(&env, "news", 120);
     let s = env.status("news");
     assert_eq!(
         (
@@ -220,9 +218,7 @@ fn failure_rate_pauses_unless_turned_off() {
         "{s}"
     );
     assert!(s["pending"].as_i64().unwrap() > 300, "{s}");
-    wait_for(120, "lenient done", || {
-        env.status("lenient")["pending"] == 0
-    });
+    wait_done(&env, "lenient", 120);
     assert_eq!(env.status("lenient")["state"], "done");
     drop(w);
     // A pause by hand carries no auto-pause reason.

@@ -3,15 +3,13 @@
 //! (beanstalkd, smtp-sink or the scripted SMTP peer, SQLite and
 //! PostgreSQL). Each test names the item it covers.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::util::*;
 use mailsplit::store::campaigns;
 use mailsplit::store::deliveries;
 use mailsplit::store::recipients;
@@ -20,12 +18,6 @@ use mailsplit::store::recipients;
 
 fn num(env: &Env, name: &str, key: &str) -> i64 {
     env.status(name)[key].as_i64().unwrap()
-}
-
-fn wait_done(env: &Env, name: &str, secs: u64) {
-    wait_for(secs, "campaign to finish", || {
-        env.status(name)["pending"] == 0
-    });
 }
 
 /// Take every ready job out of the tube: (priority, body, campaign, ids).

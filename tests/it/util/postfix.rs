@@ -368,3 +368,83 @@ anvil     unix  -       -       n       -       1       anvil
 scache    unix  -       -       n       -       1       scache
 postlog   unix-dgram n  -       n       -       1       postlogd
 ";
+
+/// The shared bounce and complaint fixtures (`MANIFEST.tsv` and 43 real
+/// messages): `MAILSPLIT_BOUNCE_FIXTURES`, else `../shared/fixtures/bounces`
+/// beside the repository, else `/work/shared/fixtures/bounces`.
+pub fn bounce_fixtures() -> PathBuf {
+    let candidates = [
+        std::env::var("MAILSPLIT_BOUNCE_FIXTURES")
+            .ok()
+            .map(PathBuf::from),
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/bounces")),
+        Some(PathBuf::from("/work/shared/fixtures/bounces")),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|p| p.join("MANIFEST.tsv").is_file())
+        .expect("bounce fixtures not found: set MAILSPLIT_BOUNCE_FIXTURES to the folder with MANIFEST.tsv")
+}
+
+/// A delivery status notification as Postfix writes it: to `envelope_to`
+/// (the VERP address), reporting `final_rcpt` with `status`.
+pub fn postfix_dsn(
+    envelope_to: &str,
+    final_rcpt: &str,
+    status: &str,
+    diagnostic: &str,
+    message_id: &str,
+) -> String {
+    let action = if status.starts_with('4') && diagnostic.contains("delayed") {
+        "delayed"
+    } else {
+        "failed"
+    };
+    format!(
+        "Return-Path: <MAILER-DAEMON>\r\n\
+Date: Mon, 23 Nov 2026 12:37:38 +0000 (UTC)\r\n\
+From: Mail Delivery System <MAILER-DAEMON@mta.mailsplit.test>\r\n\
+Subject: Undelivered Mail Returned to Sender\r\n\
+To: {envelope_to}\r\n\
+Auto-Submitted: auto-replied\r\n\
+MIME-Version: 1.0\r\n\
+Content-Type: multipart/report; report-type=delivery-status;\r\n\
+\tboundary=\"B1/mta.mailsplit.test\"\r\n\
+Message-Id: <{unique}@mta.mailsplit.test>\r\n\
+\r\n\
+This is a MIME-encapsulated message.\r\n\
+\r\n\
+--B1/mta.mailsplit.test\r\n\
+Content-Description: Notification\r\n\
+Content-Type: text/plain; charset=us-ascii\r\n\
+\r\n\
+<{final_rcpt}>: host 127.0.0.1 said: {diagnostic}\r\n\
+\r\n\
+--B1/mta.mailsplit.test\r\n\
+Content-Description: Delivery report\r\n\
+Content-Type: message/delivery-status\r\n\
+\r\n\
+Reporting-MTA: dns; mta.mailsplit.test\r\n\
+X-Postfix-Sender: rfc822; {envelope_to}\r\n\
+\r\n\
+Final-Recipient: rfc822; {final_rcpt}\r\n\
+Original-Recipient: rfc822;{final_rcpt}\r\n\
+Action: {action}\r\n\
+Status: {status}\r\n\
+Diagnostic-Code: smtp; {diagnostic}\r\n\
+\r\n\
+--B1/mta.mailsplit.test\r\n\
+Content-Description: Undelivered Message Headers\r\n\
+Content-Type: text/rfc822-headers\r\n\
+\r\n\
+Return-Path: <{envelope_to}>\r\n\
+From: news@example.test\r\n\
+To: {final_rcpt}\r\n\
+Subject: Hello\r\n\
+Message-ID: {message_id}\r\n\
+\r\n\
+--B1/mta.mailsplit.test--\r\n",
+        unique = free_port(),
+    )
+}

@@ -5,15 +5,13 @@
 //! down or killed mid-way, several servers — every recipient lands in
 //! exactly one job.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::util::*;
 use mailsplit::store::recipients::{self, Recipient};
 
 // ---------------------------------------------------------------- helpers

@@ -8,13 +8,11 @@
 //! With `MAILSPLIT_SCREENSHOTS=DIR` the test saves what it sees as PNGs
 //! there (the README's pictures come from such a run).
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::util::*;
 use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::json;

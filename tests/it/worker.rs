@@ -2,11 +2,9 @@
 //! and SQLite or PostgreSQL: exactly-once delivery, pause/resume/cancel,
 //! transient and permanent failures, bad jobs, and clean shutdown.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::util::*;
 
 fn assert_counts(env: &Env, name: &str, sent: i64, failed: i64, skipped: i64) {
     let s = env.status(name);
@@ -20,12 +18,6 @@ fn assert_counts(env: &Env, name: &str, sent: i64, failed: i64, skipped: i64) {
         (Some(sent), Some(failed), Some(skipped), Some(0)),
         "{s}"
     );
-}
-
-fn wait_done(env: &Env, name: &str, secs: u64) {
-    wait_for(secs, "campaign to finish", || {
-        env.status(name)["pending"] == 0
-    });
 }
 
 fn delivered_once(kind: Kind, workers: usize) {
