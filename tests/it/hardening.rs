@@ -121,7 +121,7 @@ fn two_enqueues_at_once(kind: Kind) {
     let sink = SmtpSink::start(&[]);
     let mut env = Env::new(kind, &bs.addr());
     env.smtp = sink.url();
-    env.campaign_without_enqueue("news", N);
+    env.bulk_campaign_without_enqueue("news", N);
     let all = member_ids(&env, "news");
     assert_eq!(all.len(), N);
 
@@ -244,7 +244,7 @@ fn enqueue_after_kill_9(kind: Kind, elsewhere: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let bs = Beanstalkd::start(tmp.path());
     let env = Env::new(kind, &bs.addr());
-    env.campaign_without_enqueue("news", N);
+    env.bulk_campaign_without_enqueue("news", N);
     let all = member_ids(&env, "news");
     let mut first = env
         .cmd(&["enqueue", "news"])

@@ -69,8 +69,10 @@ fn requeue_after_the_queue_is_lost(kind: Kind) {
     let workers: Vec<Proc> = (0..2)
         .map(|_| env.worker(&["--concurrency", &concurrency]))
         .collect();
-    // And again while workers run.
-    std::thread::sleep(Duration::from_millis(500));
+    // And again while workers run (they have sent something).
+    wait_for(60, "the workers to send", || {
+        env.status("news")["sent"].as_i64() > Some(0)
+    });
     env.ok(&["requeue", "news"]);
     wait_done(&env, "news", 120);
     let s = env.status("news");
@@ -137,14 +139,26 @@ fn auto_pause_then_finish(kind: Kind) {
         // Stopped within what was already on its way: the messages on the
         // wire when the pause was written (at most --concurrency) may still
         // be recorded; then nothing more.
-        std::thread::sleep(Duration::from_secs(1));
+        wait_for(30, "the worker to hand every job back", || {
+            bs.tube_stat(&env.tube, "current-jobs-reserved") == 0
+                && bs.tube_stat(&env.tube, "current-jobs-ready") == 0
+                && bs.tube_stat(&env.tube, "current-jobs-delayed") > 0
+        });
         let failed = env.status("news")["failed"].as_i64().unwrap();
         assert!(
             failed - at_pause <= 5,
             "{} failures recorded after the pause, more than the 5 in flight",
             failed - at_pause
         );
-        std::thread::sleep(Duration::from_secs(2));
+        // A whole round of the pause: every job back from its delay and
+        // handed back again, recording no failure.
+        let (jobs, released) = (
+            bs.tube_stat(&env.tube, "current-jobs-delayed"),
+            bs.stat("cmd-release"),
+        );
+        wait_for(30, "every job handed back once more", || {
+            bs.stat("cmd-release") >= released + jobs
+        });
         let s = env.status("news");
         assert_eq!(
             s["failed"].as_i64().unwrap(),

@@ -56,6 +56,38 @@ impl Beanstalkd {
             Err(_) => 0,
         }
     }
+    /// A server-wide `stats` counter (e.g. `cmd-release`).
+    pub fn stat(&self, key: &str) -> u64 {
+        let stats = self.client().stats().expect("beanstalkd stats");
+        stats.get(key).and_then(|v| v.parse().ok()).unwrap_or(0)
+    }
+    /// The longest delay (seconds) of the next delayed job of `tube`, as
+    /// `stats-job` reports it; 0 when none is delayed.
+    pub fn next_delay(&self, tube: &str) -> u64 {
+        let mut c = self.client();
+        if c.use_tube(tube).is_err() {
+            return 0;
+        }
+        let id = match c.peek_delayed() {
+            Ok(job) => job.id(),
+            Err(_) => return 0,
+        };
+        c.stats_job(id)
+            .ok()
+            .and_then(|m| m.get("delay")?.parse().ok())
+            .unwrap_or(0)
+    }
+    /// Jobs of `tube` in any state but buried: ready, reserved or delayed.
+    pub fn live_jobs(&self, tube: &str) -> u64 {
+        [
+            "current-jobs-ready",
+            "current-jobs-reserved",
+            "current-jobs-delayed",
+        ]
+        .iter()
+        .map(|k| self.tube_stat(tube, k))
+        .sum()
+    }
     /// Reserve and delete every ready job of `tube`, returning the bodies.
     pub fn drain(&self, tube: &str) -> Vec<(u32, String)> {
         let mut c = self.client();
