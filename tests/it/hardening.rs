@@ -224,11 +224,13 @@ fn item1_enqueue_waits_for_the_run_holding_the_campaign() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(1));
+    let log = Log::follow(&mut run);
+    log.wait_line(20, "waiting");
     assert!(run.try_wait().unwrap().is_none(), "did not wait");
     campaigns::release_enqueue_lease(&mut env.conn(), id, holder).unwrap();
     let status = wait_exit(&mut run, 20);
-    let (out, err) = child_output(&mut run);
+    let (out, _) = child_output(&mut run);
+    let err = log.text();
     assert!(status.success(), "{out}{err}");
     assert!(out.contains("enqueued 500 recipients in 5 jobs"), "{out}");
     assert_eq!(bs.tube_stat(&env.tube, "current-jobs-ready"), 5);
