@@ -73,8 +73,9 @@ fn three_workers_of_100_sessions_through_a_stock_postfix() {
     // The reference (1 worker x 50 sessions) needs no warm-up to sit out:
     // 5,000 (about 10 s) measure its rate; its start-up weighs more in a
     // shorter run, which lowers the bar by a few per cent, far above the
-    // old design's 4 %. Two references at 15,000 took 60 of this test's
-    // 90 s here, alone on the machine.
+    // old design's 4 %. Two references at 15,000, at about the fleet's
+    // rate, were two thirds of this test's time (158 s in all, alone on
+    // the loaded 2-core machine).
     const REFERENCE_N: usize = 5_000;
     let tmp = tempfile::tempdir().unwrap();
     let bs = Beanstalkd::start(tmp.path());
