@@ -159,7 +159,6 @@ fn exactly_once(peer: &ScriptedSmtp, n: usize) {
 /// left waiting for its greeting; without it the workers shrink to what the
 /// relay greets. Either way every recipient gets the message exactly once.
 fn relay_that_greets_at_most_n(kind: Kind) {
-    let _alone = crate::util::alone();
     const GREETS: usize = 6;
     let script = Script {
         max_greeted: Some(GREETS),
@@ -256,7 +255,6 @@ both!(relay_that_greets_at_most_n);
 /// each ends with QUIT (also the last ones, when the worker stops).
 #[test]
 fn sessions_quit_after_max_per_session() {
-    let _alone = crate::util::alone();
     let (_tmp, _bs, peer, env) = setup(Kind::Sqlite, Script::default());
     env.campaign("news", 100);
     let w = env.worker(&["--concurrency", "4", "--max-per-session", "7"]);

@@ -478,7 +478,6 @@ fn a_fast_domains_deferred_recipients_do_not_wait_for_a_slow_ones() {
 /// at most `--concurrency` recipients sent twice.
 #[test]
 fn kill_9_with_parked_and_deferred_recipients() {
-    let _alone = crate::util::alone();
     use mailsplit::store::{rates, workers};
     let n = 1_200;
     let Rig {
@@ -575,7 +574,6 @@ fn a_campaign_group_set_just_before_enqueue_holds_from_the_first_message() {
 
 #[test]
 fn rate_commands_validate_their_input() {
-    let _alone = crate::util::alone();
     let tmp = tempfile::tempdir().unwrap();
     let bs = Beanstalkd::start(tmp.path());
     let env = Env::new(Kind::Sqlite, &bs.addr());
