@@ -17,14 +17,15 @@ Usage: scripts/test.sh [--help]
      the same clone, before the tests (its build is the one they use)
   5. cargo fmt --check
   6. cargo clippy --all-targets -- -D warnings
-  7. cargo nextest run --all-targets (installs cargo-nextest if missing;
-     MAILSPLIT_TEST_CARGO_TEST=1 runs `cargo test` instead, the
-     ratelimit:: and connections:: areas last on one thread):
-     4 tests at a time, the rate-measuring ones alone (.config/nextest.toml);
-     the tests start their own beanstalkd and smtp-sink on free ports
-  8. scripts/chaos.sh --short --debug --jobs 2: the crash/restart/outage
-     suite at 3,000 recipients per scenario on the tests' debug build (the
-     full run, in release, writes RELIABILITY.md)
+  7. cargo nextest run --all-targets --run-ignored all --no-fail-fast with
+     CHAOS_N=3000: every test, and the chaos suite's crash/restart/outage
+     scenarios in their short form (what `scripts/chaos.sh --short` runs;
+     the full run, in release, writes RELIABILITY.md) beside them; 6 tests
+     at a time, the rate-measuring ones alone (.config/nextest.toml); the
+     tests start their own beanstalkd and smtp-sink on free ports.
+     Installs cargo-nextest if missing; MAILSPLIT_TEST_CARGO_TEST=1 runs
+     `cargo test` instead (the ratelimit:: and connections:: areas last on
+     one thread, then scripts/chaos.sh --short --debug --jobs 2)
 
 Prints each step's duration when it ends and a table of them at the end.
 Exits non-zero at the first failure; the last line says PASSED or FAILED.
@@ -64,7 +65,7 @@ finish() {
     echo "test.sh: step durations:"
     printf '  %s\n' "${durations[@]}"
     if ((rc == 0)); then
-        echo "test.sh: PASSED (quickstart, fmt, clippy, tests, chaos --short) in $(mmss "$SECONDS")"
+        echo "test.sh: PASSED (quickstart, fmt, clippy, tests, chaos short form) in $(mmss "$SECONDS")"
     else
         echo "test.sh: FAILED at step: $current (exit $rc) after $(mmss "$SECONDS")" >&2
     fi
@@ -201,17 +202,22 @@ fi
 if [[ -z ${MAILSPLIT_TEST_CARGO_TEST:-} ]]; then
     # why: a process per test, so the rate-measuring tests can be given the
     # whole machine while the rest run 4 at a time (.config/nextest.toml)
-    step "cargo nextest run --all-targets"
-    cargo nextest run --all-targets
+    # why: --run-ignored all: the chaos scenarios are the only ignored
+    # tests; CHAOS_N=3000 is their short form (chaos.sh --short), and their
+    # result lines go where chaos.sh puts them
+    step "cargo nextest run --all-targets --run-ignored all (chaos scenarios: CHAOS_N=3000)"
+    mkdir -p target/chaos
+    CHAOS_N=3000 CHAOS_REPORT="$PWD/target/chaos/report-test-sh-$(date -u +%Y%m%dT%H%M%SZ).jsonl" \
+        cargo nextest run --all-targets --run-ignored all --no-fail-fast
 else
     # why: in one test binary, util::alone() keeps the rate-measuring tests
     # from each other but not from the rest: those areas go last, alone
     step "cargo test --all-targets, then ratelimit:: and connections:: on one thread"
     cargo test --all-targets -- --test-threads=2 --skip ratelimit:: --skip connections::
     cargo test --test it -- --test-threads=1 ratelimit:: connections::
-fi
 
-step "chaos suite, short form (scripts/chaos.sh --short --debug --jobs 2)"
-# why: --debug: the binary the tests just built, no second (release) build;
-# --jobs 2: each scenario waits mostly on its paced relay and its outages
-scripts/chaos.sh --short --debug --jobs 2
+    step "chaos suite, short form (scripts/chaos.sh --short --debug --jobs 2)"
+    # why: --debug: the binary the tests just built, no second (release)
+    # build; --jobs 2: each scenario waits mostly on its paced relay
+    scripts/chaos.sh --short --debug --jobs 2
+fi
