@@ -7,11 +7,16 @@ set -euo pipefail
 
 usage() {
     cat <<'USAGE'
-Usage: scripts/chaos.sh [--n N] [--short] [--out FILE]
+Usage: scripts/chaos.sh [--n N] [--short] [--debug] [--jobs J] [--out FILE]
 
   --n N       recipients per campaign (default 20000; CHAOS_N for the tests)
   --short     the short form: N = 3000, 5 s outages, 5 kills; writes
               target/chaos/RELIABILITY-short.md unless --out is given
+  --debug     the debug build the other tests use, not a release build
+              (scripts/test.sh: the short form's relay is paced, so the
+              build's speed hardly shows, and CI builds no second profile)
+  --jobs J    scenarios at a time (default 1; each has its own servers,
+              database and workers)
   --out FILE  where the report goes (default RELIABILITY.md)
 
 Builds the release binary and runs
@@ -28,6 +33,8 @@ USAGE
 n=20000
 short=0
 out=""
+profile=(--release)
+jobs=1
 while (($#)); do
     case "$1" in
         -h | --help) usage; exit 0 ;;
@@ -37,6 +44,12 @@ while (($#)); do
             shift 2
             ;;
         --short) short=1; shift ;;
+        --debug) profile=(); shift ;;
+        --jobs)
+            [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "chaos.sh: --jobs needs a number" >&2; exit 2; }
+            jobs=$2
+            shift 2
+            ;;
         --out)
             [[ -n ${2:-} ]] || { echo "chaos.sh: --out needs a file name" >&2; exit 2; }
             out=$2
@@ -77,15 +90,17 @@ jsonl=$root/target/chaos/report-$stamp.jsonl
 log=$root/target/chaos/run-$stamp.log
 : >"$jsonl"
 
-echo "==> cargo build --release (binary and the chaos test)"
-cargo build --release
-cargo test --release --test chaos --no-run
+echo "==> cargo build ${profile[*]} (binary and the chaos test)"
+cargo build "${profile[@]}"
+cargo test "${profile[@]}" --test chaos --no-run
+((${#profile[@]})) || mode+=", debug build"
+((jobs == 1)) || mode+=", $jobs scenarios at a time"
 
 echo "==> chaos suite: $n recipients per campaign ($mode); log: $log"
 started=$SECONDS
 set +e
 CHAOS_N=$n CHAOS_REPORT=$jsonl \
-    cargo test --release --test chaos -- --include-ignored --test-threads=1 2>&1 | tee "$log"
+    cargo test "${profile[@]}" --test chaos -- --include-ignored --test-threads="$jobs" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 elapsed=$((SECONDS - started))

@@ -10,7 +10,7 @@ Installs, if any is missing, the Debian packages mailsplit needs:
   beanstalkd      the job queue
   postfix         /usr/sbin/smtp-sink (the test SMTP server), and the binaries
                   for the private Postfix instances the bounce tests start
-                  (tests/common/postfix.rs, `postfix -c DIR`); postfix is
+                  (tests/it/util/postfix.rs, `postfix -c DIR`); postfix is
                   preseeded "No configuration", so no system mail server is set up
   supervisor      runs the workers (scripts/supervisord.conf)
   chromium chromium-driver   the dashboard's browser tests (headless, driven
@@ -126,7 +126,7 @@ if ((${#missing[@]} > 0)); then
     say "done"
 fi
 
-# why: tests/dkim.rs checks signatures with dkimpy, an implementation independent of ours
+# why: tests/it/dkim.rs checks signatures with dkimpy, an implementation independent of ours
 if ! python3 -c 'import dkim, nacl.signing' >/dev/null 2>&1; then
     say "installing dkimpy and PyNaCl for python3 (the DKIM tests' verifier)"
     if ! python3 -m pip install --quiet dkimpy pynacl 2>/dev/null &&

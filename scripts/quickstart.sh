@@ -4,25 +4,31 @@ set -euo pipefail
 
 usage() {
     cat <<'EOF'
-Usage: scripts/quickstart.sh [--n N] [--help]
+Usage: scripts/quickstart.sh [--n N] [--debug] [--help]
 
 On a fresh Debian machine (as root): installs beanstalkd, smtp-sink and
-supervisor (scripts/install-deps.sh), builds mailsplit (cargo build --release),
+supervisor (scripts/install-deps.sh), builds mailsplit (cargo build --release;
+with --debug the debug build the tests share, as scripts/test.sh runs it),
 starts beanstalkd and smtp-sink on free ports under .mailsplit-run/, imports N
 generated recipients (default 20000) into SQLite (.mailsplit-run/demo.db),
 creates and enqueues the campaign "demo-news", runs 2 workers under
 supervisord until every recipient is sent (at most 300 s), prints
 `mailsplit status demo-news`, and stops everything again (also on failure).
 Safe to re-run: each run starts from an empty demo database and queue.
+The build output (target/, the binary) is made readable and executable by
+everyone (0755), so Postfix's pipe(8) (another user) can run the binary;
+only what the demo writes under .mailsplit-run/ is private (umask 077).
 EOF
 }
 
 n=20000
+profile=release
 while (($# > 0)); do
     case "$1" in
         -h | --help) usage; exit 0 ;;
         --n) n=${2:?--n needs a value}; shift ;;
         --n=*) n=${1#*=} ;;
+        --debug) profile=debug ;;
         *) echo "quickstart.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -31,12 +37,10 @@ done
 
 # why: every path below is relative to the repository, wherever we are called from
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-# why: the demo database, CSV, logs and run directory are the user's alone (0700/0600)
-umask 077
 # shellcheck source=scripts/redact.sh
 source scripts/redact.sh
 run=.mailsplit-run
-BIN=target/release/mailsplit
+BIN=target/$profile/mailsplit
 timeout_s=300
 
 step() { echo "==> $*"; }
@@ -53,8 +57,17 @@ ms() {
 step "install system packages if missing (scripts/install-deps.sh)"
 scripts/install-deps.sh
 
-step "cargo build --release"
-cargo build --release
+build=(cargo build)
+[[ $profile == release ]] && build+=(--release)
+step "${build[*]} (umask 022: target/ and the binary 0755)"
+# why: Postfix's pipe(8) runs the binary as another user (nobody): a build
+# under the private umask below would make target/ 0700 and every bounce
+# "Permission denied"; chmod too, for a target/ an earlier run made private
+(umask 022 && "${build[@]}")
+chmod go+rx target "target/$profile" "$BIN"
+
+# why: the demo database, CSV, logs and run directory are the user's alone (0700/0600)
+umask 077
 
 # why: a previous run interrupted hard (kill -9) may have left these behind
 scripts/workers.sh stop --dir "$run" >/dev/null

@@ -19,7 +19,10 @@
 //! The bad-input checks at the end take seconds and run with every
 //! `cargo test`.
 
-mod common;
+#[macro_use]
+#[path = "it/util/mod.rs"]
+#[allow(unused_imports)] // why: chaos uses a part of the helpers `it` re-exports
+mod util;
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -29,10 +32,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use common::*;
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection, QueryableByName, RunQueryDsl, SqliteConnection};
 use mailsplit::store::{campaigns, deliveries, DeliveryState};
+use util::*;
 
 /// SMTP sessions per worker.
 const CONCURRENCY: usize = 20;

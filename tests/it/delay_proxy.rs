@@ -2,14 +2,12 @@
 //! claims, in each direction, keeps the order of what it carries, and
 //! holds chunks side by side (a pipe with latency, not one chunk at a time).
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::util::*;
 
 /// An echo server on a free port.
 fn echo() -> u16 {

@@ -3,12 +3,10 @@
 //! exit 0, supervisord starts them on the new binary, and the campaign
 //! completes with nothing lost or doubled.
 
-mod common;
-
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::util::*;
 
 /// supervisord in the foreground; stopped politely (so it stops its
 /// workers) when dropped.
@@ -101,9 +99,7 @@ fn deploy_under_supervisord_completes_the_campaign() {
         sent() < 3_000,
         "the campaign finished before the deploy; slow the peer down"
     );
-    wait_for(180, "the campaign to finish", || {
-        env.status("news")["pending"] == 0
-    });
+    wait_done(&env, "news", 180);
     assert_eq!(peer.total(), 3_000);
     assert_eq!(peer.duplicates(), 0);
     let logs: String = std::fs::read_dir(&run)
@@ -275,9 +271,7 @@ fn a_deploy_shows_in_the_fleet_until_all_run_the_new_binary() {
         env.status("news")["pending"].as_i64().unwrap() > 0,
         "the campaign finished before the deploy was over; slow the peer down"
     );
-    wait_for(180, "the campaign to finish", || {
-        env.status("news")["pending"] == 0
-    });
+    wait_done(&env, "news", 180);
     assert_eq!(peer.total(), 4_000);
     assert_eq!(peer.duplicates(), 0);
 }

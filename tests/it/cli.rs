@@ -5,15 +5,13 @@
 //! down or killed mid-way, several servers — every recipient lands in
 //! exactly one job.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::util::*;
 use mailsplit::store::recipients::{self, Recipient};
 
 // ---------------------------------------------------------------- helpers
@@ -780,7 +778,7 @@ fn enqueue_puts_exact_jobs_once() {
 fn enqueue_resumes_after_kills(kind: Kind, kills: u64) {
     let (_tmp, bs, env) = setup(kind);
     let started = Instant::now();
-    env.import_n("big", 150_000);
+    env.import_bulk("big", 150_000);
     eprintln!("import of 150000 took {:?}", started.elapsed());
     let all = member_ids(&env, "big");
     assert_eq!(all.len(), 150_000);
@@ -945,7 +943,7 @@ fn enqueue_with_one_of_two_servers_down_fails_naming_it() {
 #[test]
 fn enqueue_killed_then_beanstalkd_restarted() {
     let (_tmp, mut bs, env) = setup(Kind::Sqlite);
-    env.import_n("big", 50_000);
+    env.import_bulk("big", 50_000);
     let all = member_ids(&env, "big");
     for attempt in 0..4 {
         let name = format!("big{attempt}");
@@ -992,7 +990,7 @@ fn an_interrupted_window_is_finished_exactly(kind: Kind) {
     let a = Beanstalkd::start(tmp.path());
     let mut b = Beanstalkd::start(tmp.path());
     let env = Env::new(kind, &a.addr());
-    env.import_n("l", 25_000);
+    env.import_bulk("l", 25_000);
     let all = member_ids(&env, "l");
     create_ok(&env, "c", "l", &[]);
     let campaign = env.status("c")["id"].as_i64().unwrap();
@@ -1097,7 +1095,7 @@ fn an_interrupted_window_is_finished_exactly_postgres() {
 /// server died is either found in the binlog or put again — never both.
 fn beanstalkd_killed_mid_enqueue(kind: Kind) {
     let (_tmp, mut bs, env) = setup(kind);
-    env.import_n("big", 150_000);
+    env.import_bulk("big", 150_000);
     let all = member_ids(&env, "big");
     for attempt in 0..4 {
         let name = format!("big{attempt}");

@@ -3,15 +3,13 @@
 //! (beanstalkd, smtp-sink or the scripted SMTP peer, SQLite and
 //! PostgreSQL). Each test names the item it covers.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::util::*;
 use mailsplit::store::campaigns;
 use mailsplit::store::deliveries;
 use mailsplit::store::recipients;
@@ -20,12 +18,6 @@ use mailsplit::store::recipients;
 
 fn num(env: &Env, name: &str, key: &str) -> i64 {
     env.status(name)[key].as_i64().unwrap()
-}
-
-fn wait_done(env: &Env, name: &str, secs: u64) {
-    wait_for(secs, "campaign to finish", || {
-        env.status(name)["pending"] == 0
-    });
 }
 
 /// Take every ready job out of the tube: (priority, body, campaign, ids).
@@ -129,7 +121,7 @@ fn two_enqueues_at_once(kind: Kind) {
     let sink = SmtpSink::start(&[]);
     let mut env = Env::new(kind, &bs.addr());
     env.smtp = sink.url();
-    env.campaign_without_enqueue("news", N);
+    env.bulk_campaign_without_enqueue("news", N);
     let all = member_ids(&env, "news");
     assert_eq!(all.len(), N);
 
@@ -232,11 +224,13 @@ fn item1_enqueue_waits_for_the_run_holding_the_campaign() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(1));
+    let log = Log::follow(&mut run);
+    log.wait_line(20, "waiting");
     assert!(run.try_wait().unwrap().is_none(), "did not wait");
     campaigns::release_enqueue_lease(&mut env.conn(), id, holder).unwrap();
     let status = wait_exit(&mut run, 20);
-    let (out, err) = child_output(&mut run);
+    let (out, _) = child_output(&mut run);
+    let err = log.text();
     assert!(status.success(), "{out}{err}");
     assert!(out.contains("enqueued 500 recipients in 5 jobs"), "{out}");
     assert_eq!(bs.tube_stat(&env.tube, "current-jobs-ready"), 5);
@@ -252,7 +246,7 @@ fn enqueue_after_kill_9(kind: Kind, elsewhere: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let bs = Beanstalkd::start(tmp.path());
     let env = Env::new(kind, &bs.addr());
-    env.campaign_without_enqueue("news", N);
+    env.bulk_campaign_without_enqueue("news", N);
     let all = member_ids(&env, "news");
     let mut first = env
         .cmd(&["enqueue", "news"])

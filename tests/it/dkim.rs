@@ -5,11 +5,9 @@
 //! `dkim keygen` printed. RSA and ed25519; `h=` covers both
 //! List-Unsubscribe headers; a message altered after signing fails.
 
-mod common;
-
 use std::process::Command;
 
-use common::{header, stderr, stdout, wait_for, Beanstalkd, Env, Kind, Script, ScriptedSmtp};
+use crate::util::{header, stderr, stdout, wait_done, Beanstalkd, Env, Kind, Script, ScriptedSmtp};
 
 /// The `name:` and `value:` of the TXT record a `dkim keygen` or `dkim
 /// list` printed (the first one).
@@ -209,9 +207,8 @@ fn signatures_verify_with_dkimpy(kind: Kind) {
     env.ok(&["enqueue", "signed"]);
     env.ok(&["enqueue", "unsigned"]);
     let _w = env.worker(&[]);
-    wait_for(60, "both campaigns to finish", || {
-        env.status("signed")["pending"] == 0 && env.status("unsigned")["pending"] == 0
-    });
+    wait_done(&env, "signed", 60);
+    wait_done(&env, "unsigned", 60);
     let messages: Vec<String> = peer
         .messages
         .lock()

@@ -5,12 +5,10 @@
 //! and `/metrics`, read by Python's Prometheus and OpenMetrics parsers,
 //! equals `status --json` at the same moment.
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::util::*;
 use serde_json::Value;
 
 const TOKEN: &str = "admin-t0ken-for-tests";
@@ -594,9 +592,7 @@ fn metrics_parse_as_prometheus_text_and_equal_status_json() {
         None,
     );
     assert_eq!(r.status, 200);
-    wait_for(120, "the campaign to finish", || {
-        env.status("news")["pending"] == 0
-    });
+    wait_done(&env, "news", 120);
     let samples = assert_metrics_equal_status(&env, s.admin, &["news", odd]);
     let status = env.status("news");
     assert_eq!(status["state"], "done");

@@ -72,6 +72,10 @@ impl Postfix {
         chmod(&dir, 0o755);
         chmod(&conf, 0o755);
         chown_postfix(&data);
+        for p in &opts.pipes {
+            let program = p.argv.split_whitespace().next().unwrap_or_default();
+            assert_others_can_run(Path::new(program));
+        }
         let port = free_port();
         let mut transport = String::new();
         for (domain, via) in &opts.transports {
@@ -285,6 +289,33 @@ fn chmod(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
+/// pipe(8) runs its command as another user (`nobody`): the program and
+/// every directory above it must be open to others, or each delivery is
+/// deferred with "Permission denied" and the test would only time out.
+/// A `target/` built under umask 077 (scripts/quickstart.sh once did) is not.
+fn assert_others_can_run(program: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let program = program
+        .canonicalize()
+        .unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+    for (path, need) in std::iter::once((program.as_path(), 0o005))
+        .chain(program.ancestors().skip(1).map(|dir| (dir, 0o001)))
+    {
+        let mode = std::fs::metadata(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode();
+        assert!(
+            mode & need == need,
+            "{} is mode {:o}: Postfix's pipe user cannot run {} (build under umask 022, \
+             or chmod go+rx the build output)",
+            path.display(),
+            mode & 0o7777,
+            program.display()
+        );
+    }
+}
+
 fn chown_postfix(path: &Path) {
     let ok = Command::new("chown")
         .arg("postfix")
@@ -337,3 +368,83 @@ anvil     unix  -       -       n       -       1       anvil
 scache    unix  -       -       n       -       1       scache
 postlog   unix-dgram n  -       n       -       1       postlogd
 ";
+
+/// The shared bounce and complaint fixtures (`MANIFEST.tsv` and 43 real
+/// messages): `MAILSPLIT_BOUNCE_FIXTURES`, else `../shared/fixtures/bounces`
+/// beside the repository, else `/work/shared/fixtures/bounces`.
+pub fn bounce_fixtures() -> PathBuf {
+    let candidates = [
+        std::env::var("MAILSPLIT_BOUNCE_FIXTURES")
+            .ok()
+            .map(PathBuf::from),
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/bounces")),
+        Some(PathBuf::from("/work/shared/fixtures/bounces")),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|p| p.join("MANIFEST.tsv").is_file())
+        .expect("bounce fixtures not found: set MAILSPLIT_BOUNCE_FIXTURES to the folder with MANIFEST.tsv")
+}
+
+/// A delivery status notification as Postfix writes it: to `envelope_to`
+/// (the VERP address), reporting `final_rcpt` with `status`.
+pub fn postfix_dsn(
+    envelope_to: &str,
+    final_rcpt: &str,
+    status: &str,
+    diagnostic: &str,
+    message_id: &str,
+) -> String {
+    let action = if status.starts_with('4') && diagnostic.contains("delayed") {
+        "delayed"
+    } else {
+        "failed"
+    };
+    format!(
+        "Return-Path: <MAILER-DAEMON>\r\n\
+Date: Mon, 23 Nov 2026 12:37:38 +0000 (UTC)\r\n\
+From: Mail Delivery System <MAILER-DAEMON@mta.mailsplit.test>\r\n\
+Subject: Undelivered Mail Returned to Sender\r\n\
+To: {envelope_to}\r\n\
+Auto-Submitted: auto-replied\r\n\
+MIME-Version: 1.0\r\n\
+Content-Type: multipart/report; report-type=delivery-status;\r\n\
+\tboundary=\"B1/mta.mailsplit.test\"\r\n\
+Message-Id: <{unique}@mta.mailsplit.test>\r\n\
+\r\n\
+This is a MIME-encapsulated message.\r\n\
+\r\n\
+--B1/mta.mailsplit.test\r\n\
+Content-Description: Notification\r\n\
+Content-Type: text/plain; charset=us-ascii\r\n\
+\r\n\
+<{final_rcpt}>: host 127.0.0.1 said: {diagnostic}\r\n\
+\r\n\
+--B1/mta.mailsplit.test\r\n\
+Content-Description: Delivery report\r\n\
+Content-Type: message/delivery-status\r\n\
+\r\n\
+Reporting-MTA: dns; mta.mailsplit.test\r\n\
+X-Postfix-Sender: rfc822; {envelope_to}\r\n\
+\r\n\
+Final-Recipient: rfc822; {final_rcpt}\r\n\
+Original-Recipient: rfc822;{final_rcpt}\r\n\
+Action: {action}\r\n\
+Status: {status}\r\n\
+Diagnostic-Code: smtp; {diagnostic}\r\n\
+\r\n\
+--B1/mta.mailsplit.test\r\n\
+Content-Description: Undelivered Message Headers\r\n\
+Content-Type: text/rfc822-headers\r\n\
+\r\n\
+Return-Path: <{envelope_to}>\r\n\
+From: news@example.test\r\n\
+To: {final_rcpt}\r\n\
+Subject: Hello\r\n\
+Message-ID: {message_id}\r\n\
+\r\n\
+--B1/mta.mailsplit.test--\r\n",
+        unique = free_port(),
+    )
+}

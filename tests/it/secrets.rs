@@ -7,14 +7,12 @@
 //! its owner. Against the real binary, scripts, PostgreSQL, supervisord,
 //! beanstalkd and the scripted SMTP peer.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::*;
+use crate::util::*;
 
 /// A password nobody could mistake for anything else in a log.
 const SECRET: &str = "Sup3rS3cretPw";

@@ -5,14 +5,12 @@
 //! hard bounces at send time, suppression at claim time for every
 //! campaign, and the webhook.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::util::*;
 use mailsplit::store::bounces::{self, BounceKind};
 use mailsplit::store::RecipientStatus;
 
@@ -165,7 +163,7 @@ fn sent_campaign(kind: Kind, n: usize) -> (tempfile::TempDir, Beanstalkd, Script
     );
     env.ok(&["enqueue", "news"]);
     let _w = env.worker(&[]);
-    wait_for(60, "campaign sent", || env.status("news")["pending"] == 0);
+    wait_done(&env, "news", 60);
     (tmp, bs, peer, env)
 }
 
@@ -469,7 +467,7 @@ fn send_time_refusals(kind: Kind) {
     env.ok(&["enqueue", "first"]);
     {
         let _w = env.worker(&[]);
-        wait_for(60, "first sent", || env.status("first")["pending"] == 0);
+        wait_done(&env, "first", 60);
     }
     let s = env.status("first");
     assert_eq!(
@@ -490,7 +488,7 @@ fn send_time_refusals(kind: Kind) {
     env.ok(&["enqueue", "second"]);
     {
         let _w = env.worker(&[]);
-        wait_for(60, "second sent", || env.status("second")["pending"] == 0);
+        wait_done(&env, "second", 60);
     }
     let s = env.status("second");
     assert_eq!(
@@ -532,7 +530,7 @@ fn suppressed_at_claim_time(kind: Kind) {
         );
     bounce_ok(&env, &[], arf.as_bytes());
     let _w = env.worker(&[]);
-    wait_for(60, "later sent", || env.status("later")["pending"] == 0);
+    wait_done(&env, "later", 60);
     let s = env.status("later");
     assert_eq!(
         (s["sent"].as_i64(), s["skipped"].as_i64()),

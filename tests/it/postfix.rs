@@ -5,12 +5,10 @@
 //! database away while Postfix pipes a bounce (exit 75, Postfix keeps it,
 //! recorded once the database is back).
 
-mod common;
-
 use std::collections::BTreeSet;
 
-use common::postfix::{share_sqlite, Options, Pipe, Postfix};
-use common::*;
+use crate::util::postfix::{share_sqlite, Options, Pipe, Postfix};
+use crate::util::*;
 use mailsplit::store::bounces;
 use mailsplit::store::RecipientStatus;
 
@@ -68,9 +66,7 @@ fn bounces_come_back_through_postfix(kind: Kind) {
     env.ok(&["enqueue", "first"]);
     {
         let _w = env.worker(&[]);
-        wait_for(60, "Postfix to accept the campaign", || {
-            env.status("first")["pending"] == 0
-        });
+        wait_done(&env, "first", 60);
     }
     // Postfix accepted all of them; the peer refused some afterwards.
     assert_eq!(env.status("first")["sent"], 24);
@@ -98,9 +94,7 @@ fn bounces_come_back_through_postfix(kind: Kind) {
     env.ok(&["enqueue", "second"]);
     {
         let _w = env.worker(&[]);
-        wait_for(60, "second campaign", || {
-            env.status("second")["pending"] == 0
-        });
+        wait_done(&env, "second", 60);
     }
     let s = env.status("second");
     assert_eq!(s["skipped"], refused.len() as i64, "{s}");
@@ -136,9 +130,7 @@ fn database_away_while_postfix_pipes_a_bounce() {
     proxy.stop();
     {
         let _w = env.worker(&[]);
-        wait_for(60, "campaign handed to Postfix", || {
-            env.status("news")["pending"] == 0
-        });
+        wait_done(&env, "news", 60);
     }
     // The pipe ran, could not reach the database, exited 75; Postfix keeps
     // the bounce and tries again.

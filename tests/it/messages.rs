@@ -5,11 +5,9 @@
 //! the fix. Against the real binary, beanstalkd, smtp-sink, the scripted
 //! SMTP peer, SQLite and PostgreSQL.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::util::*;
 
 /// Assert the exit code; returns stderr.
 fn fails(out: &std::process::Output, code: i32) -> String {
@@ -107,9 +105,7 @@ fn giving_up_and_bounces_are_logged_with_the_last_reply() {
     env.smtp = peer.url();
     env.campaign("news", 3);
     let w = env.worker(&["--max-attempts", "1"]);
-    wait_for(60, "the campaign to finish", || {
-        env.status("news")["pending"] == 0
-    });
+    wait_done(&env, "news", 60);
     let log = stop_worker(w);
     let gave_up: Vec<&str> = log
         .lines()

@@ -3,11 +3,9 @@
 //! after a bounded number of failures, says why, and finishes with
 //! `resume` and `requeue --failed` once the relay is fixed.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::util::*;
 use mailsplit::store::{campaigns, deliveries, DeliveryState};
 
 /// The counters equal a `COUNT(*)` over the ledger.
@@ -71,10 +69,12 @@ fn requeue_after_the_queue_is_lost(kind: Kind) {
     let workers: Vec<Proc> = (0..2)
         .map(|_| env.worker(&["--concurrency", &concurrency]))
         .collect();
-    // And again while workers run.
-    std::thread::sleep(Duration::from_millis(500));
+    // And again while workers run (they have sent something).
+    wait_for(60, "the workers to send", || {
+        env.status("news")["sent"].as_i64() > Some(0)
+    });
     env.ok(&["requeue", "news"]);
-    wait_for(120, "campaign done", || env.status("news")["pending"] == 0);
+    wait_done(&env, "news", 120);
     let s = env.status("news");
     assert_eq!(
         (s["sent"].as_i64(), s["failed"].as_i64()),
@@ -139,14 +139,26 @@ fn auto_pause_then_finish(kind: Kind) {
         // Stopped within what was already on its way: the messages on the
         // wire when the pause was written (at most --concurrency) may still
         // be recorded; then nothing more.
-        std::thread::sleep(Duration::from_secs(1));
+        wait_for(30, "the worker to hand every job back", || {
+            bs.tube_stat(&env.tube, "current-jobs-reserved") == 0
+                && bs.tube_stat(&env.tube, "current-jobs-ready") == 0
+                && bs.tube_stat(&env.tube, "current-jobs-delayed") > 0
+        });
         let failed = env.status("news")["failed"].as_i64().unwrap();
         assert!(
             failed - at_pause <= 5,
             "{} failures recorded after the pause, more than the 5 in flight",
             failed - at_pause
         );
-        std::thread::sleep(Duration::from_secs(2));
+        // A whole round of the pause: every job back from its delay and
+        // handed back again, recording no failure.
+        let (jobs, released) = (
+            bs.tube_stat(&env.tube, "current-jobs-delayed"),
+            bs.stat("cmd-release"),
+        );
+        wait_for(30, "every job handed back once more", || {
+            bs.stat("cmd-release") >= released + jobs
+        });
         let s = env.status("news");
         assert_eq!(
             s["failed"].as_i64().unwrap(),
@@ -174,7 +186,7 @@ fn auto_pause_then_finish(kind: Kind) {
         "{out}"
     );
     let _w = env.worker(&["--concurrency", "5"]);
-    wait_for(120, "campaign done", || env.status("news")["pending"] == 0);
+    wait_done(&env, "news", 120);
     let s = env.status("news");
     assert_eq!(
         (
@@ -220,9 +232,7 @@ fn failure_rate_pauses_unless_turned_off() {
         "{s}"
     );
     assert!(s["pending"].as_i64().unwrap() > 300, "{s}");
-    wait_for(120, "lenient done", || {
-        env.status("lenient")["pending"] == 0
-    });
+    wait_done(&env, "lenient", 120);
     assert_eq!(env.status("lenient")["state"], "done");
     drop(w);
     // A pause by hand carries no auto-pause reason.

@@ -3,14 +3,14 @@
 //! encodings, a GET that changes nothing, tokens that are not genuine, and
 //! an unsubscribe that stops a message of a running campaign.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{free_port, signal, wait_exit, wait_for, Beanstalkd, Env, Kind, Script, ScriptedSmtp};
+use crate::util::{
+    free_port, signal, wait_done, wait_exit, wait_for, Beanstalkd, Env, Kind, Script, ScriptedSmtp,
+};
 
 /// A running `serve` with its two ports.
-type Serve = common::Served;
+type Serve = crate::util::Served;
 
 fn serve(env: &Env, token: Option<&str>) -> Serve {
     env.serve(token)
@@ -67,7 +67,7 @@ fn without_a_token_the_admin_listener_stays_on_loopback() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let err = common::stderr(&out);
+    let err = crate::util::stderr(&out);
     assert!(err.contains("MAILSPLIT_ADMIN_TOKEN"), "{err}");
 }
 
@@ -76,11 +76,11 @@ fn without_a_token_the_admin_listener_stays_on_loopback() {
 fn unsubscribe_link(env: &Env, campaign: &str, email: &str) -> String {
     let message = env.ok(&["preview", campaign, "--recipient", email]);
     assert_eq!(
-        common::header(&message, "List-Unsubscribe-Post"),
+        crate::util::header(&message, "List-Unsubscribe-Post"),
         ["List-Unsubscribe=One-Click"],
         "{message}"
     );
-    let link = common::header(&message, "List-Unsubscribe");
+    let link = crate::util::header(&message, "List-Unsubscribe");
     assert_eq!(link.len(), 1, "{message}");
     link[0].trim_matches(['<', '>']).to_string()
 }
@@ -276,7 +276,7 @@ fn one_click_unsubscribe(kind: Kind) {
     // next message (preview refuses, a worker skips).
     let out = env.run(&["preview", "news", "--recipient", "user1@example.test"]);
     assert!(!out.status.success());
-    assert!(common::stderr(&out).contains("unsubscribed"));
+    assert!(crate::util::stderr(&out).contains("unsubscribed"));
 }
 
 #[test]
@@ -341,9 +341,7 @@ fn unsubscribe_during_a_running_campaign(kind: Kind) {
     assert_eq!(post_form(&link).0, 200);
     let posted = noticed.elapsed();
 
-    wait_for(60, "the campaign to finish", || {
-        env.status("first")["pending"] == 0
-    });
+    wait_done(&env, "first", 60);
     let status = env.status("first");
     assert_eq!(
         peer.count(&target),
@@ -362,9 +360,7 @@ fn unsubscribe_during_a_running_campaign(kind: Kind) {
     // Every later campaign skips the recipient.
     env.create_campaign("second", "people", &["--public-url", &base]);
     env.ok(&["enqueue", "second"]);
-    wait_for(60, "the second campaign to finish", || {
-        env.status("second")["pending"] == 0
-    });
+    wait_done(&env, "second", 60);
     let status = env.status("second");
     assert_eq!(
         (status["sent"].as_i64(), status["skipped"].as_i64()),

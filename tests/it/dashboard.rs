@@ -8,13 +8,11 @@
 //! With `MAILSPLIT_SCREENSHOTS=DIR` the test saves what it sees as PNGs
 //! there (the README's pictures come from such a run).
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::util::*;
 use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::json;
@@ -198,9 +196,24 @@ fn dashboard_in_chromium_pauses_and_resumes_a_running_campaign() {
         click(&c, &format!("{row} button.pause")).await;
         wait_text(&c, 10, &format!("{row} .state"), |t| t == "paused").await;
         assert!(paused_in_db(), "the database flag is set");
-        tokio::time::sleep(Duration::from_millis(1500)).await; // messages already on the wire
+        // Messages already on the wire land, then the workers hand every
+        // job back with a delay; then a whole round of the pause (every job
+        // back from its delay and handed back again) sends nothing.
+        let handed_back = || {
+            bs.tube_stat(&env.tube, "current-jobs-reserved") == 0
+                && bs.tube_stat(&env.tube, "current-jobs-ready") == 0
+                && bs.tube_stat(&env.tube, "current-jobs-delayed") > 0
+        };
+        wait_until(30, "the workers to hand every job back", handed_back).await;
         let quiet_from = peer.total();
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (jobs, released) = (
+            bs.tube_stat(&env.tube, "current-jobs-delayed"),
+            bs.stat("cmd-release"),
+        );
+        wait_until(30, "every job handed back once more", || {
+            bs.stat("cmd-release") >= released + jobs
+        })
+        .await;
         assert_eq!(peer.total(), quiet_from, "mail went out while paused");
         assert!(quiet_from < 960, "finished before the pause ({quiet_from})");
         wait_text(&c, 10, &format!("{row} button.resume"), |t| t == "Resume").await;
@@ -226,4 +239,17 @@ fn dashboard_in_chromium_pauses_and_resumes_a_running_campaign() {
         "each accepted message recorded once"
     );
     assert_eq!(peer.duplicates(), 0);
+}
+
+/// Poll a blocking condition (beanstalkd stats) without blocking the runtime
+/// for long: up to `secs` seconds, every 50 ms.
+async fn wait_until(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

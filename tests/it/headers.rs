@@ -4,9 +4,7 @@
 //! and links that can only ever be http(s) or mailto — read from the
 //! message `preview` composes, which is the message a worker sends.
 
-mod common;
-
-use common::{header, stderr, stdout, Env, Kind};
+use crate::util::{header, stderr, stdout, Env, Kind};
 
 fn import(env: &Env, list: &str, csv: &str) -> std::process::Output {
     let path = env.dir.path().join(format!("{list}.csv"));

@@ -8,12 +8,10 @@
 //! the campaign state machine, crash-safe enqueue steps, and the ledger's
 //! claim/record rules with counters that always equal a `COUNT(*)`.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::{Kind, TestDb};
+use crate::util::{Kind, TestDb};
 use mailsplit::store::campaigns::{self, Confirm, Control, Intent, NewCampaign};
 use mailsplit::store::deliveries::{self, Outcome, OutcomeKind, Recorded};
 use mailsplit::store::recipients::{self, NewRecipient, RecipientStatus, UpsertCounts};

@@ -2,11 +2,9 @@
 //! and SQLite or PostgreSQL: exactly-once delivery, pause/resume/cancel,
 //! transient and permanent failures, bad jobs, and clean shutdown.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::util::*;
 
 fn assert_counts(env: &Env, name: &str, sent: i64, failed: i64, skipped: i64) {
     let s = env.status(name);
@@ -20,12 +18,6 @@ fn assert_counts(env: &Env, name: &str, sent: i64, failed: i64, skipped: i64) {
         (Some(sent), Some(failed), Some(skipped), Some(0)),
         "{s}"
     );
-}
-
-fn wait_done(env: &Env, name: &str, secs: u64) {
-    wait_for(secs, "campaign to finish", || {
-        env.status(name)["pending"] == 0
-    });
 }
 
 fn delivered_once(kind: Kind, workers: usize) {
@@ -73,7 +65,7 @@ fn sent(env: &Env, name: &str) -> i64 {
 /// Pause (by `pause` command or by hand in SQL), check nothing more goes
 /// out, resume, and check every recipient got exactly one message.
 fn pause_then_resume(kind: Kind, by_sql: bool) {
-    let (_tmp, _bs, peer, env) = setup(kind, slow());
+    let (_tmp, bs, peer, env) = setup(kind, slow());
     env.campaign("news", 1_500);
     let _w = env.worker(&["--concurrency", "10"]);
     wait_for(60, "some mail to go out", || sent(&env, "news") >= 100);
@@ -82,12 +74,25 @@ fn pause_then_resume(kind: Kind, by_sql: bool) {
     } else {
         env.ok(&["pause", "news"]);
     }
-    // Workers notice within a second; give in-flight sends time to land.
-    std::thread::sleep(Duration::from_secs(2));
+    // Workers notice within a second and, once their in-flight sends have
+    // landed, hand every job back with a delay.
+    wait_for(30, "the worker to hand every job back", || {
+        bs.tube_stat(&env.tube, "current-jobs-reserved") == 0
+            && bs.tube_stat(&env.tube, "current-jobs-ready") == 0
+            && bs.tube_stat(&env.tube, "current-jobs-delayed") > 0
+    });
     assert_eq!(env.status("news")["state"], "paused");
     let (counted, received) = (sent(&env, "news"), peer.total());
     assert!(counted < 1_500, "paused too late: {counted}");
-    std::thread::sleep(Duration::from_secs(2));
+    // A whole round of the pause: every job comes back from its delay and
+    // is handed back again, sending nothing.
+    let (jobs, released) = (
+        bs.tube_stat(&env.tube, "current-jobs-delayed"),
+        bs.stat("cmd-release"),
+    );
+    wait_for(30, "every job handed back once more", || {
+        bs.stat("cmd-release") >= released + jobs
+    });
     assert_eq!(sent(&env, "news"), counted, "sent more while paused");
     assert_eq!(peer.total(), received, "the relay got mail while paused");
     if by_sql {
@@ -204,7 +209,7 @@ fn temporary_failures_give_up_after_max_attempts() {
 
 #[test]
 fn permanent_failure_is_recorded_and_not_retried() {
-    let (_tmp, _bs, peer, env) = setup(
+    let (_tmp, bs, peer, env) = setup(
         Kind::Sqlite,
         Script {
             reject: Some("user3@".into()),
@@ -215,7 +220,8 @@ fn permanent_failure_is_recorded_and_not_retried() {
     let _w = env.worker(&[]);
     wait_done(&env, "news", 60);
     assert_counts(&env, "news", 19, 1, 0);
-    std::thread::sleep(Duration::from_secs(1));
+    // A retry would be a job still in the queue (delayed or under way).
+    wait_for(10, "the queue to empty", || bs.live_jobs(&env.tube) == 0);
     assert_eq!(peer.tries.lock().unwrap()["user3@example.test"], 1);
     let mut conn = env.conn();
     let errors = mailsplit::store::deliveries::failures(&mut conn, 1, 10).unwrap();
@@ -448,8 +454,9 @@ fn tls_required_but_not_offered_sends_nothing() {
     let (_tmp, _bs, peer, mut env) = setup(Kind::Sqlite, Script::default());
     env.smtp = format!("smtp://127.0.0.1:{}?tls=required", peer.port);
     env.campaign("news", 5);
-    let w = env.worker(&[]);
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    let mut w = env.worker(&[]);
+    // The worker tried the relay and refused to go on without TLS.
+    Log::follow(&mut w.0).wait_line(60, "does not offer STARTTLS");
     assert_eq!(peer.total(), 0, "mail went out in clear text");
     assert_eq!(env.status("news")["sent"], 0);
     drop(w);
@@ -457,13 +464,16 @@ fn tls_required_but_not_offered_sends_nothing() {
 
 #[test]
 fn resume_after_a_long_pause_sends_at_once() {
-    let (_tmp, _bs, _peer, env) = setup(Kind::Sqlite, slow());
+    let (_tmp, bs, _peer, env) = setup(Kind::Sqlite, slow());
     env.campaign("news", 1_500);
     let _w = env.worker(&["--concurrency", "10"]);
     wait_for(60, "some mail to go out", || sent(&env, "news") >= 100);
     env.ok(&["pause", "news"]);
-    // Long enough that paused jobs go back with delays of several seconds.
-    std::thread::sleep(Duration::from_secs(10));
+    // Until paused jobs go back with delays of several seconds (the delay
+    // grows with the pause): more than the 4 s resume is given below.
+    wait_for(60, "a paused job delayed by 6 s or more", || {
+        bs.next_delay(&env.tube) >= 6
+    });
     let before = sent(&env, "news");
     let out = env.ok(&["resume", "news"]);
     assert!(out.contains("delayed jobs"), "resume kicked nothing: {out}");

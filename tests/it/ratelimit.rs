@@ -1,11 +1,9 @@
 //! Shared rate limits across worker processes, checked at the SMTP peer:
 //! no one-second window over rate + burst, and the limit is used (≥ 90 %).
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::util::*;
 
 /// A fresh beanstalkd, a scripted SMTP peer that accepts everything, and
 /// an environment (its database on `kind`) that sends to it.
@@ -77,7 +75,7 @@ fn xact_commits(env: &Env) -> i64 {
 }
 
 fn three_workers_hold_a_relay_limit(kind: Kind) {
-    let _alone = common::alone();
+    let _alone = crate::util::alone();
     let Rig {
         env,
         peer,
@@ -100,9 +98,7 @@ fn three_workers_hold_a_relay_limit(kind: Kind) {
     let _w: Vec<Proc> = (0..3)
         .map(|i| logged_worker(&env, &format!("w{i}"), &["--concurrency", "50"]))
         .collect();
-    wait_for(120, "the campaign to finish", || {
-        env.status("news")["pending"] == 0
-    });
+    wait_done(&env, "news", 120);
     let wall = started.elapsed();
     let times = times_of(&peer, |_| true);
     assert_eq!(times.len(), 2_600);
@@ -220,7 +216,7 @@ fn enqueued(
 /// mid-run and the new rate must show within 3 s.
 #[test]
 fn a_slow_domain_does_not_slow_the_others() {
-    let _alone = common::alone();
+    let _alone = crate::util::alone();
     let (n_slow, n_fast) = (1_000, 2_000);
     // Domains in mixed case: groups match whatever the case.
     let Rig {
@@ -249,9 +245,7 @@ fn a_slow_domain_does_not_slow_the_others() {
     let status = env.ok(&["status"]);
     env.ok(&["rate", "set", "domain:slow.test", "60/s", "--burst", "6"]);
     let raised = Instant::now();
-    wait_for(180, "the campaign to finish", || {
-        env.status("mixed")["pending"] == 0
-    });
+    wait_done(&env, "mixed", 180);
     let slow = times_of(&peer, |a| a.ends_with("@slow.test"));
     let fast = times_of(&peer, |a| a.ends_with("@fast.test"));
     assert_eq!((slow.len(), fast.len()), (n_slow, n_fast), "{}", logs(&env));
@@ -335,7 +329,7 @@ fn a_slow_domain_does_not_slow_the_others() {
 /// outlives its TTR reserved; everyone is sent exactly once.
 #[test]
 fn a_domain_at_two_a_minute_goes_out_from_delayed_jobs() {
-    let _alone = common::alone();
+    let _alone = crate::util::alone();
     let n = 5_000;
     // Three slow recipients, in three different jobs.
     const SLOW_AT: [usize; 3] = [10, 2_510, 4_990];
@@ -425,7 +419,7 @@ fn a_domain_at_two_a_minute_goes_out_from_delayed_jobs() {
 /// slow one; they go into a job per rate group.
 #[test]
 fn a_fast_domains_deferred_recipients_do_not_wait_for_a_slow_ones() {
-    let _alone = common::alone();
+    let _alone = crate::util::alone();
     let n = 1_000;
     let Rig {
         env,
@@ -484,7 +478,6 @@ fn a_fast_domains_deferred_recipients_do_not_wait_for_a_slow_ones() {
 /// at most `--concurrency` recipients sent twice.
 #[test]
 fn kill_9_with_parked_and_deferred_recipients() {
-    let _alone = common::alone();
     use mailsplit::store::{rates, workers};
     let n = 1_200;
     let Rig {
@@ -528,9 +521,7 @@ fn kill_9_with_parked_and_deferred_recipients() {
     victim.0.kill().unwrap();
     victim.0.wait().unwrap();
     let _replacement = logged_worker(&env, "replacement", &["--concurrency", "10"]);
-    wait_for(150, "the campaign to finish", || {
-        env.status("k")["pending"] == 0
-    });
+    wait_done(&env, "k", 150);
     let received = peer.received.lock().unwrap().clone();
     let missing = (0..n)
         .filter(|i| {
@@ -552,7 +543,7 @@ fn kill_9_with_parked_and_deferred_recipients() {
 /// a campaign it has not seen.
 #[test]
 fn a_campaign_group_set_just_before_enqueue_holds_from_the_first_message() {
-    let _alone = common::alone();
+    let _alone = crate::util::alone();
     let Rig {
         env,
         peer,
@@ -568,9 +559,7 @@ fn a_campaign_group_set_just_before_enqueue_holds_from_the_first_message() {
     std::thread::sleep(Duration::from_millis(700));
     env.ok(&["rate", "set", "campaign:news", "40/s", "--burst", "4"]);
     env.ok(&["enqueue", "news"]);
-    wait_for(60, "the campaign to finish", || {
-        env.status("news")["pending"] == 0
-    });
+    wait_done(&env, "news", 60);
     let times = times_of(&peer, |_| true);
     assert_eq!(times.len(), 300);
     let first = count_between(&times, Duration::ZERO, Duration::from_secs(1));
@@ -585,7 +574,6 @@ fn a_campaign_group_set_just_before_enqueue_holds_from_the_first_message() {
 
 #[test]
 fn rate_commands_validate_their_input() {
-    let _alone = common::alone();
     let tmp = tempfile::tempdir().unwrap();
     let bs = Beanstalkd::start(tmp.path());
     let env = Env::new(Kind::Sqlite, &bs.addr());

@@ -3,15 +3,7 @@
 //! recipients, with and without PIPELINING on offer. The ledger must say
 //! exactly which recipients failed or were retried, whatever the exchange.
 
-mod common;
-
-use common::*;
-
-fn wait_done(env: &Env, name: &str, secs: u64) {
-    wait_for(secs, "campaign to finish", || {
-        env.status(name)["pending"] == 0
-    });
-}
+use crate::util::*;
 
 /// Refused recipients: 550 (permanent) for user3 and user11, 452
 /// (temporary, every try) for user5 and user17.

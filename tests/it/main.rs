@@ -1,0 +1,75 @@
+//! The integration tests, one binary (linked once) with a module per area,
+//! as ripgrep's tests/ are. Run one area or one test:
+//!
+//! ```sh
+//! cargo test --test it worker::              # one area
+//! cargo test --test it worker::sqlite::      # one area, one backend
+//! cargo nextest run --test it -E 'test(/^ratelimit::/)'
+//! scripts/test.sh                            # everything, as CI runs it
+//! ```
+//!
+//! `util` holds the helpers: real servers on free ports (beanstalkd,
+//! smtp-sink, a scripted SMTP peer, Postfix), a fresh database per test,
+//! `Env` for running the binary. `tests/chaos.rs` (the crash/restart
+//! suite behind `scripts/chaos.sh`) is its own binary, built in release,
+//! and shares `util`.
+
+#[macro_use]
+mod util;
+
+mod admin;
+mod bounce;
+mod cli;
+mod connections;
+mod dashboard;
+mod delay_proxy;
+mod dkim;
+mod fleet;
+mod hardening;
+mod headers;
+mod messages;
+mod pipelining;
+mod postfix;
+mod ratelimit;
+mod requeue;
+mod secrets;
+mod serve;
+mod store_contract;
+mod supervisord;
+mod worker;
+
+/// Every test that takes `util::alone()` is named in `.config/nextest.toml`'s
+/// override that gives it every thread: nextest runs each test in a process
+/// of its own, where the in-process lock keeps nothing apart.
+#[test]
+fn nextest_runs_every_alone_test_alone() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let config = std::fs::read_to_string(root.join(".config/nextest.toml")).unwrap();
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(root.join("tests/it")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "rs") || path.ends_with("main.rs") {
+            continue;
+        }
+        let area = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut current = String::new();
+        for line in text.lines() {
+            let head = line.trim_start_matches("async ");
+            if let Some(rest) = head.strip_prefix("fn ") {
+                current = rest
+                    .split(['(', '<'])
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+            }
+            if line.contains("util::alone()") && !config.contains(&format!("^{area}::{current}")) {
+                missing.push(format!("{area}::{current}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "take alone() but not alone under nextest: {missing:?}"
+    );
+}

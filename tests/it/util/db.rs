@@ -1,0 +1,69 @@
+//! A fresh SQLite file or PostgreSQL database per test.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+/// Base URL of the PostgreSQL server the tests create databases on.
+pub fn pg_base() -> String {
+    std::env::var("MAILSPLIT_TEST_PG").unwrap_or_else(|_| "postgres://root@127.0.0.1:5432".into())
+}
+
+static DB_SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh, empty database, dropped with the value.
+pub struct TestDb {
+    pub url: String,
+    pg_name: Option<String>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Sqlite,
+    Postgres,
+}
+
+impl TestDb {
+    pub fn new(kind: Kind) -> TestDb {
+        match kind {
+            Kind::Sqlite => {
+                let dir = tempfile::tempdir().unwrap();
+                TestDb {
+                    url: format!("sqlite://{}", dir.path().join("test.db").display()),
+                    pg_name: None,
+                    _dir: Some(dir),
+                }
+            }
+            Kind::Postgres => {
+                let name = format!(
+                    "mailsplit_t{}_{}_{}",
+                    std::process::id(),
+                    DB_SEQ.fetch_add(1, Ordering::SeqCst),
+                    Instant::now().elapsed().subsec_nanos()
+                );
+                psql(&format!("CREATE DATABASE {name}"));
+                TestDb {
+                    url: format!("{}/{name}", pg_base()),
+                    pg_name: Some(name),
+                    _dir: None,
+                }
+            }
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some(name) = &self.pg_name {
+            psql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+        }
+    }
+}
+
+fn psql(sql: &str) {
+    use diesel::connection::SimpleConnection;
+    use diesel::Connection;
+    let mut c = diesel::PgConnection::establish(&format!("{}/test", pg_base()))
+        .expect("PostgreSQL is not reachable; set MAILSPLIT_TEST_PG");
+    c.batch_execute(sql).unwrap();
+}
