@@ -20,6 +20,7 @@ mod util;
 mod admin;
 mod bounce;
 mod cli;
+mod closed_pipe;
 mod connections;
 mod dashboard;
 mod delay_proxy;

@@ -3,11 +3,9 @@
 //! nothing on stderr about the pipe (no panic, no "Broken pipe"), and still
 //! does its work.
 
-mod common;
-
 use std::process::{Command, Output, Stdio};
 
-use common::*;
+use crate::util::*;
 
 /// Run with stdout a pipe whose reading end is already closed.
 fn closed(cmd: &mut Command) -> Output {
