@@ -7,6 +7,7 @@
 //! [`dkim`]), and the SMTP envelope set. The worker and `mailsplit preview`
 //! both call [`compose`], so a preview is the real message.
 
+pub mod fold;
 pub mod headers;
 
 use std::str::FromStr;
@@ -349,13 +350,13 @@ fn mime(
     let mut builder = Message::builder()
         .envelope(envelope)
         .from(from.clone())
-        .to(to)
+        .to(to.clone())
         .subject(one_line(subject))
         .message_id(Some(message_id));
     for header in extra {
         builder = builder.raw_header(header);
     }
-    let message = builder
+    let mut message = builder
         .multipart(
             MultiPart::alternative()
                 .singlepart(
@@ -370,6 +371,11 @@ fn mime(
                 ),
         )
         .map_err(build_err)?;
+    // Display names as fold.rs writes them: printable ASCII as itself
+    // (lettre base64-encodes `Linen & Co`), folded within 78 octets.
+    let headers = message.headers_mut();
+    headers.insert_raw(fold::mailbox("From", from));
+    headers.insert_raw(fold::mailbox("To", &to));
     Ok(Composed {
         envelope: message.envelope().clone(),
         bytes: message.formatted(),
