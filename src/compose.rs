@@ -295,6 +295,10 @@ fn build(campaign: &CampaignMail, r: &Recipient) -> Result<Composed, Unsendable>
     with_sender(message, envelope_sender(campaign, r.id))
 }
 
+/// Longest link of a recipient's own taken into List-Unsubscribe: a URL
+/// cannot be folded, and the header line must stay within 998 octets.
+pub const MAX_LINK: usize = 900;
+
 /// The link a recipient leaves by, and whether it is a one-click link: the
 /// campaign's own (`<public-url>/u/TOKEN`) when it has a public URL; else
 /// the recipient's `unsubscribe_url` attribute if it is an http(s) or
@@ -315,7 +319,8 @@ fn unsubscribe(
     let own = attributes
         .get("unsubscribe_url")
         .and_then(|v| v.as_str())
-        .and_then(safe_link);
+        .and_then(safe_link)
+        .filter(|l| l.len() <= MAX_LINK);
     let link = own.unwrap_or_else(|| {
         let mail = format!("mailto:{}?subject=unsubscribe", campaign.from.email);
         safe_link(&mail).unwrap_or(mail)
@@ -371,11 +376,13 @@ fn mime(
                 ),
         )
         .map_err(build_err)?;
-    // Display names as fold.rs writes them: printable ASCII as itself
-    // (lettre base64-encodes `Linen & Co`), folded within 78 octets.
+    // User text as fold.rs writes it: printable ASCII as itself (lettre
+    // base64-encodes `Linen & Co`), folded so that no line exceeds 998
+    // octets (lettre leaves a long word on one line).
     let headers = message.headers_mut();
     headers.insert_raw(fold::mailbox("From", from));
     headers.insert_raw(fold::mailbox("To", &to));
+    headers.insert_raw(fold::unstructured("Subject", subject));
     Ok(Composed {
         envelope: message.envelope().clone(),
         bytes: message.formatted(),
