@@ -274,3 +274,63 @@ fn long_user_text_is_folded_within_998_and_dkim_verifies() {
         );
     }
 }
+
+/// Item 8: a database a newer mailsplit migrated (a migration version this
+/// binary does not know) is refused by `migrate` and every other command,
+/// exit 1, naming the versions; `bounce` refuses too but with 75
+/// (EX_TEMPFAIL), so Postfix keeps the report until the right binary reads
+/// it.
+fn a_newer_database_is_refused(kind: Kind) {
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = Beanstalkd::start(tmp.path());
+    let env = Env::new(kind, &bs.addr());
+    env.campaign_without_enqueue("news", 3);
+    env.ok(&["migrate"]);
+    env.sql(
+        "INSERT INTO __diesel_schema_migrations (version) VALUES ('20990101000000'), ('20990102000000')",
+    );
+    let csv = env.dir.path().join("more.csv");
+    common::write_csv(&csv, 2);
+    let public = format!("127.0.0.1:{}", common::free_port());
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["migrate"],
+        vec!["status"],
+        vec!["status", "news"],
+        vec!["workers"],
+        vec!["campaign", "list"],
+        vec!["enqueue", "news"],
+        vec!["worker", "--smtp", "smtp://127.0.0.1:1"],
+        vec!["serve", "--listen", &public],
+        vec!["import", csv.to_str().unwrap(), "--list", "more"],
+        vec!["preview", "news"],
+        vec!["pause", "news"],
+        vec!["rate", "list"],
+        vec!["dkim", "list"],
+        vec!["requeue", "news"],
+    ];
+    for args in &commands {
+        let out = common::output_within(&mut env.cmd(args), 30);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("20990101000000, 20990102000000")
+                && err.contains("this binary is older than the database"),
+            "{args:?}: {err}"
+        );
+    }
+    let out = common::output_within(env.cmd(&["bounce"]).stdin(std::process::Stdio::null()), 30);
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    assert!(stderr(&out).contains("this binary is older than the database"));
+    // Nothing went to beanstalkd.
+    assert_eq!(bs.tube_stat(&env.tube, "total-jobs"), 0);
+}
+
+#[test]
+fn a_newer_database_is_refused_sqlite() {
+    a_newer_database_is_refused(Kind::Sqlite);
+}
+
+#[test]
+fn a_newer_database_is_refused_postgres() {
+    a_newer_database_is_refused(Kind::Postgres);
+}
