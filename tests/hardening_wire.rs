@@ -334,3 +334,66 @@ fn a_newer_database_is_refused_sqlite() {
 fn a_newer_database_is_refused_postgres() {
     a_newer_database_is_refused(Kind::Postgres);
 }
+
+/// beanstalkd's server-wide count of a command (`cmd-release`, …).
+fn server_stat(bs: &Beanstalkd, key: &str) -> u64 {
+    let stats = bs.client().stats().unwrap();
+    stats.get(key).and_then(|v| v.parse().ok()).unwrap()
+}
+
+/// Item 11: two databases, 2,000 recipients each, on the default tube. A
+/// worker that meets the other database's jobs moves them at once to that
+/// database's own tube (`mailsplit-<id>`), where the other's worker finds
+/// them: every message is sent once, and beanstalkd saw no release (the
+/// old code released each foreign job for 30 s).
+#[test]
+fn two_databases_on_the_default_tube_move_not_release() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = Beanstalkd::start(tmp.path());
+    let peer = ScriptedSmtp::start(Script::default());
+    let envs: Vec<Env> = (0..2)
+        .map(|_| {
+            let mut env = Env::new(Kind::Sqlite, &bs.addr());
+            env.smtp = peer.url();
+            env.tube = "mailsplit".into();
+            env.campaign("news", 2_000);
+            env
+        })
+        .collect();
+    let home: Vec<String> = envs
+        .iter()
+        .map(|e| mailsplit::queue::home_tube(&e.identity().database_id).unwrap())
+        .collect();
+    assert_eq!(bs.tube_stat("mailsplit", "current-jobs-ready"), 40);
+
+    // The first database's worker alone: it sends its own and moves the
+    // other's 20 jobs to the other's tube.
+    let first = envs[0].worker(&[]);
+    wait_for(120, "the first campaign to finish", || {
+        envs[0].status("news")["pending"] == 0
+    });
+    wait_for(30, "the other database's jobs to be moved", || {
+        bs.tube_stat(&home[1], "current-jobs-ready") == 20
+    });
+    assert_eq!(bs.tube_stat("mailsplit", "current-jobs-ready"), 0);
+    assert_eq!(envs[1].status("news")["sent"], 0);
+    let second = envs[1].worker(&[]);
+    wait_for(120, "the second campaign to finish", || {
+        envs[1].status("news")["pending"] == 0
+    });
+    for env in &envs {
+        assert_eq!(env.status("news")["sent"], 2_000);
+    }
+    assert_eq!(peer.total(), 4_000);
+    // Both lists hold the same 2,000 addresses: each got one message from
+    // each database.
+    let received = peer.received.lock().unwrap().clone();
+    assert_eq!(received.len(), 2_000);
+    assert!(received.values().all(|&n| n == 2));
+    assert_eq!(server_stat(&bs, "cmd-release"), 0, "a job was released");
+    assert_eq!(bs.tube_stat(&home[1], "total-jobs"), 20);
+    assert_eq!(bs.tube_stat(&home[0], "total-jobs"), 0);
+    let log = common::stop_worker(first);
+    assert!(log.contains("moving it, untouched"), "{log}");
+    common::stop_worker(second);
+}

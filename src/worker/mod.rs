@@ -115,6 +115,7 @@ async fn pipeline_run(
             index,
             addr,
             tube: settings.tube.clone(),
+            home: crate::queue::home_tube(&identity.database_id),
             jobs: jobs_tx.clone(),
             cmds: rx,
             slots: Arc::clone(&slots),
