@@ -619,6 +619,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                         println!("  {}", crate::status::connections_line(&limit));
                     }
                 }
+                let fleet = fleet::view(workers::list(&mut conn)?, store::now_ms());
+                for note in fleet.shared_tubes() {
+                    println!("{note}");
+                }
             }
         }
     }

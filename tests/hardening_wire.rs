@@ -393,6 +393,22 @@ fn two_databases_on_the_default_tube_move_not_release() {
     assert_eq!(server_stat(&bs, "cmd-release"), 0, "a job was released");
     assert_eq!(bs.tube_stat(&home[1], "total-jobs"), 20);
     assert_eq!(bs.tube_stat(&home[0], "total-jobs"), 0);
+    // `workers` and `status` say plainly that the tube is shared (from
+    // the heartbeat; the row goes when the worker stops).
+    let other = envs[1].identity().database_id;
+    wait_for(30, "the heartbeat to count the moved jobs", || {
+        envs[0].workers().iter().any(|w| w["foreign_jobs"] == 20)
+    });
+    for args in [&["workers"][..], &["status"][..]] {
+        let text = envs[0].ok(args);
+        assert!(
+            text.contains("tube mailsplit is shared")
+                && text.contains(&format!("jobs of another database ({other})"))
+                && text.contains("moved 20 of them"),
+            "{args:?}: {text}"
+        );
+    }
+    assert!(!envs[1].ok(&["status"]).contains("shared"));
     let log = common::stop_worker(first);
     assert!(log.contains("moving it, untouched"), "{log}");
     common::stop_worker(second);

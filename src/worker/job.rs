@@ -57,12 +57,17 @@ fn foreign(shared: &Shared, id: u64, db: String, body: &[u8]) -> Cmd {
         );
     }
     match home {
-        Some(tube) => Cmd::Move {
-            id,
-            body: body.to_vec(),
-            tube,
-            delay: FOREIGN_DELAY,
-        },
+        Some(tube) => {
+            shared
+                .foreign_jobs
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Cmd::Move {
+                id,
+                body: body.to_vec(),
+                tube,
+                delay: FOREIGN_DELAY,
+            }
+        }
         None => Cmd::Release {
             id,
             priority: 0,

@@ -138,6 +138,8 @@ async fn pipeline_run(
         db,
         identity,
         foreign: Mutex::new(Default::default()),
+        foreign_jobs: Default::default(),
+        tube: settings.tube.clone(),
         limiter,
         scheduler: Arc::clone(&scheduler),
         unrecorded: Arc::new(Semaphore::new(settings.concurrency)),
