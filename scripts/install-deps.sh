@@ -16,6 +16,8 @@ Installs, if any is missing, the Debian packages mailsplit needs:
   chromium chromium-driver   the dashboard's browser tests (headless, driven
                   over WebDriver by chromedriver; no browser is downloaded)
   python3-prometheus-client  the metrics test parses /metrics with it
+  spamassassin    the wire test runs its local rules (`spamassassin -L -t`)
+                  over one message of each built-in template
   pkg-config libsqlite3-dev libpq-dev   to build the SQLite and PostgreSQL drivers
   gcc libc6-dev   only if no C compiler/linker (cc) is present
 
@@ -65,6 +67,7 @@ command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 # why: the tests run Debian's /usr/bin/python3 (a pyenv python3 on PATH lacks the module)
 [[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null ||
     missing+=(python3-prometheus-client)
+command -v spamassassin >/dev/null 2>&1 || missing+=(spamassassin)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 have_pkg libsqlite3-dev || missing+=(libsqlite3-dev)
 have_pkg libpq-dev || missing+=(libpq-dev)
@@ -75,7 +78,7 @@ if ((${#missing[@]} > 0)); then
     # why: the brief's fixed package set; install all (cheap when present) so
     # one run leaves a complete machine
     pkgs=(beanstalkd postfix supervisor pkg-config libsqlite3-dev libpq-dev
-        chromium chromium-driver python3-prometheus-client)
+        chromium chromium-driver python3-prometheus-client spamassassin)
     command -v cc >/dev/null 2>&1 || pkgs+=(gcc libc6-dev)
     say "missing: ${missing[*]}; installing: ${pkgs[*]}"
 

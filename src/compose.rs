@@ -7,6 +7,7 @@
 //! [`dkim`]), and the SMTP envelope set. The worker and `mailsplit preview`
 //! both call [`compose`], so a preview is the real message.
 
+pub mod fold;
 pub mod headers;
 
 use std::str::FromStr;
@@ -294,6 +295,10 @@ fn build(campaign: &CampaignMail, r: &Recipient) -> Result<Composed, Unsendable>
     with_sender(message, envelope_sender(campaign, r.id))
 }
 
+/// Longest link of a recipient's own taken into List-Unsubscribe: a URL
+/// cannot be folded, and the header line must stay within 998 octets.
+pub const MAX_LINK: usize = 900;
+
 /// The link a recipient leaves by, and whether it is a one-click link: the
 /// campaign's own (`<public-url>/u/TOKEN`) when it has a public URL; else
 /// the recipient's `unsubscribe_url` attribute if it is an http(s) or
@@ -314,7 +319,8 @@ fn unsubscribe(
     let own = attributes
         .get("unsubscribe_url")
         .and_then(|v| v.as_str())
-        .and_then(safe_link);
+        .and_then(safe_link)
+        .filter(|l| l.len() <= MAX_LINK);
     let link = own.unwrap_or_else(|| {
         let mail = format!("mailto:{}?subject=unsubscribe", campaign.from.email);
         safe_link(&mail).unwrap_or(mail)
@@ -349,13 +355,13 @@ fn mime(
     let mut builder = Message::builder()
         .envelope(envelope)
         .from(from.clone())
-        .to(to)
+        .to(to.clone())
         .subject(one_line(subject))
         .message_id(Some(message_id));
     for header in extra {
         builder = builder.raw_header(header);
     }
-    let message = builder
+    let mut message = builder
         .multipart(
             MultiPart::alternative()
                 .singlepart(
@@ -370,6 +376,13 @@ fn mime(
                 ),
         )
         .map_err(build_err)?;
+    // User text as fold.rs writes it: printable ASCII as itself (lettre
+    // base64-encodes `Linen & Co`), folded so that no line exceeds 998
+    // octets (lettre leaves a long word on one line).
+    let headers = message.headers_mut();
+    headers.insert_raw(fold::mailbox("From", from));
+    headers.insert_raw(fold::mailbox("To", &to));
+    headers.insert_raw(fold::unstructured("Subject", subject));
     Ok(Composed {
         envelope: message.envelope().clone(),
         bytes: message.formatted(),

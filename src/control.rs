@@ -10,7 +10,7 @@ use crate::config::FLAG_REFRESH;
 use crate::queue::{QueueError, Server};
 use crate::store::campaigns;
 pub use crate::store::campaigns::Control;
-use crate::store::{Campaign, Conn, StoreError};
+use crate::store::{installation, Campaign, Conn, StoreError};
 
 /// Most delayed jobs one resume kicks per server.
 const KICK_LIMIT: u64 = 1_000_000;
@@ -39,8 +39,18 @@ pub fn control(
         // Let every worker's flag cache see the resume first, or a worker
         // could meet a kicked job and delay it again.
         std::thread::sleep(2 * FLAG_REFRESH);
+        // Jobs other databases' workers moved to this database's own tube
+        // are paused (delayed) there.
+        let home = installation::load(conn)
+            .ok()
+            .and_then(|i| crate::queue::home_tube(&i.database_id));
+        let tubes: Vec<&str> = std::iter::once(tube).chain(home.as_deref()).collect();
         for &addr in servers {
-            let n = Server::connect(addr).and_then(|mut s| s.kick_delayed(tube, KICK_LIMIT));
+            let n = Server::connect(addr).and_then(|mut s| {
+                tubes
+                    .iter()
+                    .try_fold(0, |n, t| Ok(n + s.kick_delayed(t, KICK_LIMIT)?))
+            });
             kicked.push((addr, n));
         }
     }

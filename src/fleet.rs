@@ -61,6 +61,12 @@ pub struct Worker {
     pub sent: i64,
     /// Messages per second, over its last heartbeat interval; 0 when lost.
     pub rate: f64,
+    /// The named tube it reserves from.
+    pub tube: String,
+    /// Jobs of other databases it met in that tube (moved to their own
+    /// tubes), and those databases.
+    pub foreign_jobs: i64,
+    pub foreign_databases: Vec<String>,
 }
 
 /// The whole fleet.
@@ -134,7 +140,43 @@ impl Fleet {
         if self.workers.iter().any(|w| !w.newest) {
             out.push_str("\n* not the newest binary");
         }
+        for note in self.shared_tubes() {
+            out.push('\n');
+            out.push_str(&note);
+        }
         out
+    }
+
+    /// One line per tube in which these workers met jobs of other
+    /// databases: `mailsplit status` and `mailsplit workers` print them.
+    pub fn shared_tubes(&self) -> Vec<String> {
+        let mut tubes: Vec<(&str, i64, Vec<&str>)> = Vec::new();
+        for w in self.workers.iter().filter(|w| w.foreign_jobs > 0) {
+            let i = match tubes.iter().position(|t| t.0 == w.tube) {
+                Some(i) => i,
+                None => {
+                    tubes.push((&w.tube, 0, Vec::new()));
+                    tubes.len() - 1
+                }
+            };
+            tubes[i].1 += w.foreign_jobs;
+            for d in &w.foreign_databases {
+                if !tubes[i].2.contains(&d.as_str()) {
+                    tubes[i].2.push(d);
+                }
+            }
+        }
+        tubes
+            .into_iter()
+            .map(|(tube, jobs, dbs)| {
+                format!(
+                    "note: tube {tube} is shared: it holds jobs of another database ({}); \
+                     these workers moved {jobs} of them to that database's own tube \
+                     (mailsplit-<database>). Give each database its own --tube.",
+                    dbs.join(", ")
+                )
+            })
+            .collect()
     }
 }
 
@@ -194,6 +236,14 @@ pub fn view(rows: Vec<WorkerRow>, now_ms: i64) -> Fleet {
             started_at: r.started_at,
             seen_at: r.seen_at,
             sent: r.sent,
+            foreign_databases: r
+                .foreign_databases
+                .split(',')
+                .filter(|d| !d.is_empty())
+                .map(str::to_string)
+                .collect(),
+            foreign_jobs: r.foreign_jobs,
+            tube: r.tube,
         });
     }
     fleet
@@ -235,6 +285,9 @@ mod tests {
             seen_at,
             sent: 10,
             rate: 5.0,
+            tube: "mailsplit".into(),
+            foreign_jobs: 0,
+            foreign_databases: String::new(),
         }
     }
 

@@ -19,6 +19,9 @@ use crate::tokens::Identity;
 pub const JOB_TTR: Duration = Duration::from_secs(30);
 /// Scratch tube used to learn a server's newest job id.
 const PROBE_TUBE: &str = "mailsplit-probe";
+/// Prefix of a database's own tube, `mailsplit-<DATABASE-ID>` (see
+/// [`home_tube`]).
+const HOME_TUBE_PREFIX: &str = "mailsplit-";
 /// Current job body version.
 pub const JOB_VERSION: u32 = 2;
 
@@ -206,6 +209,41 @@ impl Server {
         Ok(())
     }
 
+    /// Reserve from `tube` too.
+    pub fn watch(&mut self, tube: &str) -> Result<(), QueueError> {
+        let e = self.err("watch");
+        self.conn.watch(tube).map(drop).map_err(e)
+    }
+
+    /// A job's priority (`stats-job`).
+    pub fn job_priority(&mut self, id: u64) -> Result<u32, QueueError> {
+        let e = self.err("stats-job");
+        let stats = self.conn.stats_job(id).map_err(e)?;
+        Ok(stats
+            .get("pri")
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or(0))
+    }
+
+    /// Move reserved job `id` (whose body is `body`) to `tube`: put a copy
+    /// there with the same priority, then delete it here. New jobs go to
+    /// `back_to` afterwards.
+    pub fn move_job(
+        &mut self,
+        id: u64,
+        body: &[u8],
+        tube: &str,
+        back_to: &str,
+    ) -> Result<u64, QueueError> {
+        let priority = self.job_priority(id)?;
+        self.use_tube(tube)?;
+        let put = self.put(body, priority);
+        self.use_tube(back_to)?;
+        let new = put?;
+        self.delete(id)?;
+        Ok(new)
+    }
+
     pub fn put(&mut self, body: &[u8], priority: u32) -> Result<u64, QueueError> {
         let e = self.err("put");
         self.conn
@@ -321,6 +359,20 @@ impl Server {
             other => other.map_err(e),
         }
     }
+}
+
+/// A database's own tube, `mailsplit-<DATABASE-ID>`: every worker watches
+/// it besides the named tube (`--tube`), and a worker that reserves a job
+/// of another database in a shared tube moves it at once to that
+/// database's own tube, where only that database's workers look. `None`
+/// for an id that cannot name a tube (a job body is not trusted).
+pub fn home_tube(database_id: &str) -> Option<String> {
+    let ok = !database_id.is_empty()
+        && database_id.len() <= 64
+        && database_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    ok.then(|| format!("{HOME_TUBE_PREFIX}{database_id}"))
 }
 
 /// beanstalkd priorities are u32, lower is more urgent.

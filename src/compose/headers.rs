@@ -6,10 +6,10 @@
 //! link a template renders goes through ([`safe_link`]).
 //!
 //! Every value built here is ASCII without CR or LF: names and URLs pass
-//! through [`label`], [`safe_link`] or RFC 2047 encoding first, so nothing a
-//! list name or a CSV attribute holds can add a header.
+//! through [`label`], [`safe_link`] or [`super::fold`] (RFC 2047 encoding,
+//! folded within RFC 5322's line limits) first, so nothing a list name or a
+//! CSV attribute holds can add a header or make a line over 998 octets.
 
-use data_encoding::BASE64;
 use lettre::message::header::{HeaderName, HeaderValue};
 
 /// Longest label taken from a campaign or list name (Feedback-ID, List-Id).
@@ -56,7 +56,8 @@ pub fn message_id(campaign: i64, recipient: i64, database_id: &str, domain: &str
 }
 
 /// `List-Id: "NAME" <LABEL.DOMAIN>` (RFC 2919): the list's name as the
-/// description, a label made of it under the From domain as the id.
+/// description (folded, encoded only where needed), a label made of it
+/// under the From domain as the id.
 pub fn list_id(list_name: &str, list: i64, domain: &str) -> HeaderValue {
     let mut id = label(list_name).to_ascii_lowercase();
     id = id.trim_matches(['-', '.']).to_string();
@@ -66,8 +67,7 @@ pub fn list_id(list_name: &str, list: i64, domain: &str) -> HeaderValue {
     if id.is_empty() {
         id = format!("list-{list}");
     }
-    let value = format!("{} <{id}.{domain}>", phrase(list_name));
-    raw("List-Id", value)
+    super::fold::phrase_then("List-Id", list_name, &format!("<{id}.{domain}>"))
 }
 
 /// `Feedback-ID: CAMPAIGN:LIST:TEMPLATE:SENDER` in Gmail's format: the
@@ -121,30 +121,6 @@ fn label(text: &str) -> String {
     } else {
         out
     }
-}
-
-/// A display phrase: a quoted string for printable ASCII, RFC 2047
-/// encoded words (UTF-8, base64, at most 75 characters each) otherwise.
-fn phrase(text: &str) -> String {
-    let text = super::one_line(text);
-    if text.bytes().all(|b| (0x20..0x7f).contains(&b)) {
-        return format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""));
-    }
-    let mut words = Vec::new();
-    let mut chunk = String::new();
-    for c in text.chars() {
-        // 45 bytes of UTF-8 make 60 characters of base64: a 72-character word.
-        if chunk.len() + c.len_utf8() > 45 {
-            words.push(std::mem::take(&mut chunk));
-        }
-        chunk.push(c);
-    }
-    words.push(chunk);
-    words
-        .iter()
-        .map(|w| format!("=?utf-8?b?{}?=", BASE64.encode(w.as_bytes())))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 #[cfg(test)]

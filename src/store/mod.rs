@@ -25,6 +25,7 @@ mod prepared;
 pub mod rates;
 pub mod recipients;
 pub mod schema;
+mod versions;
 pub mod workers;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -32,7 +33,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use diesel::connection::SimpleConnection;
 use diesel::pg::PgConnection;
 use diesel::sqlite::SqliteConnection;
-use diesel::{Connection, QueryableByName};
+use diesel::Connection;
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
 
 pub use campaigns::{Campaign, CampaignState, Counters};
@@ -73,6 +74,10 @@ pub enum StoreError {
     Migrate(String),
     #[error("database schema is {0}: run `mailsplit migrate` first")]
     NotMigrated(&'static str),
+    /// The database holds migrations this binary does not know: a newer
+    /// mailsplit migrated it, and this one would misread its schema.
+    #[error("the database has migrations this mailsplit does not know ({}): this binary is older than the database; run the newer mailsplit that migrated it", .0.join(", "))]
+    NewerSchema(Vec<String>),
     #[error("unknown campaign {0:?}; `mailsplit campaign list` shows the campaigns")]
     UnknownCampaign(String),
     #[error("unknown list {name:?}; lists: {choices}")]
@@ -370,11 +375,13 @@ impl Conn {
                 Inner::Pg(c)
             }
         };
-        Ok(Conn {
+        let mut conn = Conn {
             inner,
             depth: 0,
             plans: plans::PlanMode::default(),
-        })
+        };
+        conn.refuse_newer_schema()?;
+        Ok(conn)
     }
 
     pub(crate) fn inner_mut(&mut self) -> InnerMut<'_> {
@@ -512,43 +519,6 @@ impl Conn {
     pub fn execute_batch(&mut self, sql: &str) -> Result<()> {
         on!(self, |c| c.batch_execute(sql))?;
         Ok(())
-    }
-
-    /// Fail with a message that names the fix when the schema is missing or
-    /// older than this binary. Reads diesel's record of applied migrations
-    /// and writes nothing (diesel's own check would create its table).
-    pub fn check_migrated(&mut self) -> Result<()> {
-        use diesel::sql_types::Text;
-        use diesel::RunQueryDsl;
-        #[derive(QueryableByName)]
-        struct Applied {
-            #[diesel(sql_type = Text)]
-            version: String,
-        }
-        let query = "SELECT version FROM __diesel_schema_migrations";
-        let applied = on!(self, |c| diesel::sql_query(query).load::<Applied>(c));
-        let applied: Vec<String> = match applied {
-            Ok(rows) => rows.into_iter().map(|r| r.version).collect(),
-            Err(diesel::result::Error::DatabaseError(_, info))
-                if info.message().contains("no such table")
-                    || info.message().contains("does not exist") =>
-            {
-                return Err(StoreError::NotMigrated("missing"));
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let known = diesel::migration::MigrationSource::<diesel::sqlite::Sqlite>::migrations(
-            &migrations_of(Backend::Sqlite),
-        )
-        .map_err(|e| StoreError::Migrate(e.to_string()))?;
-        let all_applied = known
-            .iter()
-            .all(|m| applied.iter().any(|v| *v == m.name().version().to_string()));
-        if all_applied {
-            Ok(())
-        } else {
-            Err(StoreError::NotMigrated("older than this mailsplit"))
-        }
     }
 }
 

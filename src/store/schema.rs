@@ -193,6 +193,10 @@ diesel::table! {
         seen_at -> BigInt,
         sent -> BigInt,
         rate -> Double,
+        /// Migration 15.
+        tube -> Text,
+        foreign_jobs -> BigInt,
+        foreign_databases -> Text,
     }
 }
 

@@ -45,6 +45,12 @@ pub struct WorkerRow {
     pub sent: i64,
     /// Messages sent per second between its last two heartbeats.
     pub rate: f64,
+    /// The named tube it reserves from (`--tube`).
+    pub tube: String,
+    /// Jobs of other databases it met in that tube (and moved to their
+    /// own tubes), and those databases' ids, comma-separated.
+    pub foreign_jobs: i64,
+    pub foreign_databases: String,
 }
 
 /// Write a heartbeat: the whole row the first time (or after someone
@@ -59,6 +65,8 @@ pub fn beat(conn: &mut Conn, row: &WorkerRow) -> Result<()> {
             w::seen_at.eq(row.seen_at),
             w::sent.eq(row.sent),
             w::rate.eq(row.rate),
+            w::foreign_jobs.eq(row.foreign_jobs),
+            w::foreign_databases.eq(&row.foreign_databases),
         ))
         .execute(c))?;
     Ok(())

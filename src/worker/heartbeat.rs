@@ -65,6 +65,9 @@ impl Heartbeat {
             seen_at: started_at,
             sent: 0,
             rate: 0.0,
+            tube: shared.tube.clone(),
+            foreign_jobs: 0,
+            foreign_databases: String::new(),
         };
         let task = tokio::spawn(beat(Arc::clone(&shared), row, stop, done.clone()));
         Heartbeat { shared, done, task }
@@ -94,6 +97,14 @@ impl Heartbeat {
             }
         }
     }
+}
+
+/// The other databases whose jobs this worker met, sorted, comma-separated.
+fn foreign_databases(shared: &Shared) -> String {
+    let set = shared.foreign.lock().unwrap_or_else(|p| p.into_inner());
+    let mut ids: Vec<&str> = set.iter().map(String::as_str).collect();
+    ids.sort_unstable();
+    ids.join(",")
 }
 
 /// The heartbeat task; returns the row's id once it has been written.
@@ -139,6 +150,8 @@ async fn beat(
         }
         row.sent = sent;
         row.seen_at = now_ms();
+        row.foreign_jobs = shared.foreign_jobs.load(Ordering::Relaxed) as i64;
+        row.foreign_databases = foreign_databases(&shared);
         row.state = if stop.is_cancelled() {
             WorkerState::Stopping
         } else {

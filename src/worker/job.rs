@@ -26,8 +26,8 @@ const BURY_PRIORITY: u32 = 0;
 /// A job whose campaign or claim could not be read (database down) comes
 /// back after this long.
 const DB_RETRY_DELAY: Duration = Duration::from_secs(5);
-/// A job of another database goes back for its own workers; this worker
-/// meets it again at most this often.
+/// A job of another database that cannot be moved to its own tube goes
+/// back for its own workers; this worker meets it again at most this often.
 const FOREIGN_DELAY: Duration = Duration::from_secs(30);
 
 /// A job that passed its checks and whose recipients are claimed.
@@ -36,6 +36,44 @@ struct Claimed {
     token: i64,
     claim: deliveries::Claim,
     people: Vec<recipients::Recipient>,
+}
+
+/// What to do with a job of another database: move it to that database's
+/// own tube, where this worker never sees it again (released with
+/// [`FOREIGN_DELAY`] if the id cannot name a tube or the move fails).
+fn foreign(shared: &Shared, id: u64, db: String, body: &[u8]) -> Cmd {
+    let first = shared
+        .foreign
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(db.clone());
+    let home = crate::queue::home_tube(&db);
+    if first {
+        tracing::warn!(
+            job = id,
+            database = %db,
+            ours = %shared.identity.database_id,
+            "job of another database in this tube: moving it, untouched, to that database's own tube mailsplit-<database> (logged once per database)"
+        );
+    }
+    match home {
+        Some(tube) => {
+            shared
+                .foreign_jobs
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Cmd::Move {
+                id,
+                body: body.to_vec(),
+                tube,
+                delay: FOREIGN_DELAY,
+            }
+        }
+        None => Cmd::Release {
+            id,
+            priority: 0,
+            delay: FOREIGN_DELAY,
+        },
+    }
 }
 
 /// Check a job and claim its recipients, or say what to do with the job
@@ -47,26 +85,7 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
     };
     let body = match JobBody::decode(body, &shared.identity) {
         Ok(body) => body,
-        Err(BadJob::Foreign(db)) => {
-            let first = shared
-                .foreign
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(db.clone());
-            if first {
-                tracing::warn!(
-                    job = id,
-                    database = %db,
-                    ours = %shared.identity.database_id,
-                    "job of another database in this tube: releasing it untouched for that database's workers (logged once per database)"
-                );
-            }
-            return Err(Cmd::Release {
-                id,
-                priority: 0,
-                delay: FOREIGN_DELAY,
-            });
-        }
+        Err(BadJob::Foreign(db)) => return Err(foreign(shared, id, db, body)),
         Err(e) => {
             tracing::warn!(job = id, "burying job: {e}");
             return Err(bury);

@@ -64,8 +64,12 @@ pub struct Shared {
     /// `concurrency` permits: a message holds one from before it is sent
     /// until its outcome is committed (see [`Report::unrecorded`]).
     pub unrecorded: Arc<tokio::sync::Semaphore>,
-    /// Other databases whose jobs this worker has met (each logged once).
+    /// Other databases whose jobs this worker has met (each logged once),
+    /// and how many jobs of theirs it moved to their own tubes.
     pub foreign: Mutex<HashSet<String>>,
+    pub foreign_jobs: AtomicU64,
+    /// The named tube it reserves from (`--tube`), for its heartbeat.
+    pub tube: String,
     /// Messages this process recorded as sent (for its heartbeat).
     pub sent: AtomicU64,
 }

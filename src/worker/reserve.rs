@@ -45,6 +45,15 @@ pub enum Cmd {
         priority: u32,
     },
     Touch(u64),
+    /// A job of another database: move it to that database's own tube
+    /// (see [`crate::queue::home_tube`]); if that fails, release it with
+    /// `delay`.
+    Move {
+        id: u64,
+        body: Vec<u8>,
+        tube: String,
+        delay: Duration,
+    },
     /// Put `jobs` (the job's deferred recipients) into the tube, then
     /// delete the job; if a put fails, release the job with `delay` (the
     /// longest) instead.
@@ -67,7 +76,10 @@ impl Cmd {
     fn id(&self) -> u64 {
         match *self {
             Cmd::Delete(id) | Cmd::Touch(id) => id,
-            Cmd::Release { id, .. } | Cmd::Bury { id, .. } | Cmd::Defer { id, .. } => id,
+            Cmd::Release { id, .. }
+            | Cmd::Bury { id, .. }
+            | Cmd::Defer { id, .. }
+            | Cmd::Move { id, .. } => id,
         }
     }
 }
@@ -76,6 +88,9 @@ pub struct ServerLoop {
     pub index: usize,
     pub addr: SocketAddr,
     pub tube: String,
+    /// This database's own tube, watched besides `tube` (other databases'
+    /// workers move its jobs there).
+    pub home: Option<String>,
     pub jobs: mpsc::Sender<Incoming>,
     pub cmds: Receiver<Cmd>,
     pub slots: Arc<Semaphore>,
@@ -130,6 +145,9 @@ impl ServerLoop {
     fn connect(&self) -> Result<Server, QueueError> {
         let mut s = Server::connect(self.addr)?;
         s.watch_only(&self.tube)?;
+        if let Some(home) = self.home.as_deref().filter(|h| *h != self.tube) {
+            s.watch(home)?;
+        }
         // Deferred recipients are put into the same tube.
         s.use_tube(&self.tube)?;
         Ok(s)
@@ -218,6 +236,22 @@ impl ServerLoop {
             } => s.release(id, priority, delay),
             Cmd::Bury { id, priority } => s.bury(id, priority),
             Cmd::Touch(id) => s.touch(id),
+            Cmd::Move {
+                id,
+                body,
+                tube,
+                delay,
+            } => match s.move_job(id, &body, &tube, &self.tube) {
+                Ok(new) => {
+                    tracing::debug!(job = id, new_job = new, %tube, "job of another database moved to its own tube");
+                    Ok(())
+                }
+                Err(e) if e.is_not_found() => Err(e),
+                Err(e) => {
+                    tracing::warn!(job = id, %tube, error = %format!("{:#}", anyhow::Error::from(e)), "cannot move a job of another database to its own tube: releasing it instead");
+                    s.release(id, 0, delay)
+                }
+            },
             Cmd::Defer {
                 id,
                 priority,

@@ -305,12 +305,16 @@ fn a_job_of_another_database_is_left_for_its_workers() {
         .unwrap();
     let mut w = env.worker(&[]);
     wait_done(&env, "news", 60);
-    // Ours are sent; theirs is back in the queue, delayed, untouched.
-    wait_for(10, "the foreign job to be released", || {
-        c.stats_job(foreign)
-            .map(|s| s.get("state").map(String::as_str) == Some("delayed"))
-            .unwrap_or(false)
+    // Ours are sent; theirs is moved, untouched, to its database's own
+    // tube, where only its workers look.
+    let home = mailsplit::queue::home_tube(&other.identity().database_id).unwrap();
+    wait_for(10, "the foreign job to be moved", || {
+        bs.tube_stat(&home, "current-jobs-ready") == 1
     });
+    assert!(c.stats_job(foreign).is_err(), "the original is deleted");
+    c.watch(&home).unwrap();
+    let moved = c.reserve_with_timeout(Duration::ZERO).unwrap();
+    assert_eq!(moved.body(), &other.signed_job(1, &[1, 2, 3])[..]);
     assert_eq!(peer.total(), 20);
     assert_counts(&env, "news", 20, 0, 0);
     signal(&w.0, "TERM");

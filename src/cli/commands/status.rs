@@ -35,6 +35,10 @@ pub fn status(g: &Global, campaign: Option<&str>, json: bool) -> Result {
             outln!("  {line}")?;
         }
     }
+    let (fleet, _) = fleet::load(&mut conn)?;
+    for note in fleet.shared_tubes() {
+        outln!("{note}")?;
+    }
     Ok(())
 }
 
