@@ -612,6 +612,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                         println!("  {}", crate::status::rate_line(&group, &usage));
                     }
                 }
+                if let Some(lines) = crate::status::unverified_lines(&mut conn)? {
+                    println!("{lines}");
+                }
                 let limits = connections::list(&mut conn)?;
                 if !limits.is_empty() {
                     println!("connection limits:");
@@ -993,6 +996,7 @@ fn cmd_bounce(g: &Global, args: &BounceArgs) -> Result<ExitCode> {
     };
     let show = |handled: &Handled| match handled {
         Handled::Ignored(why) => tracing::info!("ignored: {why}"),
+        Handled::Unverified(u) => tracing::warn!("{u}"),
         Handled::Recorded(events) => {
             for e in events {
                 tracing::info!(
@@ -1044,9 +1048,10 @@ fn cmd_bounce(g: &Global, args: &BounceArgs) -> Result<ExitCode> {
             });
             match summary {
                 Ok(s) => println!(
-                    "{}: {} reports recorded, {} messages ignored",
+                    "{}: {} reports recorded, {} unverified, {} messages ignored",
                     dir.display(),
                     s.recorded,
+                    s.unverified,
                     s.ignored
                 ),
                 Err(e) => return tempfail(e.into()),
