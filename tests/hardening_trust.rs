@@ -271,3 +271,218 @@ fn signed_message_id_of_an_unsent_message_changes_nobody() {
 }
 
 both!(forged_reports_change_nobody);
+
+/// `serve` with these tokens on these addresses; its log goes to a file.
+fn serve_logged(
+    env: &Env,
+    admin_ip: &str,
+    admin_token: Option<&str>,
+    webhook_token: Option<&str>,
+) -> (std::process::Command, u16, u16, std::path::PathBuf) {
+    let (public, admin) = (free_port(), free_port());
+    let mut cmd = env.cmd(&[
+        "serve",
+        "--listen",
+        &format!("127.0.0.1:{public}"),
+        "--admin-listen",
+        &format!("{admin_ip}:{admin}"),
+    ]);
+    cmd.env_remove("MAILSPLIT_ADMIN_TOKEN")
+        .env_remove("MAILSPLIT_WEBHOOK_TOKEN");
+    if let Some(t) = admin_token {
+        cmd.env("MAILSPLIT_ADMIN_TOKEN", t);
+    }
+    if let Some(t) = webhook_token {
+        cmd.env("MAILSPLIT_WEBHOOK_TOKEN", t);
+    }
+    let log = env.dir.path().join(format!("serve-{admin}.log"));
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(&log).unwrap()));
+    (cmd, public, admin, log)
+}
+
+const STRONG: &str = "kQ7vX2pLm9RtYw4ZsB8nHc3J";
+
+/// Weak admin tokens on a non-loopback listener, and tokens with spaces
+/// around them, are refused at start (exit 2, without echoing the token).
+#[test]
+fn weak_or_spaced_tokens_are_refused_at_start() {
+    let env = Env::new(Kind::Sqlite, "127.0.0.1:1");
+    env.ok(&["migrate"]);
+    for (ip, admin, webhook, why) in [
+        ("0.0.0.0", Some("x"), None, "too weak"),
+        (
+            "0.0.0.0",
+            Some("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"),
+            None,
+            "too weak",
+        ),
+        (
+            "0.0.0.0",
+            Some("abcdefghijklmnopqrstuvwxyz"),
+            None,
+            "too weak",
+        ),
+        (
+            "127.0.0.1",
+            Some(" kQ7vX2pLm9RtYw4ZsB8nHc3J "),
+            None,
+            "spaces",
+        ),
+        ("127.0.0.1", None, Some("hook-s3cret\n"), "spaces"),
+    ] {
+        let (mut cmd, _, _, log) = serve_logged(&env, ip, admin, webhook);
+        let status = cmd.status().unwrap();
+        let err = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(status.code(), Some(2), "{admin:?} {webhook:?}: {err}");
+        assert!(err.contains(why), "{err}");
+        for t in [admin, webhook].into_iter().flatten() {
+            assert!(!err.contains(t.trim()), "the token leaked: {err}");
+        }
+    }
+    // A strong one on a non-loopback address starts.
+    let (mut cmd, _, admin, _) = serve_logged(&env, "0.0.0.0", Some(STRONG), None);
+    let _p = Proc(cmd.spawn().unwrap());
+    wait_port(admin);
+}
+
+/// Ten wrong tokens a minute per client, then 429 even for the right one;
+/// every failure is logged with the client's address and never the token.
+#[test]
+fn failed_logins_are_limited_and_logged_per_client() {
+    let env = Env::new(Kind::Sqlite, "127.0.0.1:1");
+    env.ok(&["migrate"]);
+    let hook = "Wh7kP2qZx9LmR4tV8sNc3bYd";
+    let (mut cmd, public, admin, log) = serve_logged(&env, "127.0.0.1", Some(STRONG), Some(hook));
+    let _p = Proc(cmd.spawn().unwrap());
+    wait_port(public);
+    wait_port(admin);
+    let ok = format!("Bearer {STRONG}");
+    assert_eq!(
+        http(
+            "GET",
+            admin,
+            "/api/campaigns",
+            &[("Authorization", &ok)],
+            None
+        )
+        .status,
+        200
+    );
+    for i in 0..10 {
+        let wrong = format!("Bearer guess-number-{i}");
+        let r = http(
+            "GET",
+            admin,
+            "/api/campaigns",
+            &[("Authorization", &wrong)],
+            None,
+        );
+        assert_eq!(r.status, 401, "try {i}");
+    }
+    let r = http(
+        "GET",
+        admin,
+        "/api/campaigns",
+        &[("Authorization", &ok)],
+        None,
+    );
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert!(r.header("retry-after").is_some());
+    // The login form counts too (and is refused now).
+    let r = http(
+        "POST",
+        admin,
+        "/login",
+        &[],
+        Some(&format!("token={STRONG}")),
+    );
+    assert_eq!(r.status, 429);
+    // The webhook is on the public listener, with its own token, but the
+    // same client: refused as well.
+    let json = [
+        ("Content-Type", "application/json"),
+        ("Authorization", "Bearer nope"),
+    ];
+    let r = http(
+        "POST",
+        public,
+        "/webhooks/bounce",
+        &json,
+        Some(r#"{"email":"a@b.test","type":"hard"}"#),
+    );
+    assert_eq!(r.status, 429);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let failures: Vec<&str> = text.lines().filter(|l| l.contains("wrong token")).collect();
+    assert_eq!(failures.len(), 10, "{text}");
+    assert!(
+        failures.iter().all(|l| l.contains("client=127.0.0.1")),
+        "{text}"
+    );
+    assert!(!text.contains("guess-number"), "a token was logged: {text}");
+    assert!(text.contains("too many failed attempts"), "{text}");
+}
+
+/// A failed webhook call is logged with the client address, not the token.
+#[test]
+fn failed_webhook_calls_are_logged_with_the_client() {
+    let env = Env::new(Kind::Sqlite, "127.0.0.1:1");
+    env.ok(&["migrate"]);
+    let (mut cmd, public, _, log) =
+        serve_logged(&env, "127.0.0.1", None, Some("Wh7kP2qZx9LmR4tV8sNc3bYd"));
+    let _p = Proc(cmd.spawn().unwrap());
+    wait_port(public);
+    let json = [
+        ("Content-Type", "application/json"),
+        ("Authorization", "Bearer s3cret-guess"),
+    ];
+    let r = http(
+        "POST",
+        public,
+        "/webhooks/bounce",
+        &json,
+        Some(r#"{"email":"a@b.test","type":"hard"}"#),
+    );
+    assert_eq!(r.status, 401);
+    wait_for(10, "the failure logged", || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("webhook bearer header: wrong token")
+    });
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("client=127.0.0.1"), "{text}");
+    assert!(!text.contains("s3cret-guess"), "{text}");
+}
+
+/// An admin action's log line names the client that asked for it.
+#[test]
+fn admin_actions_are_logged_with_the_client() {
+    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
+    env.campaign("news", 3);
+    let (mut cmd, _, admin, log) = serve_logged(&env, "127.0.0.1", Some(STRONG), None);
+    let _p = Proc(cmd.spawn().unwrap());
+    wait_port(admin);
+    let auth = format!("Bearer {STRONG}");
+    let r = http(
+        "POST",
+        admin,
+        "/api/campaigns/news/pause",
+        &[("Authorization", &auth)],
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    wait_for(10, "the action logged", || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("campaign controlled")
+    });
+    let text = std::fs::read_to_string(&log).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("campaign controlled"))
+        .unwrap();
+    assert!(
+        line.contains("client=127.0.0.1") && line.contains("news"),
+        "{line}"
+    );
+}

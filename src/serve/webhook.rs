@@ -12,7 +12,9 @@
 //! writes.
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State as Extract};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, DefaultBodyLimit, State as Extract};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -52,7 +54,16 @@ fn answer(code: StatusCode, message: &str) -> Response {
     (code, Json(serde_json::json!({ "error": message }))).into_response()
 }
 
-async fn receive(Extract(state): Extract<State>, headers: HeaderMap, body: Bytes) -> Response {
+async fn receive(
+    Extract(state): Extract<State>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let client = peer.ip();
+    if let Some(wait) = state.failures.blocked(client) {
+        return super::guard::too_many(client, "webhook", wait);
+    }
     let expected = state.settings.webhook_token.as_deref().unwrap_or_default();
     let given = headers
         .get(header::AUTHORIZATION)
@@ -60,6 +71,7 @@ async fn receive(Extract(state): Extract<State>, headers: HeaderMap, body: Bytes
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
     if expected.is_empty() || !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+        state.failures.failed(client, "webhook bearer header");
         return (
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Bearer")],
