@@ -486,3 +486,71 @@ fn admin_actions_are_logged_with_the_client() {
         "{line}"
     );
 }
+
+/// The `s=` selectors of a message's DKIM signatures.
+fn selectors(text: &str) -> Vec<String> {
+    header(text, "DKIM-Signature")
+        .iter()
+        .filter_map(|sig| {
+            sig.split(';')
+                .map(str::trim)
+                .find_map(|t| t.strip_prefix("s="))
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+/// `dkim delete` while a worker is sending stops the signing within
+/// seconds, without a restart; a new key is used as quickly.
+#[test]
+fn dkim_delete_stops_signing_while_a_worker_runs() {
+    let (_tmp, _bs, peer, env) = setup(
+        Kind::Sqlite,
+        Script {
+            keep_data: true,
+            data_delay: std::time::Duration::from_millis(50),
+            ..Script::default()
+        },
+    );
+    env.import_n("news", 2_000);
+    env.ok(&["dkim", "keygen", "example.test", "--selector", "leaked"]);
+    env.create_campaign("news", "news", &[]);
+    env.ok(&["enqueue", "news"]);
+    let _w = env.worker(&["--concurrency", "2"]);
+    let count = || peer.messages.lock().unwrap().len();
+    wait_for(30, "a few signed messages", || count() >= 5);
+    assert_eq!(selectors(&peer.messages.lock().unwrap()[0].1), ["leaked"]);
+    env.ok(&["dkim", "delete", "example.test"]);
+    let deleted_at = count();
+    // Within seconds (not at the end of the campaign or a restart).
+    wait_for(5, "an unsigned message", || {
+        peer.messages.lock().unwrap()[deleted_at..]
+            .iter()
+            .any(|(_, text)| selectors(text).is_empty())
+    });
+    let first_unsigned = {
+        let m = peer.messages.lock().unwrap();
+        (deleted_at..m.len())
+            .find(|&i| selectors(&m[i].1).is_empty())
+            .unwrap()
+    };
+    wait_for(10, "more messages", || count() > first_unsigned + 20);
+    {
+        let m = peer.messages.lock().unwrap();
+        // Once the deletion is seen, the leaked key signs nothing more
+        // (the two sessions may each have one composed message in hand).
+        let late_signed = m[first_unsigned..]
+            .iter()
+            .filter(|(_, text)| !selectors(text).is_empty())
+            .count();
+        assert!(late_signed <= 2, "{late_signed} signed after the deletion");
+    }
+    env.ok(&["dkim", "keygen", "example.test", "--selector", "fresh"]);
+    let added_at = count();
+    wait_for(5, "a message signed with the new key", || {
+        peer.messages.lock().unwrap()[added_at..]
+            .iter()
+            .any(|(_, text)| selectors(text) == ["fresh"])
+    });
+    env.ok(&["cancel", "news"]);
+}
