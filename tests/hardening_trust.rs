@@ -554,3 +554,52 @@ fn dkim_delete_stops_signing_while_a_worker_runs() {
     });
     env.ok(&["cancel", "news"]);
 }
+
+/// Webhook replays that differ only in whitespace (or key order) are the
+/// same event; the provider's event id, when given, names it.
+#[test]
+fn webhook_replays_are_deduplicated_on_the_parsed_event() {
+    let env = Env::new(Kind::Sqlite, "127.0.0.1:1");
+    env.import_n("news", 2);
+    let hook = "Wh7kP2qZx9LmR4tV8sNc3bYd";
+    let (mut cmd, public, _, _) = serve_logged(&env, "127.0.0.1", None, Some(hook));
+    let _p = Proc(cmd.spawn().unwrap());
+    wait_port(public);
+    let auth = format!("Bearer {hook}");
+    let post = |body: &str| {
+        let h = [
+            ("Content-Type", "application/json"),
+            ("Authorization", auth.as_str()),
+        ];
+        let r = http("POST", public, "/webhooks/bounce", &h, Some(body));
+        assert_eq!(r.status, 200, "{body}: {}", r.body);
+    };
+    let events = |email: &str| {
+        bounces::events_of(&mut env.conn(), rid(&env, email))
+            .unwrap()
+            .len()
+    };
+    // Three "identical" soft bounces (the soft limit is 3).
+    post(r#"{"email":"user1@example.test","type":"soft","reason":"452 full"}"#);
+    post(
+        "{ \"email\" : \"user1@example.test\",\n  \"type\": \"soft\", \"reason\": \"452 full\" }\n",
+    );
+    post(r#"{"type":"soft","reason":"452  full","email":"User1@example.test"}"#);
+    assert_eq!(events("user1@example.test"), 1);
+    assert_eq!(
+        status_of(&env, "user1@example.test"),
+        RecipientStatus::Active
+    );
+    // With provider ids: the same id is one event whatever else differs;
+    // three ids are three events, and three soft bounces bounce.
+    post(r#"{"id":"evt-1","email":"user2@example.test","type":"soft","reason":"a"}"#);
+    post(r#"{"id":"evt-1","email":"user2@example.test","type":"soft","reason":"a (retry)"}"#);
+    assert_eq!(events("user2@example.test"), 1);
+    post(r#"{"id":"evt-2","email":"user2@example.test","type":"soft","reason":"a"}"#);
+    post(r#"{"id":"evt-3","email":"user2@example.test","type":"soft","reason":"a"}"#);
+    assert_eq!(events("user2@example.test"), 3);
+    assert_eq!(
+        status_of(&env, "user2@example.test"),
+        RecipientStatus::Bounced
+    );
+}
