@@ -480,6 +480,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 campaign.name, campaign.id, list, size, template, priority
             );
             deliverability_warnings(&mut conn, &from, public_url.as_deref())?;
+            let from_domain = compose::from_domain(&from);
+            if let Some(w) = compose::align::warning(&from_domain, return_path.as_deref()) {
+                eprintln!("mailsplit: warning: {w}");
+            }
         }
         Command::Campaign(CampaignCommand::List) => {
             let mut conn = open_read_only(g)?;

@@ -7,6 +7,7 @@
 //! [`dkim`]), and the SMTP envelope set. The worker and `mailsplit preview`
 //! both call [`compose`], so a preview is the real message.
 
+pub mod align;
 pub mod headers;
 
 use std::str::FromStr;

@@ -603,3 +603,82 @@ fn webhook_replays_are_deduplicated_on_the_parsed_event() {
         RecipientStatus::Bounced
     );
 }
+
+/// `pause` on a draft is refused (CLI and API), and the dashboard offers
+/// no Pause button for it.
+#[test]
+fn a_draft_cannot_be_paused() {
+    let env = Env::new(Kind::Sqlite, "127.0.0.1:1");
+    env.campaign_without_enqueue("draft1", 2);
+    let out = env.run(&["pause", "draft1"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("draft"), "{}", stderr(&out));
+    let (mut cmd, _, admin, _) = serve_logged(&env, "127.0.0.1", Some(STRONG), None);
+    let _p = Proc(cmd.spawn().unwrap());
+    wait_port(admin);
+    let auth = format!("Bearer {STRONG}");
+    let r = http(
+        "POST",
+        admin,
+        "/api/campaigns/draft1/pause",
+        &[("Authorization", &auth)],
+        None,
+    );
+    assert_eq!(r.status, 409, "{}", r.body);
+    let page = http("GET", admin, "/live", &[("Authorization", &auth)], None);
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("draft1"), "{}", page.body);
+    assert!(
+        !page.body.contains("/campaigns/draft1/pause"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("/campaigns/draft1/cancel"),
+        "{}",
+        page.body
+    );
+    assert_eq!(env.status("draft1")["state"], "draft");
+}
+
+/// A return path on another organisation than From gets a warning about
+/// SPF/DMARC alignment, like the missing-DKIM one; an aligned one none.
+#[test]
+fn an_unaligned_return_path_is_warned_about() {
+    let env = Env::new(Kind::Sqlite, "127.0.0.1:1");
+    env.import_n("news", 1);
+    let out = env.try_create_campaign("a", "news", &["--return-path", "bounces@bounce.other.test"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("warning: the return path's domain bounce.other.test")
+            && err.contains("DMARC"),
+        "{err}"
+    );
+    let out = env.try_create_campaign(
+        "b",
+        "news",
+        &["--return-path", "bounces@bounce.example.test"],
+    );
+    assert!(out.status.success());
+    assert!(!stderr(&out).contains("return path"), "{}", stderr(&out));
+}
+
+/// A DSN naming 100,000 addresses is logged as one short summary, not a
+/// line of every address.
+#[test]
+fn a_dsn_naming_100000_addresses_is_logged_as_a_summary() {
+    let env = Env::new(Kind::Sqlite, "127.0.0.1:1");
+    env.import_n("news", 2);
+    let many: Vec<String> = (0..100_000)
+        .map(|i| format!("victim{i}@example.test"))
+        .collect();
+    let dsn = dsn_many("bounces@bounce.example.test", &many, "<m@x>");
+    let log = bounce(&env, &[], dsn.as_bytes());
+    assert!(log.len() < 2_000, "{} bytes of log", log.len());
+    assert!(
+        log.contains("naming 100000 addresses") && log.contains("and 99997 more"),
+        "{log}"
+    );
+    assert!(bounces::recent(&mut env.conn(), 10).unwrap().is_empty());
+}

@@ -99,7 +99,8 @@ impl CampaignRow {
             bar,
             done_pct: format!("{:.1}", done.min(100.0)),
             eta,
-            can_pause: live && c.state != Phase::Paused,
+            // A draft has nothing to pause (`pause` refuses it too).
+            can_pause: live && !matches!(c.state, Phase::Paused | Phase::Draft),
             can_resume: c.state == Phase::Paused,
             can_cancel: live,
             c,
