@@ -99,18 +99,17 @@ impl std::fmt::Display for Unverified {
     /// One short line however many addresses the report named.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let more = self.addresses.saturating_sub(self.sample.len());
+        let named = match (self.sample.is_empty(), more) {
+            (true, _) => String::new(),
+            (false, 0) => format!(" ({})", self.sample.join(", ")),
+            (false, more) => format!(" ({}, … and {more} more)", self.sample.join(", ")),
+        };
         write!(
             f,
-            "unverified {} report naming {} address{} ({}{}): {}; changed nobody",
+            "unverified {} report naming {} address{}{named}: {}; changed nobody",
             self.format,
             self.addresses,
             if self.addresses == 1 { "" } else { "es" },
-            self.sample.join(", "),
-            if more > 0 {
-                format!(", … and {more} more")
-            } else {
-                String::new()
-            },
             self.why
         )
     }
