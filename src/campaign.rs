@@ -74,6 +74,8 @@ pub enum Warning {
     NoPublicUrl,
     /// No DKIM key for the From domain: the mail goes out unsigned.
     NoDkimKey(String),
+    /// The return path's domain is not aligned with From's (SPF/DMARC).
+    Unaligned(String),
 }
 
 impl std::fmt::Display for Warning {
@@ -89,6 +91,7 @@ impl std::fmt::Display for Warning {
                 "{domain} has no DKIM key: the messages go out unsigned, and large \
                  providers reject or junk unsigned bulk mail; `mailsplit dkim keygen {domain}` makes one"
             ),
+            Warning::Unaligned(why) => write!(f, "{why}"),
         }
     }
 }
@@ -154,7 +157,10 @@ pub fn create(conn: &mut Conn, checked: Checked) -> Result<Created, CampaignErro
     }
     let domain = compose::from_domain(&checked.from);
     if dkim_keys::for_domain(conn, &domain)?.is_empty() {
-        warnings.push(Warning::NoDkimKey(domain));
+        warnings.push(Warning::NoDkimKey(domain.clone()));
+    }
+    if let Some(w) = compose::align::warning(&domain, checked.return_path.as_deref()) {
+        warnings.push(Warning::Unaligned(w));
     }
     Ok(Created {
         campaign,

@@ -7,6 +7,7 @@
 //! [`dkim`]), and the SMTP envelope set. The worker and `mailsplit preview`
 //! both call [`compose`], so a preview is the real message.
 
+pub mod align;
 pub mod fold;
 pub mod headers;
 
@@ -148,17 +149,21 @@ fn with_sender(mut message: Composed, sender: Address) -> Result<Composed, Unsen
 }
 
 /// The (campaign, recipient) a Message-ID of this database's messages
-/// names (see [`headers::message_id`]); `None` for anyone else's. Not
-/// authenticated: a bounce matched by it is only believed for the
-/// recipient it names.
-pub fn read_message_id(id: &str, database_id: &str) -> Option<(i64, i64)> {
+/// names (see [`headers::message_id`]); `None` for anyone else's and for
+/// every made-up one: the token in it is an HMAC under the database's
+/// secret. The sequential ids of older versions (`<C.R.db-…@…>`) are not
+/// read: anybody could write one.
+pub fn read_message_id(id: &str, identity: &Identity) -> Option<(i64, i64)> {
     let id = id.trim().trim_start_matches('<').trim_end_matches('>');
-    let (local, _) = id.split_once('@')?;
-    let mut parts = local.splitn(3, '.');
-    let campaign = parts.next()?.parse().ok().filter(|&c: &i64| c > 0)?;
-    let recipient = parts.next()?.parse().ok().filter(|&r: &i64| r > 0)?;
-    let ours = headers::message_id(campaign, recipient, database_id, "x");
-    (ours.trim_start_matches('<').split('@').next() == Some(local)).then_some((campaign, recipient))
+    let (local, _) = id.rsplit_once('@')?;
+    let (token, _database) = local.split_once('.')?;
+    identity.signer.read_message_id_token(token)
+}
+
+/// The Message-ID of one campaign's message to one recipient.
+pub fn message_id_of(identity: &Identity, campaign: i64, recipient: i64, domain: &str) -> String {
+    let token = identity.signer.message_id_token(campaign, recipient);
+    headers::message_id(&token, &identity.database_id, domain)
 }
 
 /// What every message of one campaign shares.
@@ -270,7 +275,7 @@ fn build(campaign: &CampaignMail, r: &Recipient) -> Result<Composed, Unsendable>
     let rendered = templates::render(&campaign.template, &ctx)
         .map_err(|e| Unsendable::Invalid(format!("{e:#}")))?;
     let database = &campaign.identity.database_id;
-    let message_id = headers::message_id(campaign.id, r.id, database, &campaign.domain);
+    let message_id = message_id_of(&campaign.identity, campaign.id, r.id, &campaign.domain);
     let mut extra = vec![
         headers::list_id(&campaign.list_name, campaign.list_id, &campaign.domain),
         headers::feedback_id(
@@ -536,12 +541,18 @@ mod tests {
             Some((2_000_000, (1 << 35) - 1))
         );
         // Message-IDs: ours (this database) only.
-        let db = &identity.database_id;
-        let id = headers::message_id(3, 77, db, "example.test");
-        assert_eq!(read_message_id(&id, db), Some((3, 77)));
-        assert_eq!(read_message_id(&id, "db-ffffffffffffffff"), None);
-        assert_eq!(read_message_id("<3.77.other@example.test>", db), None);
-        assert_eq!(read_message_id("<x.77.y@example.test>", db), None);
+        let id = message_id_of(&identity, 3, 77, "example.test");
+        assert!(id.contains(&identity.database_id), "{id}");
+        assert_eq!(read_message_id(&id, &identity), Some((3, 77)));
+        let other = Identity {
+            database_id: identity.database_id.clone(),
+            signer: crate::tokens::Signer::new(b"another secret"),
+        };
+        assert_eq!(read_message_id(&id, &other), None);
+        // The sequential ids of old: anybody could write one.
+        let old = format!("<3.77.{}@example.test>", identity.database_id);
+        assert_eq!(read_message_id(&old, &identity), None);
+        assert_eq!(read_message_id("<x.77.y@example.test>", &identity), None);
     }
 
     /// RFC 5322: no line over 998 characters, whatever the name holds.

@@ -2,6 +2,8 @@
 //! command-line and environment values into typed settings. Nothing here
 //! connects to anything; errors here are usage errors (exit code 2).
 
+pub mod token_policy;
+
 use std::fmt;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
@@ -143,6 +145,8 @@ impl fmt::Debug for ServeSettings {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    #[error(transparent)]
+    Token(#[from] token_policy::TokenError),
     #[error("bad beanstalkd address {0:?}: expected HOST:PORT (several separated by commas)")]
     BadBeanstalkd(String),
     #[error(

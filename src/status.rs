@@ -247,3 +247,28 @@ pub fn observed_rate(g: &RateGroup) -> f64 {
         g.observed
     }
 }
+
+/// `unverified reports: N (…)` for `status`: reports that changed nobody
+/// because nothing in them is ours (see `crate::bounce::trust`), with the
+/// newest few; `None` when there are none.
+pub fn unverified_lines(conn: &mut crate::store::Conn) -> crate::store::Result<Option<String>> {
+    let (total, newest) = crate::store::unverified::recent(conn, 3)?;
+    if total == 0 {
+        return Ok(None);
+    }
+    let mut out = format!(
+        "unverified reports: {total} (forged, or about mail that is not ours; they changed nobody)"
+    );
+    for u in newest {
+        out.push_str(&format!(
+            "\n  {} ago: {} {} naming {} ({}): {}",
+            crate::fleet::ago(now_ms() - u.received_at),
+            u.format,
+            u.kind.as_deref().unwrap_or("report"),
+            u.addresses,
+            u.sample,
+            u.why
+        ));
+    }
+    Ok(Some(out))
+}

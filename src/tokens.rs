@@ -1,6 +1,6 @@
 //! Tokens signed with the database's secret (see `store::installation`):
-//! the signature on every job body, one-click unsubscribe tokens and VERP
-//! return-path tokens. Each purpose has its own label inside the MAC, so a
+//! the signature on every job body, one-click unsubscribe tokens, VERP
+//! return-path tokens and the tokens in our Message-IDs. Each purpose has its own label inside the MAC, so a
 //! token made for one purpose is never valid for another, and every check
 //! compares in constant time. Nothing here touches the database.
 
@@ -22,6 +22,9 @@ const UNSUBSCRIBE_MAC_BYTES: usize = 12;
 /// Bytes of MAC in a VERP token (80 bits): base32 makes 16 characters of
 /// it, so `bounces+TOKEN` stays far under the 64-octet local-part limit.
 const VERP_MAC_BYTES: usize = 10;
+/// Bytes of MAC in a Message-ID token (96 bits): a bounce or complaint that
+/// quotes the Message-ID is believed only if nobody could have made it up.
+const MESSAGE_ID_MAC_BYTES: usize = 12;
 
 /// Lower-case base32 without padding: what survives Postfix lower-casing
 /// `${extension}` in a VERP address.
@@ -50,6 +53,7 @@ enum Purpose {
     Job,
     Unsubscribe,
     Verp,
+    MessageId,
 }
 
 impl Purpose {
@@ -58,6 +62,7 @@ impl Purpose {
             Purpose::Job => b"mailsplit job v2\0",
             Purpose::Unsubscribe => b"mailsplit unsubscribe\0",
             Purpose::Verp => b"mailsplit verp\0",
+            Purpose::MessageId => b"mailsplit message-id\0",
         }
     }
 }
@@ -142,6 +147,25 @@ impl Signer {
             .decode(token.to_ascii_lowercase().as_bytes())
             .ok()?;
         self.read_pair(Purpose::Verp, &raw, VERP_MAC_BYTES)
+    }
+
+    /// The token in the local part of a message's Message-ID: lower-case
+    /// base32 of campaign, recipient and a 96-bit MAC, about 26 characters.
+    pub fn message_id_token(&self, campaign: i64, recipient: i64) -> String {
+        BASE32_LOWER.encode(&self.pair_token(
+            Purpose::MessageId,
+            campaign,
+            recipient,
+            MESSAGE_ID_MAC_BYTES,
+        ))
+    }
+
+    /// The (campaign, recipient) of a genuine Message-ID token, in any case.
+    pub fn read_message_id_token(&self, token: &str) -> Option<(i64, i64)> {
+        let raw = BASE32_LOWER
+            .decode(token.to_ascii_lowercase().as_bytes())
+            .ok()?;
+        self.read_pair(Purpose::MessageId, &raw, MESSAGE_ID_MAC_BYTES)
     }
 
     /// varint(campaign) ‖ varint(recipient) ‖ MAC.
@@ -272,6 +296,17 @@ mod tests {
         assert_eq!(t, t.to_ascii_lowercase());
         assert!(format!("bounces+{t}").len() <= 64);
         assert_eq!(s.read_verp(&t.to_ascii_uppercase()), Some((12, 345_678)));
+    }
+
+    #[test]
+    fn message_id_tokens_are_their_own_purpose() {
+        let s = signer();
+        let t = s.message_id_token(7, 42);
+        assert_eq!(s.read_message_id_token(&t), Some((7, 42)));
+        assert_eq!(s.read_verp(&t), None);
+        assert_eq!(s.read_message_id_token(&s.verp_token(7, 42)), None);
+        assert_eq!(Signer::new(&[8u8; 32]).read_message_id_token(&t), None);
+        assert_eq!(s.read_message_id_token("aaaaaaaaaaaaaaaaaaaaaaaaaa"), None);
     }
 
     #[test]

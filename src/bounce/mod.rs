@@ -1,21 +1,22 @@
 //! `mailsplit bounce`: what comes back after a send. One message at a time
 //! (from Postfix's pipe(8) transport on stdin, or each file of a Maildir)
-//! is read by [`report`] into findings, its recipient is found — by the
-//! VERP token of the address it was sent to (unforgeable: an HMAC under the
-//! database's secret), else by the address the report names and the
-//! returned message's own Message-ID — and one event per recipient is
+//! is read by [`report`] into findings; [`trust`] finds the one recipient
+//! it is about by a token only we could have written (the VERP token, or
+//! the signed Message-ID of a message the ledger sent), and one event is
 //! recorded with its action (see [`action_for`]): a hard bounce makes the
 //! recipient `bounced`, soft bounces do after `--soft-limit` of them within
-//! `--soft-window-days`, a complaint unsubscribes. What is no report
-//! (auto-replies, ordinary mail) or names nobody we know is logged and
-//! ignored. Recording is idempotent per message, so a report that Postfix
-//! delivers again after a temporary failure is counted once.
+//! `--soft-window-days`, a complaint unsubscribes. A report without such a
+//! token changes nobody and is recorded as unverified; what is no report
+//! (auto-replies, ordinary mail) is logged and ignored. Recording is
+//! idempotent per message, so a report that Postfix delivers again after a
+//! temporary failure is counted once.
 //!
 //! Read in this order: [`report`] (parse), [`classify`] (codes and words
-//! into kinds), then [`handle`] here.
+//! into kinds), [`trust`] (whom it may change), then [`handle`] here.
 
 pub mod classify;
 pub mod report;
+pub mod trust;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -23,11 +24,11 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use crate::compose;
 use crate::store::bounces::{self, Action, BounceKind, BounceSource, NewBounce};
-use crate::store::{campaigns, Conn, RecipientStatus, StoreError};
+use crate::store::unverified::{self, NewUnverified};
+use crate::store::{Conn, RecipientStatus, StoreError};
 use crate::tokens::Identity;
-use report::{Finding, Report};
+use report::Report;
 
 /// Soft bounces that make a recipient `bounced`…
 pub const DEFAULT_SOFT_LIMIT: u32 = 3;
@@ -79,11 +80,49 @@ pub struct Applied {
     pub changed_to: Option<RecipientStatus>,
 }
 
+/// A report nobody can vouch for (see [`trust`]): recorded in
+/// `unverified_reports`, and it changed nobody.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unverified {
+    pub format: &'static str,
+    /// How many addresses it named.
+    pub addresses: usize,
+    /// The first few of them.
+    pub sample: Vec<String>,
+    pub why: String,
+}
+
+/// Addresses of an unverified report that are shown (the rest counted).
+const SAMPLE: usize = 3;
+
+impl std::fmt::Display for Unverified {
+    /// One short line however many addresses the report named.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let more = self.addresses.saturating_sub(self.sample.len());
+        let named = match (self.sample.is_empty(), more) {
+            (true, _) => String::new(),
+            (false, 0) => format!(" ({})", self.sample.join(", ")),
+            (false, more) => format!(" ({}, … and {more} more)", self.sample.join(", ")),
+        };
+        write!(
+            f,
+            "unverified {} report naming {} address{}{named}: {}; changed nobody",
+            self.format,
+            self.addresses,
+            if self.addresses == 1 { "" } else { "es" },
+            self.why
+        )
+    }
+}
+
 /// What became of one message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Handled {
+    /// Believed: the event of the one recipient its token names.
     Recorded(Vec<Applied>),
-    /// Not a report, or nobody it names is ours: why.
+    /// A report, but nothing in it is ours: recorded as unverified.
+    Unverified(Unverified),
+    /// Not a report, or a report that names nobody: why.
     Ignored(String),
 }
 
@@ -113,53 +152,77 @@ pub fn handle(
         )));
     }
     let fingerprint = fingerprint(raw);
-    let targets = resolve(conn, identity, &report, envelope)?;
-    if targets.is_empty() {
-        return Ok(Handled::Ignored(format!(
-            "{} report about {} : not a recipient of ours",
-            report.format,
-            report
-                .findings
-                .iter()
-                .filter_map(|f| f.address.as_deref())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
-    }
-    let mut applied = Vec::new();
-    for target in targets {
-        let f = &target.finding;
-        let done = bounces::record(
-            conn,
-            &NewBounce {
-                recipient_id: target.recipient_id,
-                campaign_id: target.campaign_id,
-                email: f.address.as_deref().unwrap_or(&target.email),
-                kind: f.kind,
-                status: f.status.as_deref(),
-                reason: &f.reason,
-                source: BounceSource::Report,
-                fingerprint: &fingerprint,
-            },
-            &action_for(
-                f.kind,
-                f.status.as_deref(),
-                &f.reason,
-                report.format,
-                settings,
-            ),
-        )?;
-        applied.push(Applied {
+    let target = match trust::resolve(conn, identity, &report, envelope)? {
+        Ok(target) => target,
+        Err(why) => return record_unverified(conn, &report, &fingerprint, why),
+    };
+    let f = &target.finding;
+    let done = bounces::record(
+        conn,
+        &NewBounce {
             recipient_id: target.recipient_id,
-            email: target.email,
             campaign_id: target.campaign_id,
+            email: f.address.as_deref().unwrap_or(&target.email),
             kind: f.kind,
-            status: f.status.clone(),
-            new: done.new,
-            changed_to: done.changed_to,
-        });
-    }
-    Ok(Handled::Recorded(applied))
+            status: f.status.as_deref(),
+            reason: &f.reason,
+            source: BounceSource::Report,
+            fingerprint: &fingerprint,
+        },
+        &action_for(
+            f.kind,
+            f.status.as_deref(),
+            &f.reason,
+            report.format,
+            settings,
+        ),
+    )?;
+    Ok(Handled::Recorded(vec![Applied {
+        recipient_id: target.recipient_id,
+        email: target.email,
+        campaign_id: target.campaign_id,
+        kind: f.kind,
+        status: f.status.clone(),
+        new: done.new,
+        changed_to: done.changed_to,
+    }]))
+}
+
+/// Record a report that changes nobody, once per message.
+fn record_unverified(
+    conn: &mut Conn,
+    report: &Report,
+    fingerprint: &str,
+    why: String,
+) -> Result<Handled, StoreError> {
+    let named: Vec<&str> = report
+        .findings
+        .iter()
+        .filter_map(|f| f.address.as_deref())
+        .collect();
+    let sample: Vec<String> = named.iter().take(SAMPLE).map(|a| a.to_string()).collect();
+    let kind = report
+        .findings
+        .iter()
+        .map(|f| f.kind)
+        .max_by_key(|&k| trust::severity(k));
+    unverified::record(
+        conn,
+        &NewUnverified {
+            fingerprint,
+            format: report.format,
+            kind: kind.map(|k| k.as_str()),
+            addresses: named.len() as i64,
+            sample: &sample.join(", "),
+            why: &why,
+        },
+    )?;
+    Ok(Handled::Unverified(Unverified {
+        format: report.format,
+        addresses: named.len(),
+        sample,
+        why,
+    }))
 }
 
 /// What an event of this kind does to its recipient.
@@ -193,114 +256,7 @@ pub fn action_for(
     }
 }
 
-/// A finding matched to one of our recipients.
-struct Target {
-    recipient_id: i64,
-    email: String,
-    campaign_id: Option<i64>,
-    finding: Finding,
-}
-
-/// Which of our recipients a report is about.
-fn resolve(
-    conn: &mut Conn,
-    identity: &Identity,
-    report: &Report,
-    envelope: Option<&str>,
-) -> Result<Vec<Target>, StoreError> {
-    // 1. The VERP token of the address the report was sent to, or of the
-    //    reported message's envelope sender: names campaign and recipient.
-    let verp = envelope
-        .into_iter()
-        .map(str::to_string)
-        .chain(report.verp_candidates.iter().cloned())
-        .find_map(|a| read_verp(identity, &a));
-    if let Some((campaign_id, recipient_id)) = verp {
-        if let Some(email) = email_of(conn, recipient_id)? {
-            let finding = report
-                .findings
-                .iter()
-                .find(|f| {
-                    f.address
-                        .as_deref()
-                        .is_some_and(|a| a.eq_ignore_ascii_case(&email))
-                })
-                .or_else(|| report.findings.iter().max_by_key(|f| severity(f.kind)))
-                .cloned();
-            if let Some(finding) = finding {
-                let campaign_id = campaigns::get(conn, campaign_id)?.map(|c| c.id);
-                return Ok(vec![Target {
-                    recipient_id,
-                    email,
-                    campaign_id,
-                    finding,
-                }]);
-            }
-        }
-    }
-    // 2. The addresses the report names; the campaign from the returned
-    //    message's Message-ID when it is one of ours for that recipient.
-    let ours: Vec<(i64, i64)> = report
-        .message_ids
-        .iter()
-        .filter_map(|id| compose::read_message_id(id, &identity.database_id))
-        .collect();
-    let mut targets: Vec<Target> = Vec::new();
-    for f in &report.findings {
-        let found = match &f.address {
-            Some(a) => bounces::find_recipient(conn, a)?,
-            // 3. No address at all: the returned message's Message-ID.
-            None => match ours.first() {
-                Some(&(_, rid)) => email_of(conn, rid)?.map(|e| (rid, e)),
-                None => None,
-            },
-        };
-        let Some((recipient_id, email)) = found else {
-            continue;
-        };
-        if targets.iter().any(|t| t.recipient_id == recipient_id) {
-            continue;
-        }
-        let campaign_id = match ours.iter().find(|&&(_, r)| r == recipient_id) {
-            Some(&(c, _)) => campaigns::get(conn, c)?.map(|c| c.id),
-            None => None,
-        };
-        targets.push(Target {
-            recipient_id,
-            email,
-            campaign_id,
-            finding: f.clone(),
-        });
-    }
-    Ok(targets)
-}
-
-/// How much a finding weighs when one has to be picked.
-fn severity(kind: BounceKind) -> u8 {
-    match kind {
-        BounceKind::Complaint => 5,
-        BounceKind::Hard => 4,
-        BounceKind::Policy => 3,
-        BounceKind::Soft => 2,
-        BounceKind::Feedback => 1,
-        BounceKind::Delayed => 0,
-    }
-}
-
-/// The (campaign, recipient) of an address `local+TOKEN@domain` whose
-/// token is genuine.
-pub fn read_verp(identity: &Identity, address: &str) -> Option<(i64, i64)> {
-    let address = address.trim().trim_start_matches('<').trim_end_matches('>');
-    let (local, _) = address.rsplit_once('@')?;
-    let (_, token) = local.split_once('+')?;
-    identity.signer.read_verp(token)
-}
-
-fn email_of(conn: &mut Conn, recipient_id: i64) -> Result<Option<String>, StoreError> {
-    Ok(crate::store::recipients::load(conn, &[recipient_id])?
-        .pop()
-        .map(|r| r.email))
-}
+pub use trust::read_verp;
 
 /// Names a message: the same bytes, delivered again, are the same report.
 pub fn fingerprint(raw: &[u8]) -> String {
@@ -322,6 +278,7 @@ pub fn read_message(mut input: impl Read) -> std::io::Result<Vec<u8>> {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct MaildirSummary {
     pub recorded: usize,
+    pub unverified: usize,
     pub ignored: usize,
 }
 
@@ -362,6 +319,7 @@ pub fn maildir(
         log(&path, &handled);
         match handled {
             Handled::Recorded(_) => summary.recorded += 1,
+            Handled::Unverified(_) => summary.unverified += 1,
             Handled::Ignored(_) => summary.ignored += 1,
         }
         let name = path

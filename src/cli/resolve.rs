@@ -48,11 +48,14 @@ pub fn worker_settings(g: &Global, args: &WorkerArgs) -> Result<WorkerSettings, 
 /// `serve`'s options, checked, into its settings: the admin routes are
 /// never reachable from another machine without a token.
 pub fn serve_settings(g: &Global, args: &ServeArgs) -> Result<ServeSettings, ConfigError> {
+    use config::token_policy;
     config::check_tube(&g.tube)?;
     let admin_listen = config::parse_listen("--admin-listen", &args.admin_listen)?;
-    let admin_token = std::env::var(ADMIN_TOKEN_ENV)
-        .ok()
-        .filter(|t| !t.trim().is_empty());
+    let admin_token = token_policy::admin(
+        ADMIN_TOKEN_ENV,
+        std::env::var(ADMIN_TOKEN_ENV).ok(),
+        admin_listen,
+    )?;
     if admin_token.is_none() && !admin_listen.ip().is_loopback() {
         return Err(ConfigError::AdminWithoutToken(admin_listen));
     }
@@ -63,9 +66,10 @@ pub fn serve_settings(g: &Global, args: &ServeArgs) -> Result<ServeSettings, Con
         listen: config::parse_listen("--listen", &args.listen)?,
         admin_listen,
         admin_token,
-        webhook_token: std::env::var(WEBHOOK_TOKEN_ENV)
-            .ok()
-            .filter(|t| !t.trim().is_empty()),
+        webhook_token: token_policy::read(
+            WEBHOOK_TOKEN_ENV,
+            std::env::var(WEBHOOK_TOKEN_ENV).ok(),
+        )?,
     })
 }
 

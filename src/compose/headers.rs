@@ -47,12 +47,14 @@ pub fn unsubscribe_link(public_url: &str, token: &str) -> String {
     format!("{}/u/{token}", public_url.trim_end_matches('/'))
 }
 
-/// `<CAMPAIGN.RECIPIENT.DATABASE@DOMAIN>`: one id per message, the same on
-/// every retry of it (a receiver that got it twice can tell), distinct
-/// across installations sending from one domain, on the From domain as
-/// Gmail wants.
-pub fn message_id(campaign: i64, recipient: i64, database_id: &str, domain: &str) -> String {
-    format!("<{campaign}.{recipient}.{}@{domain}>", label(database_id))
+/// `<TOKEN.DATABASE@DOMAIN>`: one id per message, the same on every retry
+/// of it (a receiver that got it twice can tell), distinct across
+/// installations sending from one domain, on the From domain as Gmail
+/// wants. TOKEN (see [`crate::tokens::Signer::message_id_token`]) names
+/// campaign and recipient under an HMAC, so a report quoting the id can be
+/// believed, and nobody can make up the id of another recipient's message.
+pub fn message_id(token: &str, database_id: &str, domain: &str) -> String {
+    format!("<{token}.{}@{domain}>", label(database_id))
 }
 
 /// `List-Id: "NAME" <LABEL.DOMAIN>` (RFC 2919): the list's name as the

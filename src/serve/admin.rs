@@ -12,7 +12,9 @@
 //! | `GET /api/workers` | the fleet, as `workers --json` plus totals |
 //! | `GET /metrics` | Prometheus/OpenMetrics text, see [`metrics`] |
 
-use axum::extract::{Path, State as Extract};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Path, State as Extract};
 use axum::http::{header, StatusCode};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
@@ -107,20 +109,27 @@ pub struct ControlFailure {
 /// reads should not wait behind it.
 pub async fn run_control(
     state: &State,
+    client: std::net::IpAddr,
     name: &str,
     action: Control,
 ) -> Result<Controlled, ControlFailure> {
     let settings = state.settings.clone();
-    let name = name.to_string();
+    let campaign = name.to_string();
     let done = tokio::task::spawn_blocking(move || {
         let mut conn = Conn::open(&settings.database_url)?;
-        control::control(&mut conn, &settings.servers, &settings.tube, &name, action)
+        control::control(
+            &mut conn,
+            &settings.servers,
+            &settings.tube,
+            &campaign,
+            action,
+        )
     })
     .await
     .unwrap_or_else(|e| Err(StoreError::Task(e.to_string())));
     match done {
         Ok(done) => {
-            tracing::info!(campaign = %done.campaign.name, ?action, "campaign controlled from the admin listener");
+            tracing::info!(client = %client, campaign = %done.campaign.name, ?action, "campaign controlled from the admin listener");
             Ok(done)
         }
         Err(e) => {
@@ -131,7 +140,9 @@ pub async fn run_control(
                 _ => StatusCode::INTERNAL_SERVER_ERROR,
             };
             if status.is_server_error() {
-                tracing::warn!(error = %e, "cannot control campaign");
+                tracing::warn!(client = %client, error = %e, "cannot control campaign");
+            } else {
+                tracing::info!(client = %client, campaign = %name, ?action, "refused: {e}");
             }
             Err(ControlFailure {
                 status,
@@ -146,13 +157,14 @@ pub async fn run_control(
 /// beanstalkd server made ready again.
 async fn api_control(
     Extract(state): Extract<State>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path((name, action)): Path<(String, String)>,
 ) -> Response {
     let Some(action) = parse_action(&action) else {
         let error = json!({"error": "unknown action: use pause, resume or cancel"});
         return (StatusCode::NOT_FOUND, Json(error)).into_response();
     };
-    let done = match run_control(&state, &name, action).await {
+    let done = match run_control(&state, peer.ip(), &name, action).await {
         Ok(done) => done,
         Err(f) => return (f.status, Json(json!({"error": f.message}))).into_response(),
     };

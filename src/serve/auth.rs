@@ -23,12 +23,13 @@
 //! value: its presence is what no cross-site request can have) or the
 //! page's CSRF token, made with a random key of this process.
 
+use std::net::SocketAddr;
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use askama::Template;
 use axum::body::Body;
-use axum::extract::{Request, State as Extract};
+use axum::extract::{ConnectInfo, Request, State as Extract};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -157,8 +158,10 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// Why a request is turned away.
 enum Refusal {
-    /// No or wrong credentials.
+    /// No credentials, or no valid session.
     Unauthorized,
+    /// A bearer header with the wrong token: counts as a failed login.
+    WrongBearer,
     /// An open listener asked under a name that is not loopback.
     NotLoopback,
 }
@@ -197,7 +200,7 @@ fn authenticate(state: &State, headers: &HeaderMap) -> Result<Access, Refusal> {
         return if constant_time_eq(given.as_bytes(), expected.as_bytes()) {
             Ok(Access::Bearer)
         } else {
-            Err(Refusal::Unauthorized)
+            Err(Refusal::WrongBearer)
         };
     }
     cookie_value(headers, COOKIE)
@@ -216,6 +219,10 @@ pub async fn require_admin(Extract(state): Extract<State>, req: Request, next: N
     if is_public(req.uri().path()) {
         return next.run(req).await;
     }
+    let client = super::guard::client(req.extensions());
+    if let Some(wait) = state.failures.blocked(client) {
+        return super::guard::too_many(client, "admin listener", wait);
+    }
     let access = match authenticate(&state, req.headers()) {
         Ok(access) => access,
         Err(Refusal::NotLoopback) => {
@@ -226,6 +233,10 @@ pub async fn require_admin(Extract(state): Extract<State>, req: Request, next: N
                 .into_response()
         }
         Err(Refusal::Unauthorized) => return unauthorized(&req, None),
+        Err(Refusal::WrongBearer) => {
+            state.failures.failed(client, "admin bearer header");
+            return unauthorized(&req, None);
+        }
     };
     let mut req = if matches!(*req.method(), Method::GET | Method::HEAD) {
         req
@@ -332,12 +343,20 @@ pub struct Login {
 }
 
 /// `POST /login`: the token for a session cookie.
-pub async fn login(Extract(state): Extract<State>, Form(form): Form<Login>) -> Response {
+pub async fn login(
+    Extract(state): Extract<State>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Form(form): Form<Login>,
+) -> Response {
     let Some(expected) = state.settings.admin_token.as_deref() else {
         return Redirect::to("/").into_response();
     };
+    let client = peer.ip();
+    if let Some(wait) = state.failures.blocked(client) {
+        return super::guard::too_many(client, "admin login", wait);
+    }
     if !constant_time_eq(form.token.trim().as_bytes(), expected.as_bytes()) {
-        tracing::warn!("admin login with a wrong token");
+        state.failures.failed(client, "admin login form");
         let mut page = login_page(Some("That is not the admin token."));
         *page.status_mut() = StatusCode::UNAUTHORIZED;
         return page;

@@ -8,7 +8,7 @@
 //! CSRF token and come back to the page (303), doing what the CLI does.
 
 use askama::Template;
-use axum::extract::{Path, State as Extract};
+use axum::extract::{ConnectInfo, Path, State as Extract};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::Extension;
@@ -99,7 +99,8 @@ impl CampaignRow {
             bar,
             done_pct: format!("{:.1}", done.min(100.0)),
             eta,
-            can_pause: live && c.state != Phase::Paused,
+            // A draft has nothing to pause (`pause` refuses it too).
+            can_pause: live && !matches!(c.state, Phase::Paused | Phase::Draft),
             can_resume: c.state == Phase::Paused,
             can_cancel: live,
             c,
@@ -220,6 +221,7 @@ async fn show(state: &State, access: &Access, whole: bool) -> Response {
 /// shown with a link back.
 pub async fn control(
     Extract(state): Extract<State>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     Path((name, action)): Path<(String, String)>,
 ) -> Response {
     let Some(action) = parse_action(&action) else {
@@ -228,7 +230,7 @@ pub async fn control(
             "unknown action: use pause, resume or cancel",
         );
     };
-    match run_control(&state, &name, action).await {
+    match run_control(&state, peer.ip(), &name, action).await {
         Ok(_) => Redirect::to("/").into_response(),
         Err(ControlFailure { status, message }) => failure_page(status, &message),
     }

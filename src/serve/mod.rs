@@ -15,6 +15,7 @@
 pub mod admin;
 pub mod auth;
 pub mod dashboard;
+pub mod guard;
 pub mod metrics;
 pub mod public;
 pub mod snapshot;
@@ -38,6 +39,8 @@ pub struct AppState {
     /// This database's identity: the signer that checks unsubscribe tokens.
     pub identity: Identity,
     pub settings: ServeSettings,
+    /// Failed logins per client address.
+    pub failures: guard::Failures,
 }
 
 pub type State = Arc<AppState>;
@@ -67,6 +70,7 @@ pub fn run(settings: ServeSettings) -> Result<(), ServeError> {
             db: Db::new(&settings.database_url, Some(conn), Plans::Custom),
             identity,
             settings: settings.clone(),
+            failures: guard::Failures::default(),
         });
         let stop = CancellationToken::new();
         shutdown::on_signals(stop.clone()).context("cannot install signal handlers")?;
@@ -100,8 +104,11 @@ async fn serve(
     router: Router,
     stop: CancellationToken,
 ) -> Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await
-        .context("HTTP server failed")
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move { stop.cancelled().await })
+    .await
+    .context("HTTP server failed")
 }

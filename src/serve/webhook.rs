@@ -2,9 +2,13 @@
 //! that a provider reports by HTTP instead of by mail. The body is JSON,
 //! `{"email": "…"}` or `{"token": "<VERP token>"}` (which also names the
 //! campaign), `"type": "hard" | "soft" | "complaint"` and an optional
-//! `"reason"`; each call is one event, handled as `mailsplit bounce`
-//! handles a report (the same actions, the same once-only recording: a
-//! provider retrying the same body records nothing new).
+//! `"reason"` and the provider's event `"id"`; each call is one event,
+//! handled as `mailsplit bounce` handles a report (the same actions, the
+//! same once-only recording: a provider retrying the same event records
+//! nothing new). An event is known again by its `"id"` when it has one,
+//! else by its parsed fields (see [`event_fingerprint`]), never by the raw
+//! bytes: a replay that differs only in whitespace or key order is the
+//! same event.
 //!
 //! Every request needs `Authorization: Bearer $MAILSPLIT_WEBHOOK_TOKEN`,
 //! compared in constant time; without a configured token the route does
@@ -12,7 +16,9 @@
 //! writes.
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State as Extract};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, DefaultBodyLimit, State as Extract};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -46,13 +52,51 @@ struct Event {
     #[serde(rename = "type")]
     kind: String,
     reason: Option<String>,
+    /// The provider's id of the event, when it gives one.
+    id: Option<String>,
+}
+
+/// What names an event across retries: the provider's id when given, else
+/// its fields after parsing (the address as a mailbox key, the token in
+/// lower case, the reason with its whitespace collapsed).
+fn event_fingerprint(event: &Event) -> String {
+    let words = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if let Some(id) = event.id.as_deref().map(str::trim).filter(|i| !i.is_empty()) {
+        return format!("webhook:id:{}", bounce::fingerprint(id.as_bytes()));
+    }
+    let email = event
+        .email
+        .as_deref()
+        .map(|e| crate::mailbox::key(e.trim()).unwrap_or_else(|_| e.trim().to_lowercase()));
+    let canonical = serde_json::json!([
+        email,
+        event
+            .token
+            .as_deref()
+            .map(|t| t.trim().to_ascii_lowercase()),
+        event.kind.trim(),
+        event.reason.as_deref().map(words),
+    ]);
+    format!(
+        "webhook:{}",
+        bounce::fingerprint(canonical.to_string().as_bytes())
+    )
 }
 
 fn answer(code: StatusCode, message: &str) -> Response {
     (code, Json(serde_json::json!({ "error": message }))).into_response()
 }
 
-async fn receive(Extract(state): Extract<State>, headers: HeaderMap, body: Bytes) -> Response {
+async fn receive(
+    Extract(state): Extract<State>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let client = peer.ip();
+    if let Some(wait) = state.failures.blocked(client) {
+        return super::guard::too_many(client, "webhook", wait);
+    }
     let expected = state.settings.webhook_token.as_deref().unwrap_or_default();
     let given = headers
         .get(header::AUTHORIZATION)
@@ -60,6 +104,7 @@ async fn receive(Extract(state): Extract<State>, headers: HeaderMap, body: Bytes
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
     if expected.is_empty() || !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+        state.failures.failed(client, "webhook bearer header");
         return (
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Bearer")],
@@ -71,7 +116,7 @@ async fn receive(Extract(state): Extract<State>, headers: HeaderMap, body: Bytes
         Ok(e) => e,
         Err(e) => return answer(StatusCode::BAD_REQUEST, &format!("bad JSON: {e}")),
     };
-    let kind = match event.kind.as_str() {
+    let kind = match event.kind.trim() {
         "hard" => BounceKind::Hard,
         "soft" => BounceKind::Soft,
         "complaint" => BounceKind::Complaint,
@@ -88,7 +133,7 @@ async fn receive(Extract(state): Extract<State>, headers: HeaderMap, body: Bytes
             "give \"email\" or \"token\" (the VERP token)",
         );
     }
-    let fingerprint = format!("webhook:{}", bounce::fingerprint(&body));
+    let fingerprint = event_fingerprint(&event);
     let identity = state.identity.clone();
     let result = state
         .db

@@ -286,3 +286,15 @@ pub fn find_recipient(conn: &mut Conn, address: &str) -> Result<Option<(i64, Str
         .first(c)
         .optional())?)
 }
+
+/// Whether the ledger says the campaign's message to the recipient went
+/// out: a report quoting that message's Message-ID is believed only then.
+pub fn was_sent(conn: &mut Conn, campaign_id: i64, recipient_id: i64) -> Result<bool> {
+    let n = on!(conn, |c| d::table
+        .filter(d::campaign_id.eq(campaign_id))
+        .filter(d::recipient_id.eq(recipient_id))
+        .filter(d::state.eq(super::DeliveryState::Sent))
+        .count()
+        .get_result::<i64>(c))?;
+    Ok(n > 0)
+}

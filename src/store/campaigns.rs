@@ -254,6 +254,12 @@ pub fn control(conn: &mut Conn, name_or_id: &str, action: Control) -> Result<Cam
                 if state == CampaignState::Cancelled {
                     return Err(illegal("pause", state.to_string()));
                 }
+                if state == CampaignState::Draft {
+                    return Err(illegal(
+                        "pause",
+                        "a draft (nothing is enqueued: nothing to pause; `cancel` drops it)".into(),
+                    ));
+                }
                 if done {
                     return Err(illegal("pause", DONE.into()));
                 }

@@ -25,6 +25,7 @@ mod prepared;
 pub mod rates;
 pub mod recipients;
 pub mod schema;
+pub mod unverified;
 mod versions;
 pub mod workers;
 

@@ -101,6 +101,20 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    /// Migration 20: reports nobody can vouch for; they changed nobody.
+    unverified_reports (id) {
+        id -> BigInt,
+        fingerprint -> Text,
+        format -> Text,
+        kind -> Nullable<Text>,
+        addresses -> BigInt,
+        sample -> Text,
+        why -> Text,
+        received_at -> BigInt,
+    }
+}
+
 diesel::joinable!(list_members -> recipients (recipient_id));
 diesel::joinable!(list_members -> lists (list_id));
 diesel::joinable!(campaigns -> lists (list_id));

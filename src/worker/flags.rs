@@ -1,7 +1,9 @@
 //! The worker's view of its campaigns: what every message of a campaign
 //! shares (loaded once) and its pause/cancel flags, refreshed from the
 //! database every [`FLAG_REFRESH`](crate::config::FLAG_REFRESH) so a pause takes effect within a second,
-//! also when it was set by hand with SQL.
+//! also when it was set by hand with SQL. The From domains' DKIM keys are
+//! re-read as often ([`Campaigns::refresh_keys`]): after `dkim delete` of
+//! a leaked key, or a new key, the next message is signed accordingly.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -10,8 +12,10 @@ use std::time::Instant;
 use tokio::sync::RwLock;
 
 use crate::compose::{CampaignMail, ComposeError};
+use crate::dkim::SigningKey;
 use crate::queue;
 use crate::store::campaigns::{self, Flags};
+use crate::store::dkim_keys::{self, StoredKey};
 use crate::store::{CampaignState, Db, StoreError};
 use crate::tokens::Identity;
 
@@ -20,6 +24,32 @@ pub struct CampaignInfo {
     pub mail: CampaignMail,
     /// beanstalkd priority of its jobs.
     pub priority: u32,
+    /// The DKIM keys `mail` signs with, as (selector, created_at), sorted:
+    /// what a refresh compares with the stored keys.
+    keys: Vec<(String, i64)>,
+}
+
+/// The (selector, created_at) of a domain's stored keys, sorted.
+fn key_versions<'a>(keys: impl Iterator<Item = &'a StoredKey>) -> Vec<(String, i64)> {
+    let mut v: Vec<(String, i64)> = keys.map(|k| (k.selector.clone(), k.created_at)).collect();
+    v.sort();
+    v
+}
+
+/// A stored key that does not load, like a bad sender, is an error the
+/// job comes back from later, not unsigned mail.
+fn load_error(e: ComposeError, from: &str) -> StoreError {
+    match e {
+        ComposeError::Store(e) => e,
+        ComposeError::Dkim(e) => StoreError::BadValue {
+            what: "DKIM key",
+            value: e.to_string(),
+        },
+        _ => StoreError::BadValue {
+            what: "sender address",
+            value: from.to_string(),
+        },
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -53,28 +83,19 @@ impl Campaigns {
                 let Some(c) = campaigns::get(conn, id)? else {
                     return Ok(None);
                 };
-                // A stored key that does not load, like a bad sender, is an
-                // error the job comes back from later, not unsigned mail.
-                let mail = CampaignMail::load(conn, &c, &identity).map_err(|e| match e {
-                    ComposeError::Store(e) => e,
-                    ComposeError::Dkim(e) => StoreError::BadValue {
-                        what: "DKIM key",
-                        value: e.to_string(),
-                    },
-                    _ => StoreError::BadValue {
-                        what: "sender address",
-                        value: c.from_addr.clone(),
-                    },
-                })?;
-                Ok(Some((c, mail)))
+                let mail = CampaignMail::load(conn, &c, &identity)
+                    .map_err(|e| load_error(e, &c.from_addr))?;
+                let keys = key_versions(dkim_keys::for_domain(conn, &mail.domain)?.iter());
+                Ok(Some((c, mail, keys)))
             })
             .await?;
-        let Some((c, mail)) = loaded else {
+        let Some((c, mail, keys)) = loaded else {
             return Ok(None);
         };
         let info = Arc::new(CampaignInfo {
             mail,
             priority: queue::priority(c.priority),
+            keys,
         });
         self.info
             .lock()
@@ -115,6 +136,72 @@ impl Campaigns {
         }
         for (id, flags) in db.run(move |c| campaigns::flags(c, &ids)).await? {
             self.set_flags(id, flags).await;
+        }
+        Ok(())
+    }
+
+    /// The campaign's settings as this worker knows them now (with the
+    /// keys of the last refresh); `None` before its first job.
+    pub fn current(&self, id: i64) -> Option<Arc<CampaignInfo>> {
+        self.info
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+    }
+
+    /// Re-read the DKIM keys of every campaign this worker has seen (one
+    /// small read); a campaign whose From domain's keys changed signs its
+    /// next message with the keys stored now, or not at all. A new key
+    /// that does not load leaves the campaign as it was, with a warning.
+    pub async fn refresh_keys(&self, db: &Arc<Db>) -> Result<(), StoreError> {
+        let seen: Vec<(i64, Arc<CampaignInfo>)> = self
+            .info
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(id, info)| (*id, Arc::clone(info)))
+            .collect();
+        if seen.is_empty() {
+            return Ok(());
+        }
+        let stored = db.run(dkim_keys::list).await?;
+        for (id, info) in seen {
+            let mut keys: Vec<&StoredKey> = stored
+                .iter()
+                .filter(|k| k.domain == info.mail.domain)
+                .collect();
+            let versions = key_versions(keys.iter().copied());
+            if versions == info.keys {
+                continue;
+            }
+            keys.sort_by_key(|k| k.algorithm);
+            let loaded: Result<Vec<SigningKey>, _> =
+                keys.iter().map(|k| SigningKey::load(k)).collect();
+            let dkim = match loaded {
+                Ok(dkim) => dkim,
+                Err(e) => {
+                    tracing::warn!(domain = %info.mail.domain, error = %e, "cannot load a changed DKIM key; signing as before");
+                    continue;
+                }
+            };
+            tracing::info!(
+                campaign = %info.mail.name,
+                domain = %info.mail.domain,
+                keys = dkim.len(),
+                "DKIM keys changed; signing with the stored ones from now on"
+            );
+            let mut mail = info.mail.clone();
+            mail.dkim = dkim.into();
+            let fresh = Arc::new(CampaignInfo {
+                mail,
+                priority: info.priority,
+                keys: versions,
+            });
+            self.info
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id, fresh);
         }
         Ok(())
     }

@@ -226,6 +226,12 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
     for r in people {
         let rid = r.id;
         let attempt = attempts.get(&rid).copied().unwrap_or(1);
+        // The campaign as of the last refresh: a `dkim delete` or a new key
+        // applies from the next message on, also within a long job.
+        let info = shared
+            .campaigns
+            .current(info.mail.id)
+            .unwrap_or_else(|| Arc::clone(&info));
         let outcome = match compose::compose(&info.mail, &r) {
             Ok(composed) => {
                 let domain = r.email.rsplit('@').next().unwrap_or_default();

@@ -221,6 +221,10 @@ async fn pipeline_run(
                 if let Err(e) = shared.campaigns.refresh(&shared.db).await {
                     tracing::warn!(error = %e, "cannot refresh campaign flags");
                 }
+                // A `dkim delete` stops signing within a round.
+                if let Err(e) = shared.campaigns.refresh_keys(&shared.db).await {
+                    tracing::warn!(error = %e, "cannot re-read DKIM keys");
+                }
                 if let Err(e) = shared.optouts.refresh(&shared.db).await {
                     tracing::warn!(error = %e, "cannot read recent unsubscribes");
                 }

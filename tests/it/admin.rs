@@ -146,8 +146,9 @@ fn login(port: u16) -> String {
 
 #[test]
 fn browser_sessions_need_the_csrf_token_on_every_post() {
-    let env = Env::new(Kind::Sqlite, "127.0.0.1:1");
-    env.campaign_without_enqueue("news", 3);
+    // Enqueued (a draft cannot be paused), with no worker to send it.
+    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
+    env.campaign("news", 3);
     let s = env.serve(Some(TOKEN));
     let html = [("Accept", "text/html")];
 
@@ -287,8 +288,9 @@ fn browser_sessions_need_the_csrf_token_on_every_post() {
 
 #[test]
 fn an_open_admin_listener_refuses_rebound_names_and_bare_posts() {
-    let env = Env::new(Kind::Sqlite, "127.0.0.1:1");
-    env.campaign_without_enqueue("news", 3);
+    // Enqueued (a draft cannot be paused), with no worker to send it.
+    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
+    env.campaign("news", 3);
     let s = env.serve(None);
     // A page of evil.example whose name was rebound to 127.0.0.1.
     let evil = http(
@@ -349,6 +351,7 @@ fn an_open_admin_listener_refuses_rebound_names_and_bare_posts() {
     // and its button's action names exactly that campaign.
     let odd = "spring/2025 \"<b>x</b>\" & more";
     env.create_campaign(odd, "news", &[]);
+    env.ok(&["enqueue", odd]);
     let page = http("GET", s.admin, "/", &[], None).body;
     assert!(!page.contains("<b>x</b>"), "markup in a name is escaped");
     let action = page

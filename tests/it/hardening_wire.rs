@@ -316,7 +316,8 @@ fn a_newer_database_is_refused(kind: Kind) {
             "{args:?}: {err}"
         );
     }
-    let out = crate::util::output_within(env.cmd(&["bounce"]).stdin(std::process::Stdio::null()), 30);
+    let out =
+        crate::util::output_within(env.cmd(&["bounce"]).stdin(std::process::Stdio::null()), 30);
     assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
     assert!(stderr(&out).contains("this binary is older than the database"));
     // Nothing went to beanstalkd.

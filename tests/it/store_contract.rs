@@ -577,6 +577,12 @@ fn control_refuses_illegal_transitions(kind: Kind) {
         campaigns::control(&mut conn, "ctl", Control::Resume),
         "resume",
     );
+    // A draft has nothing to pause (issue 29); an enqueuing campaign has.
+    assert_illegal(
+        campaigns::control(&mut conn, "ctl", Control::Pause),
+        "pause",
+    );
+    campaigns::start_enqueue(&mut conn, id, 2).unwrap();
     let paused = campaigns::control(&mut conn, "ctl", Control::Pause).unwrap();
     assert!(paused.paused);
     assert_illegal(

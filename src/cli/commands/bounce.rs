@@ -67,9 +67,10 @@ fn maildir(
     match summary {
         Ok(s) => {
             outln!(
-                "{}: {} reports recorded, {} messages ignored",
+                "{}: {} reports recorded, {} unverified, {} messages ignored",
                 dir.display(),
                 s.recorded,
+                s.unverified,
                 s.ignored
             )?;
             Ok(ExitCode::SUCCESS)
@@ -91,6 +92,7 @@ fn tempfail(err: anyhow::Error) -> Result<ExitCode> {
 fn show(handled: &Handled) {
     match handled {
         Handled::Ignored(why) => tracing::info!("ignored: {why}"),
+        Handled::Unverified(u) => tracing::warn!("{u}"),
         Handled::Recorded(events) => {
             for e in events {
                 tracing::info!(

@@ -29,6 +29,9 @@ pub fn status(g: &Global, campaign: Option<&str>, json: bool) -> Result {
             outln!("  {line}")?;
         }
     }
+    if let Some(lines) = crate::status::unverified_lines(&mut conn)? {
+        outln!("{lines}")?;
+    }
     if !all.connections.is_empty() {
         outln!("connection limits:")?;
         for line in &all.connections {
