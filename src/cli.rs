@@ -244,9 +244,9 @@ pub enum RateCommand {
     Set {
         /// relay:HOST:PORT, campaign:NAME, domain:DOMAIN or domain:*
         group: String,
-        /// Rate: N/s, N/m or N/h
+        /// Rate: N/s, N/m, N/h or N/d, from 1/d to 100000/s
         rate: String,
-        /// Tokens that may be spent at once after a quiet spell (default: a tenth of a second's worth, at least 1)
+        /// Tokens that may be spent at once after a quiet spell (default: a tenth of a second's worth, at least 1; at most 100000)
         #[arg(long)]
         burst: Option<u32>,
         /// relay: groups only: SMTP sessions all workers together may hold
@@ -673,19 +673,15 @@ fn rate(g: &Global, cmd: RateCommand) -> Result<()> {
             burst,
             connections: sessions,
         } => {
-            let group = rates::check_name(&group)?;
+            let set = crate::ratelimit::setting(&group, &rate, burst)
+                .map_err(|e| UsageError(e.to_string()))?;
+            let (group, per_second, burst) = (set.group, set.per_second, set.burst);
             if sessions.is_some() && !group.starts_with("relay:") {
                 return Err(UsageError(format!(
                     "--connections applies to relay:HOST:PORT groups, not {group:?}"
                 ))
                 .into());
             }
-            let per_second = crate::ratelimit::parse_rate(&rate).ok_or_else(|| {
-                UsageError(format!(
-                    "bad rate {rate:?}: use N/s, N/m or N/h, e.g. 200/s"
-                ))
-            })?;
-            let burst = burst.map_or_else(|| (per_second / 10.0).ceil().max(1.0) as i64, i64::from);
             let mut conn = open_migrated(g)?;
             if let Some(name) = group.strip_prefix("campaign:") {
                 let named = match campaigns::find(&mut conn, name) {
@@ -701,7 +697,8 @@ fn rate(g: &Global, cmd: RateCommand) -> Result<()> {
                 }
             }
             rates::set(&mut conn, &group, per_second, burst)?;
-            println!("rate group {group}: {per_second:.3}/s, burst {burst}; workers pick it up within 2 s");
+            let shown = crate::ratelimit::show_rate(per_second);
+            println!("rate group {group}: {shown}, burst {burst}; workers pick it up within 2 s");
             match sessions {
                 Some(0) => {
                     connections::delete(&mut conn, &group)?;
