@@ -5,14 +5,20 @@
 //! of after the delays its jobs were released with while paused.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use crate::config::FLAG_REFRESH;
-use crate::queue::{QueueError, Server};
+use crate::queue::timed::Timed;
+use crate::queue::QueueError;
 use crate::store::campaigns::{self, Control};
 use crate::store::{Campaign, Conn, StoreError};
 
 /// Most delayed jobs one resume kicks per server.
 const KICK_LIMIT: u64 = 1_000_000;
+/// Longest a beanstalkd server may take over each command of the kick: a
+/// hung server fails the kick instead of holding the caller (the CLI, or
+/// one of `serve`'s admin threads) for ever.
+pub const QUEUE_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What a control command did.
 #[derive(Debug)]
@@ -39,7 +45,8 @@ pub fn control(
         // could meet a kicked job and delay it again.
         std::thread::sleep(2 * FLAG_REFRESH);
         for &addr in servers {
-            let n = Server::connect(addr).and_then(|mut s| s.kick_delayed(tube, KICK_LIMIT));
+            let n = Timed::connect(addr, QUEUE_COMMAND_TIMEOUT)
+                .and_then(|mut s| s.kick_delayed(tube, KICK_LIMIT));
             kicked.push((addr, n));
         }
     }

@@ -6,6 +6,8 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -167,4 +169,113 @@ fn a_worker_under_the_maximal_rate_keeps_flat_memory() {
             g.name
         );
     }
+}
+
+// --------------------------------------- item 5: a hung beanstalkd
+
+/// A "beanstalkd" that accepts every connection and never answers,
+/// holding each open; returns its address and the count of connections
+/// it accepted.
+fn hung_beanstalkd() -> (String, Arc<AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&accepted);
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            count.fetch_add(1, Ordering::SeqCst);
+            held.push(stream);
+        }
+    });
+    (addr, accepted)
+}
+
+/// The one-click path of a recipient of campaign `name` (its token signed
+/// as `enqueue` would sign it).
+fn one_click_path(env: &Env, name: &str, list: &str) -> String {
+    let campaign = mailsplit::store::campaigns::find(&mut env.conn(), name)
+        .unwrap()
+        .id;
+    let recipient = member_ids(env, list)[0];
+    let token = env.identity().signer.unsubscribe_token(campaign, recipient);
+    format!("/u/{token}")
+}
+
+const ADMIN_TOKEN: &str = "a-hardening-test-token-0123456789";
+
+/// Issue 29 item 5: with a beanstalkd that accepts and never answers and
+/// a dashboard polled hard for 15 s, `serve`'s threads stay bounded, a
+/// one-click unsubscribe is still answered at once, the dashboard still
+/// answers (saying the server did not answer), and `/healthz` is not 200.
+#[test]
+fn a_hung_beanstalkd_and_a_busy_dashboard_starve_nothing() {
+    let (hung, accepted) = hung_beanstalkd();
+    let env = Env::new(Kind::Sqlite, &hung);
+    env.campaign_without_enqueue("news", 3);
+    let path = one_click_path(&env, "news", "news");
+    let served = env.serve(Some(ADMIN_TOKEN));
+    let (admin, public, pid) = (served.admin, served.public, served.proc.0.id());
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let until = Instant::now() + Duration::from_secs(15);
+    let pollers: Vec<_> = (0..12)
+        .map(|_| {
+            let auth = auth.clone();
+            std::thread::spawn(move || {
+                let mut answers = Vec::new();
+                while Instant::now() < until {
+                    let r = http("GET", admin, "/live", &[("Authorization", &auth)], None);
+                    answers.push((
+                        r.status,
+                        r.body.contains("did not answer") || r.body.contains("no answer"),
+                    ));
+                }
+                answers
+            })
+        })
+        .collect();
+    let mut peak_threads = 0;
+    while Instant::now() < until {
+        if let Some((_, threads)) = rss_and_threads(pid) {
+            peak_threads = peak_threads.max(threads);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(peak_threads <= 32, "serve grew to {peak_threads} threads");
+    // While the dashboard is still being polled: an unsubscribe goes through.
+    let started = Instant::now();
+    let r = http(
+        "POST",
+        public,
+        &path,
+        &[],
+        Some("List-Unsubscribe=One-Click"),
+    );
+    let took = started.elapsed();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(took < Duration::from_secs(5), "one-click took {took:?}");
+    let health = http("GET", public, "/healthz", &[], None);
+    assert_eq!(health.status, 503, "{}", health.body);
+    assert!(
+        health.body.contains(&format!("beanstalkd {hung}")),
+        "{}",
+        health.body
+    );
+    let answers: Vec<_> = pollers
+        .into_iter()
+        .flat_map(|p| p.join().unwrap())
+        .collect();
+    eprintln!(
+        "{} dashboard polls, peak {peak_threads} threads, {} connections to the hung server, one-click in {took:?}",
+        answers.len(),
+        accepted.load(Ordering::SeqCst)
+    );
+    assert!(
+        answers.iter().all(|&(status, _)| status == 200),
+        "{answers:?}"
+    );
+    assert!(
+        answers.iter().any(|&(_, said)| said),
+        "the dashboard never said the server is silent"
+    );
 }

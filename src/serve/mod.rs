@@ -8,14 +8,18 @@
 //!   `MAILSPLIT_ADMIN_TOKEN`; [`snapshot`] gathers what they show.
 //!
 //! Each side is one axum `Router` built from [`AppState`]; a new route is a
-//! line in its module. Both read the same database through one reconnecting
-//! [`Db`] handle. SIGTERM or SIGINT stop accepting and let requests in
-//! flight finish.
+//! line in its module. Each side reads the database through a reconnecting
+//! [`Db`] handle of its own and does its blocking work in a bounded
+//! [`pool`] of its own, so the admin side can never starve the public one;
+//! [`health`] answers `/healthz`. SIGTERM or SIGINT stop accepting and let
+//! requests in flight finish.
 
 pub mod admin;
 pub mod auth;
 pub mod dashboard;
+pub mod health;
 pub mod metrics;
+pub mod pool;
 pub mod public;
 pub mod snapshot;
 pub mod webhook;
@@ -31,10 +35,16 @@ use crate::config::ServeSettings;
 use crate::shutdown;
 use crate::store::{self, installation, Db, Plans};
 use crate::tokens::Identity;
+use health::Health;
+use pool::{Pool, Side};
 
 /// What every handler can reach.
 pub struct AppState {
-    pub db: Arc<Db>,
+    /// The public routes' connection and threads.
+    pub public: Side,
+    /// The admin routes' own connection and threads.
+    pub admin: Side,
+    pub health: Health,
     /// This database's identity: the signer that checks unsubscribe tokens.
     pub identity: Identity,
     pub settings: ServeSettings,
@@ -49,11 +59,21 @@ pub fn run(settings: ServeSettings) -> Result<()> {
     let identity = Identity::from(&installation::load(&mut conn)?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .max_blocking_threads(pool::MAX_BLOCKING_THREADS)
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
+        let url = &settings.database_url;
         let state = Arc::new(AppState {
-            db: Db::new(&settings.database_url, Some(conn), Plans::Custom),
+            public: Side::new(
+                Db::new(url, Some(conn), Plans::Custom),
+                Pool::new("public", pool::PUBLIC_THREADS),
+            ),
+            admin: Side::new(
+                Db::new(url, None, Plans::Custom),
+                Pool::new("admin", pool::ADMIN_THREADS),
+            ),
+            health: Health::default(),
             identity,
             settings: settings.clone(),
         });

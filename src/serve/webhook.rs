@@ -91,8 +91,8 @@ async fn receive(Extract(state): Extract<State>, headers: HeaderMap, body: Bytes
     let fingerprint = format!("webhook:{}", bounce::fingerprint(&body));
     let identity = state.identity.clone();
     let result = state
-        .db
-        .run(move |conn| record(conn, &identity, &event, kind, &fingerprint))
+        .public
+        .db(move |conn| record(conn, &identity, &event, kind, &fingerprint))
         .await;
     match result {
         Ok(Some(json)) => Json(json).into_response(),
