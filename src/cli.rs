@@ -398,6 +398,9 @@ pub struct ServeArgs {
     /// Admin routes (dashboard, API, metrics), HOST:PORT
     #[arg(long, env = "MAILSPLIT_ADMIN_LISTEN", default_value = config::DEFAULT_ADMIN_LISTEN)]
     pub admin_listen: String,
+    /// Connections each listener holds at most; at the cap the one idle longest is closed
+    #[arg(long, env = "MAILSPLIT_MAX_CONNECTIONS", default_value_t = config::DEFAULT_MAX_CONNECTIONS as u64, value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    pub max_connections: u64,
 }
 
 /// The environment variable that holds the admin token (never a flag: a
@@ -926,6 +929,7 @@ fn serve_settings(g: &Global, args: &ServeArgs) -> Result<ServeSettings> {
         tube: g.tube.clone(),
         listen: config::parse_listen("--listen", &args.listen)?,
         admin_listen,
+        max_connections: args.max_connections as usize,
         admin_token,
         webhook_token: std::env::var(WEBHOOK_TOKEN_ENV)
             .ok()

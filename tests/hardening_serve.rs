@@ -279,3 +279,185 @@ fn a_hung_beanstalkd_and_a_busy_dashboard_starve_nothing() {
         "the dashboard never said the server is silent"
     );
 }
+
+// ------------------------------------------------ item 6: slow clients
+
+/// Let this test process hold `n` sockets (the soft limit is often 1,024).
+fn allow_open_files(n: u64) {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut l), 0);
+        assert!(l.rlim_max >= n, "hard open-file limit {} < {n}", l.rlim_max);
+        l.rlim_cur = l.rlim_cur.max(n);
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &l), 0);
+    }
+}
+
+/// `mailsplit serve` on free ports with `extra` options, its log kept.
+fn serve_with(env: &Env, extra: &[&str]) -> Served {
+    let (public, admin) = (free_port(), free_port());
+    let (listen, admin_listen) = (format!("127.0.0.1:{public}"), format!("127.0.0.1:{admin}"));
+    let mut args = vec![
+        "serve",
+        "--listen",
+        &listen,
+        "--admin-listen",
+        &admin_listen,
+    ];
+    args.extend_from_slice(extra);
+    let mut cmd = env.cmd(&args);
+    cmd.env("MAILSPLIT_ADMIN_TOKEN", ADMIN_TOKEN)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // The usual soft limit of 1,024 open files, whatever this test raised
+    // its own to.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            let mut l = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut l);
+            l.rlim_cur = l.rlim_max.min(1_024);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+            Ok(())
+        });
+    }
+    let proc = Proc(cmd.spawn().unwrap());
+    wait_port(public);
+    wait_port(admin);
+    Served {
+        proc,
+        public,
+        admin,
+    }
+}
+
+/// A client that connects and sends half a request header, then nothing.
+fn half_header(port: u16) -> Option<std::net::TcpStream> {
+    use std::io::Write;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok()?;
+    let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ");
+    Some(s)
+}
+
+/// Whether the server closed `s` within `secs` (a read that ends, rather
+/// than one that times out).
+fn closed_within(mut s: std::net::TcpStream, secs: u64) -> bool {
+    use std::io::Read;
+    s.set_read_timeout(Some(Duration::from_secs(secs))).unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) => {
+                return !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                )
+            }
+        }
+    }
+}
+
+/// Issue 29 item 6: 1,100 clients that send half a header each, on both
+/// listeners, while the cap is 512 per listener: `/healthz`, a one-click
+/// unsubscribe and the admin API still answer, and SIGTERM still exits
+/// promptly.
+#[test]
+fn a_flood_of_half_headers_starves_nothing() {
+    const SLOW: usize = 1_100;
+    allow_open_files(4 * SLOW as u64 + 256);
+    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
+    env.campaign_without_enqueue("news", 3);
+    let path = one_click_path(&env, "news", "news");
+    let mut s = serve_with(&env, &["--max-connections", "512"]);
+    let slow: Vec<_> = (0..SLOW)
+        .flat_map(|_| [half_header(s.public), half_header(s.admin)])
+        .flatten()
+        .collect();
+    assert!(
+        slow.len() >= SLOW,
+        "only {} slow clients connected",
+        slow.len()
+    );
+    let health = http("GET", s.public, "/healthz", &[], None);
+    assert_eq!((health.status, health.body.as_str()), (200, "ok\n"));
+    let r = http(
+        "POST",
+        s.public,
+        &path,
+        &[],
+        Some("List-Unsubscribe=One-Click"),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let api = http(
+        "GET",
+        s.admin,
+        "/api/campaigns",
+        &[("Authorization", &auth)],
+        None,
+    );
+    assert_eq!(api.status, 200, "{}", api.body);
+    let started = Instant::now();
+    signal(&s.proc.0, "TERM");
+    assert!(wait_exit(&mut s.proc.0, 10).success());
+    eprintln!(
+        "{} slow clients; SIGTERM to exit {:?}",
+        slow.len(),
+        started.elapsed()
+    );
+}
+
+/// The issue's case: with three half-header connections open, SIGTERM
+/// exits within a few seconds (it took 28).
+#[test]
+fn sigterm_with_half_headers_open_exits_promptly() {
+    let env = Env::new(Kind::Sqlite, "127.0.0.1:1");
+    env.ok(&["migrate"]);
+    let mut s = serve_with(&env, &[]);
+    let slow: Vec<_> = (0..3).filter_map(|_| half_header(s.public)).collect();
+    assert_eq!(slow.len(), 3);
+    // The three are being read by now: a request behind them is answered.
+    assert_eq!(http("GET", s.public, "/u/x", &[], None).status, 404);
+    let started = Instant::now();
+    signal(&s.proc.0, "TERM");
+    let status = wait_exit(&mut s.proc.0, 30);
+    let took = started.elapsed();
+    assert!(status.success(), "{status:?}");
+    assert!(took < Duration::from_secs(8), "SIGTERM took {took:?}");
+}
+
+/// A client that sends half a header, one that sends nothing and one kept
+/// alive after a whole request are each closed by the server (header-read
+/// and idle timeouts), while a client that finishes its request is served.
+#[test]
+fn slow_and_idle_connections_are_closed() {
+    use std::io::Write;
+    let env = Env::new(Kind::Sqlite, "127.0.0.1:1");
+    env.ok(&["migrate"]);
+    let s = serve_with(&env, &[]);
+    let half = half_header(s.public).unwrap();
+    let silent = std::net::TcpStream::connect(("127.0.0.1", s.public)).unwrap();
+    let mut kept = std::net::TcpStream::connect(("127.0.0.1", s.public)).unwrap();
+    kept.write_all(b"GET /u/x HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .unwrap();
+    let checks: Vec<_> = [
+        ("half a header", half),
+        ("silent", silent),
+        ("kept alive", kept),
+    ]
+    .into_iter()
+    .map(|(what, conn)| std::thread::spawn(move || (what, closed_within(conn, 40))))
+    .collect();
+    for c in checks {
+        let (what, closed) = c.join().unwrap();
+        assert!(closed, "{what}: still open after 40 s");
+    }
+}

@@ -11,13 +11,15 @@
 //! line in its module. Each side reads the database through a reconnecting
 //! [`Db`] handle of its own and does its blocking work in a bounded
 //! [`pool`] of its own, so the admin side can never starve the public one;
-//! [`health`] answers `/healthz`. SIGTERM or SIGINT stop accepting and let
-//! requests in flight finish.
+//! [`health`] answers `/healthz`. [`listen`] accepts connections (timeouts
+//! for slow and idle clients, a cap per listener); SIGTERM or SIGINT stop
+//! accepting and let requests in flight finish, for a few seconds at most.
 
 pub mod admin;
 pub mod auth;
 pub mod dashboard;
 pub mod health;
+pub mod listen;
 pub mod metrics;
 pub mod pool;
 pub mod public;
@@ -28,7 +30,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
-use axum::Router;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ServeSettings;
@@ -62,7 +63,8 @@ pub fn run(settings: ServeSettings) -> Result<()> {
         .max_blocking_threads(pool::MAX_BLOCKING_THREADS)
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(async move {
+    listen::raise_file_limit(2 * settings.max_connections + 64);
+    let served = runtime.block_on(async move {
         let url = &settings.database_url;
         let state = Arc::new(AppState {
             public: Side::new(
@@ -87,29 +89,27 @@ pub fn run(settings: ServeSettings) -> Result<()> {
             admin_token = settings.admin_token.is_some(),
             "serving"
         );
-        let (a, b) = tokio::join!(
-            serve(public, public::router(Arc::clone(&state)), stop.clone()),
-            serve(admin, admin::router(Arc::clone(&state)), stop.clone()),
+        let cap = settings.max_connections;
+        tokio::join!(
+            listen::serve(
+                public,
+                public::router(Arc::clone(&state)),
+                cap,
+                stop.clone()
+            ),
+            listen::serve(admin, admin::router(Arc::clone(&state)), cap, stop.clone()),
         );
-        a.and(b)?;
         tracing::info!("serve stopped");
         Ok(())
-    })
+    });
+    // Blocking work still running (each bounded by its own deadline) is
+    // not waited for beyond this.
+    runtime.shutdown_timeout(listen::SHUTDOWN_GRACE);
+    served
 }
 
 async fn bind(addr: SocketAddr, option: &str) -> Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr} ({option})"))
-}
-
-async fn serve(
-    listener: tokio::net::TcpListener,
-    router: Router,
-    stop: CancellationToken,
-) -> Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await
-        .context("HTTP server failed")
 }
