@@ -64,6 +64,8 @@ pub const FORGET_LOST: Duration = Duration::from_secs(24 * 3600);
 /// `serve`'s public listener (one-click unsubscribe), and its admin one.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:8081";
+/// Connections each of `serve`'s listeners holds at most (`--max-connections`).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 
 /// Longest campaign name `campaign create` accepts.
 pub const MAX_CAMPAIGN_NAME: usize = 100;
@@ -99,6 +101,8 @@ pub struct ServeSettings {
     pub listen: SocketAddr,
     /// Admin routes (dashboard, API, metrics).
     pub admin_listen: SocketAddr,
+    /// Connections each listener holds at most.
+    pub max_connections: usize,
     /// Bearer token every admin request must carry; `None` only with a
     /// loopback admin address.
     pub admin_token: Option<String>,
@@ -131,6 +135,7 @@ impl fmt::Debug for ServeSettings {
             .field("tube", &self.tube)
             .field("listen", &self.listen)
             .field("admin_listen", &self.admin_listen)
+            .field("max_connections", &self.max_connections)
             .field(
                 "admin_token",
                 &self.admin_token.as_ref().map(|_| redact::Hidden),
@@ -535,6 +540,7 @@ mod tests {
             tube: "t".into(),
             listen: "127.0.0.1:1".parse().unwrap(),
             admin_listen: "127.0.0.1:2".parse().unwrap(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             admin_token: Some("T0ken".into()),
             webhook_token: Some("W3bhook".into()),
         };

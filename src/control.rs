@@ -5,15 +5,21 @@
 //! of after the delays its jobs were released with while paused.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use crate::config::FLAG_REFRESH;
-use crate::queue::{QueueError, Server};
+use crate::queue::timed::Timed;
+use crate::queue::QueueError;
 use crate::store::campaigns;
 pub use crate::store::campaigns::Control;
 use crate::store::{installation, Campaign, Conn, StoreError};
 
 /// Most delayed jobs one resume kicks per server.
 const KICK_LIMIT: u64 = 1_000_000;
+/// Longest a beanstalkd server may take over each command of the kick: a
+/// hung server fails the kick instead of holding the caller (the CLI, or
+/// one of `serve`'s admin threads) for ever.
+pub const QUEUE_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What a control command did.
 #[derive(Debug)]
@@ -46,7 +52,7 @@ pub fn control(
             .and_then(|i| crate::queue::home_tube(&i.database_id));
         let tubes: Vec<&str> = std::iter::once(tube).chain(home.as_deref()).collect();
         for &addr in servers {
-            let n = Server::connect(addr).and_then(|mut s| {
+            let n = Timed::connect(addr, QUEUE_COMMAND_TIMEOUT).and_then(|mut s| {
                 tubes
                     .iter()
                     .try_fold(0, |n, t| Ok(n + s.kick_delayed(t, KICK_LIMIT)?))

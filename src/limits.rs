@@ -36,29 +36,23 @@ pub struct Set {
     pub connections: Option<u32>,
 }
 
-/// Check a request that needs no database: the group's name, that
-/// `--connections` is for a relay, the rate; returns the request with the
+/// Check a request that needs no database: the group's name, the rate and
+/// burst within their maximums ([`crate::ratelimit::setting`]), that
+/// `--connections` is for a relay; returns the request with the
 /// group's canonical name, the rate per second and the burst.
 pub fn check(req: &SetRequest<'_>) -> Result<Set, LimitError> {
-    let group = rates::check_name(req.group)?;
-    if req.connections.is_some() && !group.starts_with("relay:") {
+    let checked = crate::ratelimit::setting(req.group, req.rate, req.burst)
+        .map_err(|e| LimitError::Bad(e.to_string()))?;
+    if req.connections.is_some() && !checked.group.starts_with("relay:") {
         return Err(LimitError::Bad(format!(
-            "--connections applies to relay:HOST:PORT groups, not {group:?}"
+            "--connections applies to relay:HOST:PORT groups, not {:?}",
+            checked.group
         )));
     }
-    let rate = req.rate;
-    let per_second = crate::ratelimit::parse_rate(rate).ok_or_else(|| {
-        LimitError::Bad(format!(
-            "bad rate {rate:?}: use N/s, N/m or N/h, e.g. 200/s"
-        ))
-    })?;
-    let burst = req
-        .burst
-        .map_or_else(|| (per_second / 10.0).ceil().max(1.0) as i64, i64::from);
     Ok(Set {
-        group,
-        per_second,
-        burst,
+        group: checked.group,
+        per_second: checked.per_second,
+        burst: checked.burst,
         connections: req.connections,
     })
 }

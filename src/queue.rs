@@ -2,7 +2,10 @@
 //! client. One [`Server`] is one TCP connection; a job reserved on it can
 //! only be deleted, released, buried or touched through that same
 //! connection, so the worker keeps one thread per server (see
-//! `worker::reserve`).
+//! `worker::reserve`). [`timed`] is the small client with deadlines that
+//! `serve` and `resume` use.
+
+pub mod timed;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -147,6 +150,25 @@ pub enum QueueError {
         op: &'static str,
         #[source]
         source: BeanstalkcError,
+    },
+    #[error("beanstalkd at {addr}: {op} failed")]
+    Io {
+        addr: SocketAddr,
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("beanstalkd at {addr}: no answer to {op} within {after:?}")]
+    TimedOut {
+        addr: SocketAddr,
+        op: &'static str,
+        after: Duration,
+    },
+    #[error("beanstalkd at {addr}: unexpected answer to {op}: {reply:?}")]
+    Unexpected {
+        addr: SocketAddr,
+        op: &'static str,
+        reply: String,
     },
 }
 
@@ -322,42 +344,6 @@ impl Server {
         self.delete(id)?;
         self.use_tube(back_to_tube)?;
         Ok(id)
-    }
-
-    /// Make every delayed job of `tube` ready now (at most `limit`): what
-    /// `resume` does so a paused campaign's jobs need not sit out their
-    /// release delay. Returns how many were kicked.
-    pub fn kick_delayed(&mut self, tube: &str, limit: u64) -> Result<u64, QueueError> {
-        self.use_tube(tube)?;
-        let mut kicked = 0;
-        while kicked < limit {
-            let e = self.err("peek-delayed");
-            let id = match self.conn.peek_delayed() {
-                Ok(job) => job.id(),
-                Err(BeanstalkcError::CommandFailed(s)) if s == "NotFound" => break,
-                Err(source) => return Err(e(source)),
-            };
-            let e = self.err("kick-job");
-            match self.conn.kick_job(id) {
-                Ok(()) => kicked += 1,
-                // Reserved or deleted between the peek and the kick.
-                Err(BeanstalkcError::CommandFailed(s)) if s == "NotFound" => {}
-                Err(source) => return Err(e(source)),
-            }
-        }
-        Ok(kicked)
-    }
-
-    /// Statistics of a tube (`current-jobs-ready`, …); empty if it has none.
-    pub fn stats_tube(
-        &mut self,
-        tube: &str,
-    ) -> Result<std::collections::HashMap<String, String>, QueueError> {
-        let e = self.err("stats-tube");
-        match self.conn.stats_tube(tube) {
-            Err(BeanstalkcError::CommandFailed(s)) if s == "NotFound" => Ok(Default::default()),
-            other => other.map_err(e),
-        }
     }
 }
 

@@ -10,14 +10,19 @@
 //! or defers the message meanwhile, so a throttled group never holds a
 //! sender while other mail could flow.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+mod setting;
+mod stock;
+
+pub use setting::{parse_rate, setting, show_rate, Setting, SettingError};
+
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Mutex;
 
-use crate::store::rates::{self, Lease, RateGroup};
+use crate::store::rates::{self, Lease, RateGroup, MAX_LEASE};
 use crate::store::Db;
 use crate::store::StoreError;
 
@@ -44,7 +49,7 @@ const LEASE_ERROR_PAUSE: Duration = Duration::from_secs(1);
 /// Local state of one group in this worker.
 struct Local {
     /// Leased tokens not yet spent, each with the time it conforms.
-    tokens: VecDeque<Instant>,
+    tokens: stock::Stock,
     /// The database said no token conforms before this: no lease until then.
     wait_until: Instant,
     /// Adaptive share of the configured rate this worker uses (≤ 1).
@@ -99,7 +104,7 @@ fn now_us() -> i64 {
 fn fresh_local() -> Local {
     let now = Instant::now();
     Local {
-        tokens: VecDeque::new(),
+        tokens: stock::Stock::default(),
         wait_until: now,
         factor: 1.0,
         paced_until: now,
@@ -252,7 +257,7 @@ impl Limiter {
             let mut local = g.local.lock().await;
             let now = Instant::now();
             expire(&mut local, now, w);
-            if local.tokens.len() < w && local.wait_until <= now {
+            if local.tokens.len() < w as u64 && local.wait_until <= now {
                 self.lease(g, &mut local, w).await;
             }
         }
@@ -265,8 +270,8 @@ impl Limiter {
         let mut short: Option<(usize, Instant)> = None;
         for (i, local) in locals.iter_mut().enumerate() {
             expire(local, now, w);
-            let at = match local.tokens.get(w - 1) {
-                Some(&t) => t.max(local.paced_until),
+            let at = match local.tokens.nth(w as u64 - 1) {
+                Some(t) => t.max(local.paced_until),
                 // A lease is needed first: due when the database said, or
                 // at once (the next call leases).
                 None => local
@@ -285,7 +290,7 @@ impl Limiter {
             });
         }
         for (g, local) in groups.iter().zip(locals.iter_mut()) {
-            local.tokens.drain(..w);
+            local.tokens.take(w as u64);
             g.spent.fetch_add(w as u64, Ordering::Relaxed);
             if local.factor < 1.0 {
                 let step = Duration::from_micros(g.config.interval_us().max(1) as u64);
@@ -295,9 +300,10 @@ impl Limiter {
         Ok(())
     }
 
-    /// Lease what the horizon holds (at least `w` tokens' worth of asking).
+    /// Lease what the horizon holds (at least `w` tokens' worth of asking,
+    /// at most [`MAX_LEASE`]: a heavier message gathers over several).
     async fn lease(&self, group: &Group, local: &mut Local, w: usize) {
-        let want = lease_size(&group.config).max(w as u32);
+        let want = lease_size(&group.config).max(w as u32).min(MAX_LEASE);
         let name = group.config.name.clone();
         let lease = self
             .db
@@ -310,8 +316,7 @@ impl Limiter {
             }
             // Deleted meanwhile: no limit until the next refresh drops it.
             Ok(Lease::NoGroup) => {
-                let now = Instant::now();
-                local.tokens.extend(std::iter::repeat_n(now, w));
+                local.tokens.push(Instant::now(), Duration::ZERO, w as u64);
             }
             Ok(Lease::Granted {
                 count,
@@ -329,8 +334,7 @@ impl Limiter {
                 };
                 let step = Duration::from_micros(interval_us.max(0) as u64);
                 // Tokens of an earlier lease still held come first.
-                let from = local.tokens.back().map_or(first, |&b| first.max(b + step));
-                local.tokens.extend((0..count).map(|i| from + step * i));
+                local.tokens.push(first, step, u64::from(count));
             }
             Ok(Lease::Wait(us)) => {
                 local.wait_until = Instant::now() + Duration::from_micros(us.max(100) as u64);
@@ -399,45 +403,18 @@ fn expire(local: &mut Local, now: Instant, w: usize) {
     if w > 1 {
         return;
     }
-    while local
-        .tokens
-        .front()
-        .is_some_and(|&t| t + TOKEN_EXPIRY < now)
-    {
-        local.tokens.pop_front();
+    if let Some(cutoff) = now.checked_sub(TOKEN_EXPIRY) {
+        local.tokens.drop_before(cutoff);
     }
 }
 
-/// Tokens asked for per lease: what the horizon holds at the full rate.
+/// Tokens asked for per lease: what the horizon holds at the full rate,
+/// never more than [`MAX_LEASE`] (whatever rate a row holds).
 fn lease_size(g: &RateGroup) -> u32 {
-    ((g.rate * LEASE_HORIZON.as_secs_f64()).ceil() as u32).max(1)
-}
-
-/// Parse `200/s`, `5000/m`, `100000/h` (also `per` words) into tokens per
-/// second.
-pub fn parse_rate(s: &str) -> Option<f64> {
-    let (n, unit) = s.trim().split_once('/')?;
-    let n: f64 = n.trim().parse().ok()?;
-    let per = match unit.trim() {
-        "s" | "sec" | "second" => 1.0,
-        "m" | "min" | "minute" => 60.0,
-        "h" | "hour" => 3600.0,
-        _ => return None,
-    };
-    (n > 0.0 && n.is_finite()).then_some(n / per)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_rate;
-
-    #[test]
-    fn rates() {
-        assert_eq!(parse_rate("200/s"), Some(200.0));
-        assert_eq!(parse_rate("60/m"), Some(1.0));
-        assert_eq!(parse_rate("3600/h"), Some(1.0));
-        assert_eq!(parse_rate("0/s"), None);
-        assert_eq!(parse_rate("10/d"), None);
-        assert_eq!(parse_rate("fast"), None);
+    let n = (g.rate * LEASE_HORIZON.as_secs_f64()).ceil();
+    if n.is_finite() {
+        (n as u32).clamp(1, MAX_LEASE)
+    } else {
+        1
     }
 }

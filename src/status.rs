@@ -212,9 +212,9 @@ pub fn rate_line(g: &RateGroup, usage: &[Usage]) -> String {
     let u = usage.iter().find(|u| u.name == g.name);
     let observed = u.map_or_else(|| observed_rate(g), |u| u.spent_rate);
     format!(
-        "{:<32} limit {:>9.1}/s  burst {:>5}  observed {:>9.1}/s  parked {:>6}  deferred {:>6}  granted {}",
+        "{:<32} limit {:>11}  burst {:>5}  observed {:>9.1}/s  parked {:>6}  deferred {:>6}  granted {}",
         g.name,
-        g.rate,
+        crate::ratelimit::show_rate(g.rate),
         g.burst,
         observed,
         u.map_or(0, |u| u.parked),

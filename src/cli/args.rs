@@ -199,9 +199,9 @@ pub enum RateCommand {
     Set {
         /// relay:HOST:PORT, campaign:NAME, domain:DOMAIN or domain:*
         group: String,
-        /// Rate: N/s, N/m or N/h
+        /// Rate: N/s, N/m, N/h or N/d, from 1/d to 100000/s
         rate: String,
-        /// Tokens that may be spent at once after a quiet spell (default: a tenth of a second's worth, at least 1)
+        /// Tokens that may be spent at once after a quiet spell (default: a tenth of a second's worth, at least 1; at most 100000)
         #[arg(long)]
         burst: Option<u32>,
         /// relay: groups only: SMTP sessions all workers together may hold
@@ -353,6 +353,9 @@ pub struct ServeArgs {
     /// Admin routes (dashboard, API, metrics), HOST:PORT
     #[arg(long, env = "MAILSPLIT_ADMIN_LISTEN", default_value = config::DEFAULT_ADMIN_LISTEN)]
     pub admin_listen: String,
+    /// Connections each listener holds at most; at the cap the one idle longest is closed
+    #[arg(long, env = "MAILSPLIT_MAX_CONNECTIONS", default_value_t = config::DEFAULT_MAX_CONNECTIONS as u64, value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    pub max_connections: u64,
 }
 
 #[cfg(test)]

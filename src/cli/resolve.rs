@@ -65,6 +65,7 @@ pub fn serve_settings(g: &Global, args: &ServeArgs) -> Result<ServeSettings, Con
         tube: g.tube.clone(),
         listen: config::parse_listen("--listen", &args.listen)?,
         admin_listen,
+        max_connections: args.max_connections as usize,
         admin_token,
         webhook_token: token_policy::read(
             WEBHOOK_TOKEN_ENV,

@@ -56,7 +56,7 @@ fn unavailable(e: &StoreError) -> Response {
 
 /// Every campaign as `status --json` prints it.
 async fn api_campaigns(Extract(state): Extract<State>) -> Response {
-    match state.db.run(campaigns::list).await {
+    match state.admin.db(campaigns::list).await {
         Ok(rows) => Json(
             rows.iter()
                 .map(|(c, counters)| CampaignStatus::new(c, counters))
@@ -69,7 +69,7 @@ async fn api_campaigns(Extract(state): Extract<State>) -> Response {
 
 /// The fleet: every worker as `workers --json` prints it, and the totals.
 async fn api_workers(Extract(state): Extract<State>) -> Response {
-    match state.db.run(workers::list).await {
+    match state.admin.db(workers::list).await {
         Ok(rows) => Json(fleet::view(rows, now_ms())).into_response(),
         Err(e) => unavailable(&e),
     }
@@ -115,18 +115,21 @@ pub async fn run_control(
 ) -> Result<Controlled, ControlFailure> {
     let settings = state.settings.clone();
     let campaign = name.to_string();
-    let done = tokio::task::spawn_blocking(move || {
-        let mut conn = Conn::open(&settings.database_url)?;
-        control::control(
-            &mut conn,
-            &settings.servers,
-            &settings.tube,
-            &campaign,
-            action,
-        )
-    })
-    .await
-    .unwrap_or_else(|e| Err(StoreError::Task(e.to_string())));
+    let done = state
+        .admin
+        .pool
+        .blocking(move || {
+            let mut conn = Conn::open(&settings.database_url)?;
+            control::control(
+                &mut conn,
+                &settings.servers,
+                &settings.tube,
+                &campaign,
+                action,
+            )
+        })
+        .await
+        .unwrap_or_else(|e| Err(StoreError::Task(e.to_string())));
     match done {
         Ok(done) => {
             tracing::info!(client = %client, campaign = %done.campaign.name, ?action, "campaign controlled from the admin listener");
@@ -169,8 +172,8 @@ async fn api_control(
         Err(f) => return (f.status, Json(json!({"error": f.message}))).into_response(),
     };
     let status = match state
-        .db
-        .run(move |c| campaigns::counters(c, done.campaign.id).map(|n| (done, n)))
+        .admin
+        .db(move |c| campaigns::counters(c, done.campaign.id).map(|n| (done, n)))
         .await
     {
         Ok((done, counters)) => (CampaignStatus::new(&done.campaign, &counters), done.kicked),

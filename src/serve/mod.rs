@@ -8,15 +8,21 @@
 //!   `MAILSPLIT_ADMIN_TOKEN`; [`snapshot`] gathers what they show.
 //!
 //! Each side is one axum `Router` built from [`AppState`]; a new route is a
-//! line in its module. Both read the same database through one reconnecting
-//! [`Db`] handle. SIGTERM or SIGINT stop accepting and let requests in
-//! flight finish.
+//! line in its module. Each side reads the database through a reconnecting
+//! [`Db`] handle of its own and does its blocking work in a bounded
+//! [`pool`] of its own, so the admin side can never starve the public one;
+//! [`health`] answers `/healthz`. [`listen`] accepts connections (timeouts
+//! for slow and idle clients, a cap per listener); SIGTERM or SIGINT stop
+//! accepting and let requests in flight finish, for a few seconds at most.
 
 pub mod admin;
 pub mod auth;
 pub mod dashboard;
 pub mod guard;
+pub mod health;
+pub mod listen;
 pub mod metrics;
+pub mod pool;
 pub mod public;
 pub mod snapshot;
 pub mod webhook;
@@ -25,17 +31,22 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
-use axum::Router;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ServeSettings;
 use crate::shutdown;
 use crate::store::{self, installation, Db, Plans};
 use crate::tokens::Identity;
+use health::Health;
+use pool::{Pool, Side};
 
 /// What every handler can reach.
 pub struct AppState {
-    pub db: Arc<Db>,
+    /// The public routes' connection and threads.
+    pub public: Side,
+    /// The admin routes' own connection and threads.
+    pub admin: Side,
+    pub health: Health,
     /// This database's identity: the signer that checks unsubscribe tokens.
     pub identity: Identity,
     pub settings: ServeSettings,
@@ -63,11 +74,22 @@ pub fn run(settings: ServeSettings) -> Result<(), ServeError> {
     let identity = Identity::from(&installation::load(&mut conn)?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .max_blocking_threads(pool::MAX_BLOCKING_THREADS)
         .build()
         .context("cannot start the async runtime")?;
+    listen::raise_file_limit(2 * settings.max_connections + 64);
     let served: Result<()> = runtime.block_on(async move {
+        let url = &settings.database_url;
         let state = Arc::new(AppState {
-            db: Db::new(&settings.database_url, Some(conn), Plans::Custom),
+            public: Side::new(
+                Db::new(url, Some(conn), Plans::Custom),
+                Pool::new("public", pool::PUBLIC_THREADS),
+            ),
+            admin: Side::new(
+                Db::new(url, None, Plans::Custom),
+                Pool::new("admin", pool::ADMIN_THREADS),
+            ),
+            health: Health::default(),
             identity,
             settings: settings.clone(),
             failures: guard::Failures::default(),
@@ -82,14 +104,22 @@ pub fn run(settings: ServeSettings) -> Result<(), ServeError> {
             admin_token = settings.admin_token.is_some(),
             "serving"
         );
-        let (a, b) = tokio::join!(
-            serve(public, public::router(Arc::clone(&state)), stop.clone()),
-            serve(admin, admin::router(Arc::clone(&state)), stop.clone()),
+        let cap = settings.max_connections;
+        tokio::join!(
+            listen::serve(
+                public,
+                public::router(Arc::clone(&state)),
+                cap,
+                stop.clone()
+            ),
+            listen::serve(admin, admin::router(Arc::clone(&state)), cap, stop.clone()),
         );
-        a.and(b)?;
         tracing::info!("serve stopped");
         Ok(())
     });
+    // Blocking work still running (each bounded by its own deadline) is
+    // not waited for beyond this.
+    runtime.shutdown_timeout(listen::SHUTDOWN_GRACE);
     Ok(served?)
 }
 
@@ -97,18 +127,4 @@ async fn bind(addr: SocketAddr, option: &str) -> Result<tokio::net::TcpListener>
     tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr} ({option})"))
-}
-
-async fn serve(
-    listener: tokio::net::TcpListener,
-    router: Router,
-    stop: CancellationToken,
-) -> Result<()> {
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move { stop.cancelled().await })
-    .await
-    .context("HTTP server failed")
 }

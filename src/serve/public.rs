@@ -26,7 +26,7 @@ const MAX_TOKEN_LEN: usize = 64;
 
 pub fn router(state: State) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(super::health::healthz))
         .route("/u/{token}", get(unsubscribe_page).post(unsubscribe))
         .merge(super::webhook::router(state.clone()))
         .with_state(state)
@@ -63,8 +63,8 @@ async fn unsubscribe(Extract(state): Extract<State>, Path(token): Path<String>) 
     };
     let reason = format!("one-click unsubscribe (campaign {campaign})");
     match state
-        .db
-        .run(move |c| optouts::unsubscribe(c, recipient, &reason))
+        .public
+        .db(move |c| optouts::unsubscribe(c, recipient, &reason))
         .await
     {
         Ok(status) => {

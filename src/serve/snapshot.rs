@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::State;
 use crate::fleet::{self, Fleet};
-use crate::queue::Server;
+use crate::queue::timed::Timed;
 use crate::status::{self, CampaignStatus};
 use crate::store::{campaigns, now_ms, rates, workers, StoreError};
 
@@ -35,6 +35,8 @@ pub struct RateView {
     pub name: String,
     /// Configured tokens per second.
     pub limit: f64,
+    /// The same as `rate set` takes it (`200/s`, `1/h`).
+    pub shown: String,
     pub burst: i64,
     /// Tokens granted per second lately (0 when idle).
     pub observed: f64,
@@ -78,8 +80,8 @@ impl TubeCounts {
 /// Take a snapshot.
 pub async fn take(state: &State) -> Result<Snapshot, StoreError> {
     let db = state
-        .db
-        .run(|c| Ok((campaigns::list(c)?, rates::list(c)?, workers::list(c)?)));
+        .admin
+        .db(|c| Ok((campaigns::list(c)?, rates::list(c)?, workers::list(c)?)));
     let (db, queues) = tokio::join!(db, queues(state));
     let (campaigns, groups, workers) = db?;
     let at = now_ms();
@@ -94,6 +96,7 @@ pub async fn take(state: &State) -> Result<Snapshot, StoreError> {
             .map(|g| RateView {
                 name: g.name.clone(),
                 limit: g.rate,
+                shown: crate::ratelimit::show_rate(g.rate),
                 burst: g.burst,
                 observed: (status::observed_rate(g) * 10.0).round() / 10.0,
                 granted: g.leased,
@@ -107,42 +110,51 @@ pub async fn take(state: &State) -> Result<Snapshot, StoreError> {
 async fn queues(state: &State) -> Vec<QueueView> {
     let tube = &state.settings.tube;
     // All servers at once: one slow server costs QUEUE_TIMEOUT, not one each.
-    let asks: Vec<_> = state
+    let mut asks = tokio::task::JoinSet::new();
+    for (i, &addr) in state.settings.servers.iter().enumerate() {
+        let (state, tube) = (std::sync::Arc::clone(state), tube.clone());
+        asks.spawn(async move { (i, ask(&state, addr, tube).await) });
+    }
+    let mut answers = asks.join_all().await;
+    answers.sort_by_key(|(i, _)| *i);
+    state
         .settings
         .servers
         .iter()
-        .map(|&addr| (addr, tokio::spawn(ask(addr, tube.clone()))))
-        .collect();
-    let mut out = Vec::with_capacity(asks.len());
-    for (server, ask) in asks {
-        let (counts, error) = ask
-            .await
-            .unwrap_or_else(|e| (None, Some(format!("task failed: {e}"))));
-        out.push(QueueView {
+        .zip(answers)
+        .map(|(&server, (_, (counts, error)))| QueueView {
             server,
             tube: tube.clone(),
             counts,
             error,
-        });
-    }
-    out
+        })
+        .collect()
 }
 
-/// One server's counts for the tube, or why there are none.
-async fn ask(addr: SocketAddr, tube: String) -> (Option<TubeCounts>, Option<String>) {
-    let stats = tokio::task::spawn_blocking(move || {
-        Server::connect(addr).and_then(|mut s| s.stats_tube(&tube))
+/// One server's counts for the tube, or why there are none: asked on an
+/// admin thread, every step under QUEUE_TIMEOUT (a hung server frees the
+/// thread when it runs out), waiting for a free thread counted too.
+async fn ask(
+    state: &State,
+    addr: SocketAddr,
+    tube: String,
+) -> (Option<TubeCounts>, Option<String>) {
+    let stats = state.admin.pool.blocking(move || {
+        Timed::connect(addr, QUEUE_TIMEOUT).and_then(|mut s| s.stats_tube(&tube))
     });
-    match tokio::time::timeout(QUEUE_TIMEOUT, stats).await {
+    match tokio::time::timeout(2 * QUEUE_TIMEOUT, stats).await {
         Ok(Ok(Ok(stats))) => (Some(counts(&stats)), None),
         Ok(Ok(Err(e))) => (None, Some(cause_chain(&e))),
-        Ok(Err(e)) => (None, Some(format!("task failed: {e}"))),
-        Err(_) => (None, Some(format!("no answer within {QUEUE_TIMEOUT:?}"))),
+        Ok(Err(e)) => (None, Some(e.to_string())),
+        Err(_) => (
+            None,
+            Some(format!("no answer within {:?}", 2 * QUEUE_TIMEOUT)),
+        ),
     }
 }
 
 /// `error: cause: cause`, as the command line prints errors.
-fn cause_chain(e: &dyn std::error::Error) -> String {
+pub fn cause_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(cause) = source {

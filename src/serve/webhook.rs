@@ -136,8 +136,8 @@ async fn receive(
     let fingerprint = event_fingerprint(&event);
     let identity = state.identity.clone();
     let result = state
-        .db
-        .run(move |conn| record(conn, &identity, &event, kind, &fingerprint))
+        .public
+        .db(move |conn| record(conn, &identity, &event, kind, &fingerprint))
         .await;
     match result {
         Ok(Some(json)) => Json(json).into_response(),

@@ -37,12 +37,30 @@ impl RateGroup {
     }
 }
 
+/// Fastest rate a group may have, tokens per second: `rate set` refuses
+/// more, and a faster rate written into the table by hand is read as this.
+pub const MAX_RATE: f64 = 100_000.0;
+/// Slowest rate a group may have: one token a day.
+pub const MIN_RATE: f64 = 1.0 / 86_400.0;
+/// Largest burst a group may have (a second's worth at [`MAX_RATE`]).
+pub const MAX_BURST: i64 = 100_000;
+/// Most tokens one lease grants: what [`MAX_RATE`] grants in a worker's
+/// 50 ms lease horizon. Whatever a row says, a lease moves the group's
+/// schedule at most this many tokens ahead.
+pub const MAX_LEASE: u32 = 5_000;
+
 /// Tokens are paced at this share of the configured rate: timers and the
 /// network add a little jitter between a token's time and the relay seeing
 /// the message, and the limit must hold as the relay counts.
 const PACE: f64 = 0.95;
 
 fn interval_us(rate: f64) -> i64 {
+    // `clamp` keeps NaN; a NaN rate (a hand-written row) reads as the slowest.
+    let rate = if rate.is_nan() {
+        MIN_RATE
+    } else {
+        rate.clamp(MIN_RATE, MAX_RATE)
+    };
     (1e6 / (rate * PACE)).ceil().max(1.0) as i64
 }
 
@@ -262,12 +280,12 @@ pub fn lease(
         let t = interval_us(rate);
         let base = tat.max(now_us);
         // Token i is conforming at base + (i+1)·T − burst·T.
-        let burst_us = burst.max(1) * t;
+        let burst_us = burst.clamp(1, MAX_BURST) * t;
         let room = (now_us + horizon_us + burst_us - base) / t;
         if room < 1 {
             return Ok(Lease::Wait(base + t - burst_us - horizon_us - now_us));
         }
-        let count = (want.max(1) as i64).min(room);
+        let count = (want.clamp(1, MAX_LEASE) as i64).min(room);
         let new_tat = base + count * t;
         let updated = on!(conn, |c| diesel::update(
             g::table.find(name).filter(g::tat.eq(tat))

@@ -27,6 +27,7 @@ mod delay_proxy;
 mod dkim;
 mod fleet;
 mod hardening;
+mod hardening_serve;
 mod hardening_trust;
 mod hardening_wire;
 mod headers;

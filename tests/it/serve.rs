@@ -31,7 +31,8 @@ fn get(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
 
 #[test]
 fn admin_routes_need_the_token_and_public_ones_do_not() {
-    let env = Env::new(Kind::Sqlite, "127.0.0.1:1");
+    // A live beanstalkd: `/healthz` says 200 only when it answers.
+    let (_tmp, _bs, env) = crate::util::env_with_beanstalkd(Kind::Sqlite);
     env.campaign_without_enqueue("news", 3);
     let mut s = serve(&env, Some("s3cret-token"));
     assert_eq!(get(s.public, "/healthz", None), (200, "ok\n".into()));

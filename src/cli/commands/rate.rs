@@ -39,8 +39,8 @@ fn set(g: &Global, req: &SetRequest<'_>) -> Result {
     limits::set(&mut open_migrated(g)?, &set)?;
     let group = &set.group;
     outln!(
-        "rate group {group}: {:.3}/s, burst {}; workers pick it up within 2 s",
-        set.per_second,
+        "rate group {group}: {}, burst {}; workers pick it up within 2 s",
+        crate::ratelimit::show_rate(set.per_second),
         set.burst
     )?;
     match set.connections {

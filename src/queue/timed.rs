@@ -1,0 +1,205 @@
+//! A small beanstalkd client for the few commands `serve` and `resume`
+//! need (`stats-tube`, `list-tube-used`, `use`, `peek-delayed`,
+//! `kick-job`), each under a deadline. The `beanstalkc` crate sets no
+//! socket timeouts and does not expose its socket, so a server that
+//! accepts and never answers held a thread for ever (issue 29: one
+//! dashboard tab grew `serve` to 515 threads). Here every reply must
+//! arrive whole within the deadline of its command, however the server
+//! trickles it, or the command fails with [`QueueError::TimedOut`].
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use super::QueueError;
+
+/// Longest reply line read (beanstalkd's are a few dozen bytes).
+const MAX_LINE: usize = 1024;
+/// Largest `stats-tube` document read (beanstalkd's is under 1 KB).
+const MAX_STATS: usize = 64 * 1024;
+
+/// One connection whose every command answers within `timeout` or fails.
+pub struct Timed {
+    addr: SocketAddr,
+    timeout: Duration,
+    reader: BufReader<TcpStream>,
+}
+
+impl Timed {
+    /// Connect within `timeout`; each command then gets `timeout` too.
+    pub fn connect(addr: SocketAddr, timeout: Duration) -> Result<Timed, QueueError> {
+        let stream =
+            TcpStream::connect_timeout(&addr, timeout).map_err(|source| QueueError::Io {
+                addr,
+                op: "connect",
+                source,
+            })?;
+        // Best effort: each command is one small write.
+        let _ = stream.set_nodelay(true);
+        Ok(Timed {
+            addr,
+            timeout,
+            reader: BufReader::new(stream),
+        })
+    }
+
+    fn io(&self, op: &'static str) -> impl Fn(std::io::Error) -> QueueError {
+        let (addr, after) = (self.addr, self.timeout);
+        move |source| match source.kind() {
+            ErrorKind::WouldBlock | ErrorKind::TimedOut => QueueError::TimedOut { addr, op, after },
+            _ => QueueError::Io { addr, op, source },
+        }
+    }
+
+    fn unexpected(&self, op: &'static str, reply: &str) -> QueueError {
+        QueueError::Unexpected {
+            addr: self.addr,
+            op,
+            reply: crate::store::one_line(reply, 80),
+        }
+    }
+
+    /// Arm the socket for what is left until `deadline`.
+    fn arm(&self, op: &'static str, deadline: Instant) -> Result<(), QueueError> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(self.io(op)(ErrorKind::TimedOut.into()));
+        }
+        let s = self.reader.get_ref();
+        s.set_read_timeout(Some(left))
+            .and_then(|()| s.set_write_timeout(Some(left)))
+            .map_err(self.io(op))
+    }
+
+    /// Send one command line; returns its reply line (without CRLF) and
+    /// the command's deadline, for a data block that may follow.
+    fn command(&mut self, op: &'static str, line: &str) -> Result<(String, Instant), QueueError> {
+        let deadline = Instant::now() + self.timeout;
+        self.arm(op, deadline)?;
+        let wire = format!("{line}\r\n");
+        self.reader
+            .get_mut()
+            .write_all(wire.as_bytes())
+            .map_err(self.io(op))?;
+        let mut reply = Vec::new();
+        loop {
+            self.arm(op, deadline)?;
+            let failed = self.io(op);
+            let buf = self.reader.fill_buf().map_err(failed)?;
+            if buf.is_empty() {
+                return Err(self.io(op)(ErrorKind::UnexpectedEof.into()));
+            }
+            let (take, done) = match memchr::memchr(b'\n', buf) {
+                Some(i) => (i + 1, true),
+                None => (buf.len(), false),
+            };
+            reply.extend_from_slice(&buf[..take]);
+            self.reader.consume(take);
+            if done {
+                break;
+            }
+            if reply.len() > MAX_LINE {
+                return Err(self.unexpected(op, &String::from_utf8_lossy(&reply)));
+            }
+        }
+        let reply = String::from_utf8_lossy(&reply).trim_end().to_string();
+        Ok((reply, deadline))
+    }
+
+    /// Read a data block of `len` bytes and its CRLF; kept only if `keep`.
+    fn data(
+        &mut self,
+        op: &'static str,
+        len: usize,
+        deadline: Instant,
+        keep: bool,
+    ) -> Result<Vec<u8>, QueueError> {
+        let mut out = Vec::with_capacity(if keep { len } else { 0 });
+        let mut left = len + 2;
+        let mut chunk = [0u8; 8192];
+        while left > 0 {
+            self.arm(op, deadline)?;
+            let n = self
+                .reader
+                .read(&mut chunk[..left.min(8192)])
+                .map_err(self.io(op))?;
+            if n == 0 {
+                return Err(self.io(op)(ErrorKind::UnexpectedEof.into()));
+            }
+            if keep {
+                out.extend_from_slice(&chunk[..n]);
+            }
+            left -= n;
+        }
+        out.truncate(len);
+        Ok(out)
+    }
+
+    /// The server answers at all (`list-tube-used`).
+    pub fn ping(&mut self) -> Result<(), QueueError> {
+        let (reply, _) = self.command("list-tube-used", "list-tube-used")?;
+        if reply.starts_with("USING ") {
+            Ok(())
+        } else {
+            Err(self.unexpected("list-tube-used", &reply))
+        }
+    }
+
+    /// Statistics of a tube (`current-jobs-ready`, …); empty if it has none.
+    pub fn stats_tube(&mut self, tube: &str) -> Result<HashMap<String, String>, QueueError> {
+        const OP: &str = "stats-tube";
+        let (reply, deadline) = self.command(OP, &format!("stats-tube {tube}"))?;
+        if reply == "NOT_FOUND" {
+            return Ok(HashMap::new());
+        }
+        let len = reply
+            .strip_prefix("OK ")
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|&n| n <= MAX_STATS)
+            .ok_or_else(|| self.unexpected(OP, &reply))?;
+        let yaml = self.data(OP, len, deadline, true)?;
+        Ok(String::from_utf8_lossy(&yaml)
+            .lines()
+            .filter_map(|l| l.split_once(": "))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect())
+    }
+
+    /// Make every delayed job of `tube` ready now (at most `limit`): what
+    /// `resume` does so a paused campaign's jobs need not sit out their
+    /// release delay. Returns how many were kicked.
+    pub fn kick_delayed(&mut self, tube: &str, limit: u64) -> Result<u64, QueueError> {
+        let (reply, _) = self.command("use", &format!("use {tube}"))?;
+        if !reply.starts_with("USING ") {
+            return Err(self.unexpected("use", &reply));
+        }
+        let mut kicked = 0;
+        while kicked < limit {
+            let (reply, deadline) = self.command("peek-delayed", "peek-delayed")?;
+            if reply == "NOT_FOUND" {
+                break;
+            }
+            let Some((id, len)) = found(&reply) else {
+                return Err(self.unexpected("peek-delayed", &reply));
+            };
+            self.data("peek-delayed", len, deadline, false)?;
+            let (reply, _) = self.command("kick-job", &format!("kick-job {id}"))?;
+            match reply.as_str() {
+                "KICKED" => kicked += 1,
+                // Reserved or deleted between the peek and the kick.
+                "NOT_FOUND" => {}
+                _ => return Err(self.unexpected("kick-job", &reply)),
+            }
+        }
+        Ok(kicked)
+    }
+}
+
+/// `FOUND <id> <bytes>`.
+fn found(reply: &str) -> Option<(u64, usize)> {
+    let mut words = reply.strip_prefix("FOUND ")?.split(' ');
+    let id = words.next()?.parse().ok()?;
+    let len = words.next()?.parse().ok()?;
+    Some((id, len))
+}
