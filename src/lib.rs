@@ -31,6 +31,7 @@ pub mod logging;
 pub mod mail;
 pub mod mailbox;
 pub mod queue;
+pub mod rate_group;
 pub mod ratelimit;
 pub mod redact;
 pub mod requeue;

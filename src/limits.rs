@@ -3,6 +3,7 @@
 //! workers' side of the same rows is [`crate::ratelimit`].
 
 use crate::campaign;
+use crate::rate_group::Group;
 use crate::status;
 use crate::store::{connections, rates, Conn, StoreError};
 
@@ -31,6 +32,7 @@ pub struct SetRequest<'a> {
 pub struct Set {
     /// The group's name as stored.
     pub group: String,
+    pub parsed: Group,
     pub per_second: f64,
     pub burst: i64,
     pub connections: Option<u32>,
@@ -40,8 +42,8 @@ pub struct Set {
 /// `--connections` is for a relay, the rate; returns the request with the
 /// group's canonical name, the rate per second and the burst.
 pub fn check(req: &SetRequest<'_>) -> Result<Set, LimitError> {
-    let group = rates::check_name(req.group)?;
-    if req.connections.is_some() && !group.starts_with("relay:") {
+    let group: Group = req.group.parse().map_err(StoreError::from)?;
+    if req.connections.is_some() && !matches!(group, Group::Relay(_)) {
         return Err(LimitError::Bad(format!(
             "--connections applies to relay:HOST:PORT groups, not {group:?}"
         )));
@@ -56,7 +58,8 @@ pub fn check(req: &SetRequest<'_>) -> Result<Set, LimitError> {
         .burst
         .map_or_else(|| (per_second / 10.0).ceil().max(1.0) as i64, i64::from);
     Ok(Set {
-        group,
+        group: group.to_string(),
+        parsed: group,
         per_second,
         burst,
         connections: req.connections,
@@ -67,7 +70,7 @@ pub fn check(req: &SetRequest<'_>) -> Result<Set, LimitError> {
 /// its connection limit.
 pub fn set(conn: &mut Conn, set: &Set) -> Result<(), LimitError> {
     let group = &set.group;
-    if let Some(name) = group.strip_prefix("campaign:") {
+    if let Group::Campaign(name) = &set.parsed {
         if !campaign::exists(conn, name)? {
             return Err(LimitError::Bad(format!(
                 "bad rate group {group:?}: there is no campaign {name:?}; a campaign group is campaign:NAME with the name of an existing campaign (`mailsplit status` lists them), e.g. campaign:news"

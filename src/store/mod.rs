@@ -91,10 +91,8 @@ pub enum StoreError {
         selector: String,
         algorithm: String,
     },
-    #[error("bad rate group {0:?}: use relay:HOST:PORT (a worker's --smtp relay), campaign:NAME, domain:DOMAIN or domain:* (every other domain), e.g. domain:gmail.com")]
-    BadRateGroup(String),
-    #[error("bad rate group {name:?}: {why}")]
-    BadRateGroupName { name: String, why: String },
+    #[error(transparent)]
+    BadRateGroup(#[from] crate::rate_group::GroupError),
     /// This `enqueue` run's lease on the campaign ran out (the run stalled)
     /// and another run holds it now: this one must stop.
     #[error("another `enqueue` run took campaign {0:?} over after this run's lease ran out (was it suspended?); that run finishes the campaign, this one stops")]
@@ -124,7 +122,6 @@ impl StoreError {
                 | StoreError::IllegalTransition { .. }
                 | StoreError::DkimKeyExists { .. }
                 | StoreError::BadRateGroup(_)
-                | StoreError::BadRateGroupName { .. }
         )
     }
 

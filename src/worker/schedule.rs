@@ -52,7 +52,7 @@ pub const MAX_PARKED_FOR: Duration = Duration::from_secs(10);
 /// the relay's group a queue holds up to [`MAX_PARKED_FOR`], and the job
 /// slots (bounded) are the back-pressure.
 fn horizon(group: &str) -> (Duration, Duration) {
-    if group.starts_with("relay:") {
+    if crate::rate_group::Group::is_relay_name(group) {
         (MAX_PARKED_FOR, MAX_PARKED_FOR)
     } else {
         (MAX_PARK, MAX_PARK_AGE)
