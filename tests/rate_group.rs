@@ -11,7 +11,10 @@ fn an_internationalised_domain_group_is_stored_as_its_a_label() {
     let env = Env::new(Kind::Sqlite, "127.0.0.1:1");
     env.ok(&["migrate"]);
     let said = env.ok(&["rate", "set", "domain:Bücher.DE", "10/s"]);
-    assert!(said.contains("rate group domain:xn--bcher-kva.de:"), "{said}");
+    assert!(
+        said.contains("rate group domain:xn--bcher-kva.de:"),
+        "{said}"
+    );
     let listed = env.ok(&["rate", "list"]);
     assert!(listed.contains("domain:xn--bcher-kva.de"), "{listed}");
     // The same group, however it is spelled.

@@ -27,7 +27,7 @@ use crate::compose;
 use crate::store::bounces::{self, Action, BounceKind, BounceSource, NewBounce};
 use crate::store::{campaigns, Conn, RecipientStatus, StoreError};
 use crate::tokens::Identity;
-use report::{Finding, Report};
+use report::{Finding, ParsedReport};
 
 /// Soft bounces that make a recipient `bounced`…
 pub const DEFAULT_SOFT_LIMIT: u32 = 3;
@@ -205,7 +205,7 @@ struct Target {
 fn resolve(
     conn: &mut Conn,
     identity: &Identity,
-    report: &Report,
+    report: &ParsedReport,
     envelope: Option<&str>,
 ) -> Result<Vec<Target>, StoreError> {
     // 1. The VERP token of the address the report was sent to, or of the

@@ -126,7 +126,7 @@ fn label(text: &str) -> String {
 /// A display phrase: a quoted string for printable ASCII, RFC 2047
 /// encoded words (UTF-8, base64, at most 75 characters each) otherwise.
 fn phrase(text: &str) -> String {
-    let text = super::one_line(text);
+    let text = super::header_line(text);
     if text.bytes().all(|b| (0x20..0x7f).contains(&b)) {
         return format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""));
     }

@@ -601,7 +601,7 @@ pub fn now_ms() -> i64 {
 /// `text` as one line of at most `max` characters (control characters
 /// become spaces): for reasons stored from what others wrote (a relay's
 /// reply, a bounce report).
-pub fn one_line(text: &str, max: usize) -> String {
+pub fn clip_line(text: &str, max: usize) -> String {
     let mut out: String = text
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })

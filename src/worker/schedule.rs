@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use super::pipeline::{Msg, Report, Shared};
+use super::pipeline::{Msg, SendOutcome, Shared};
 use crate::store::OutcomeKind;
 
 /// A message is parked only if its tokens are expected within this long;
@@ -476,7 +476,7 @@ impl Scheduler {
             .or_default()
             .entry(second)
             .or_default() += 1;
-        let report = Report {
+        let report = SendOutcome {
             tracker: msg.tracker,
             recipient_id: msg.recipient_id,
             attempt: msg.attempt,
