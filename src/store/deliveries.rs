@@ -639,9 +639,9 @@ static RECORD_SENT_PG: LazyLock<String> = LazyLock::new(|| {
     // too, not as a value of its own: with a single campaign, a planner
     // whose statistics still see a small `deliveries` (a new campaign grows
     // it faster than autovacuum looks) scanned the campaign's whole key
-    // range for its claimed rows and joined the batch to it, 8.8 ms a batch
-    // on average 20,000 rows in and growing with the campaign. Without it,
-    // the only way in is one primary-key probe per outcome.
+    // range for its claimed rows and joined the batch to it, slower with
+    // every batch as the campaign grew (BENCHMARKS.md). Without it, the
+    // only way in is one primary-key probe per outcome.
     format!(
         "WITH p AS (SELECT ?::bigint AS now, ?::bigint AS campaign), \
          done AS ( \

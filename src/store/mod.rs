@@ -429,13 +429,11 @@ impl Conn {
     /// Refresh the planner's statistics of `tables` after a bulk change.
     /// PostgreSQL's autovacuum would do it eventually (and on some servers it
     /// is off); until then it plans for the tables' old sizes, and enqueue's
-    /// keyset page joined every remaining row before sorting (180 ms instead
-    /// of 20 ms halfway through 200,000 recipients, growing with the list).
-    /// The VACUUM marks the new pages all-visible, so that the page's
-    /// index-only scan of `list_members` reads no table rows: 13.6 -> 7.9 ms
-    /// a page of 10,000 after an import of 1M, 2.7 -> 2.2 s for the whole
-    /// enqueue (it costs the import 0.8 s). It takes no lock that stops
-    /// readers or writers. SQLite plans these queries by their keys alone.
+    /// keyset page joined every remaining row before sorting, a cost that
+    /// grows with the list. The VACUUM marks the new pages all-visible, so
+    /// that the page's index-only scan of `list_members` reads no table
+    /// rows (figures in BENCHMARKS.md, "Measurements behind the code's
+    /// choices"). It takes no lock that stops readers or writers. SQLite plans these queries by their keys alone.
     pub fn refresh_statistics(&mut self, tables: &[&str]) -> Result<()> {
         match self.backend() {
             Backend::Postgres => {
