@@ -45,7 +45,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{WorkerSettings, FLAG_REFRESH};
 use crate::mail::Relay;
-use crate::shutdown;
 use crate::store::{self, installation, Db, Plans};
 use crate::tokens::Identity;
 use flags::Campaigns;
@@ -77,20 +76,49 @@ pub enum WorkerError {
     Run(#[from] anyhow::Error),
 }
 
+/// The shutdown phases, in order, each a token every task that cares
+/// watches:
+///
+/// 1. `stop` (the caller's signal: SIGTERM, SIGINT, a deploy, or a test):
+///    no new jobs are reserved; jobs in flight go on;
+/// 2. `abort` (the grace period is over, or the database file was
+///    replaced): senders hand their unsent messages back;
+/// 3. `drained` (every job slot is back, or the wait for them gave up):
+///    reserve threads, senders, the reporter and the refresher wind down;
+/// 4. `leases_done` (every session closed): this worker's shared
+///    connection slots go back to the relay's limit.
+struct Phases {
+    stop: CancellationToken,
+    abort: CancellationToken,
+    drained: CancellationToken,
+    leases_done: CancellationToken,
+}
+
+impl Phases {
+    fn new(stop: CancellationToken) -> Phases {
+        Phases {
+            stop,
+            abort: CancellationToken::new(),
+            drained: CancellationToken::new(),
+            leases_done: CancellationToken::new(),
+        }
+    }
+}
+
 /// Check the settings against the world (database schema and identity,
-/// relay TLS files), then run the worker until it is told to stop.
-pub fn run(settings: WorkerSettings) -> Result<(), WorkerError> {
+/// relay TLS files), then run the worker until `stop` is cancelled (the
+/// caller's shutdown signal, as mini-redis's `server::run` takes one; the
+/// command line trips it on SIGTERM, SIGINT and a deploy). Runs on the
+/// caller's tokio runtime.
+pub async fn run(settings: WorkerSettings, stop: CancellationToken) -> Result<(), WorkerError> {
     // Fail now, with the fix named, if the database is wrong or unmigrated.
     let mut conn = store::open_migrated(&settings.database_url)?;
     // The file just opened: checked at every flag refresh.
     let db_file = store::DbFile::of(&settings.database_url);
     let identity = Identity::from(&installation::load(&mut conn)?);
     let relay = Relay::new(settings.smtp.clone(), settings.smtp_timeout)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    Ok(runtime.block_on(pipeline_run(settings, relay, identity, conn, db_file))?)
+    let phases = Phases::new(stop);
+    Ok(pipeline_run(settings, relay, identity, conn, db_file, phases).await?)
 }
 
 /// Run the worker until it is told to stop.
@@ -100,14 +128,14 @@ async fn pipeline_run(
     identity: Identity,
     conn: store::Conn,
     db_file: Option<store::DbFile>,
+    phases: Phases,
 ) -> Result<()> {
-    let stop = CancellationToken::new();
-    let abort = CancellationToken::new();
-    let drained = CancellationToken::new();
-    shutdown::on_signals(stop.clone()).context("cannot install signal handlers")?;
-    let exe = std::env::current_exe().context("cannot find this executable's path")?;
-    let _watcher = shutdown::on_binary_change(exe.clone(), stop.clone())
-        .with_context(|| format!("cannot watch {} for deploys", exe.display()))?;
+    let Phases {
+        stop,
+        abort,
+        drained,
+        leases_done,
+    } = phases;
 
     let slots_total = job_slots(settings.concurrency);
     let slots = Arc::new(Semaphore::new(slots_total));
@@ -170,7 +198,6 @@ async fn pipeline_run(
     );
 
     let sessions = sessions::Sessions::new(relay.target(), settings.concurrency);
-    let leases_done = CancellationToken::new();
     let leasing = sessions.start_leasing(Arc::clone(&shared.db), leases_done.clone());
     let mut senders = Vec::new();
     for _ in 0..settings.concurrency {
