@@ -148,28 +148,7 @@ async fn pipeline_run(
     ));
     let (report_tx, report_rx) = mpsc::channel(settings.concurrency * 2 + 100);
 
-    let mut cmd_txs = Vec::new();
-    let mut threads = Vec::new();
-    for (index, &addr) in settings.servers.iter().enumerate() {
-        let (tx, rx) = std::sync::mpsc::channel();
-        cmd_txs.push(tx);
-        let server = reserve::ServerLoop {
-            index,
-            addr,
-            tube: settings.tube.clone(),
-            jobs: jobs_tx.clone(),
-            cmds: rx,
-            slots: Arc::clone(&slots),
-            stop: stop.clone(),
-            drained: drained.clone(),
-        };
-        threads.push(
-            std::thread::Builder::new()
-                .name(format!("beanstalkd-{addr}"))
-                .spawn(move || server.run())
-                .context("cannot start a reserve thread")?,
-        );
-    }
+    let (cmd_txs, threads) = spawn_reservers(&settings, &jobs_tx, &slots, &stop, &drained)?;
     drop(jobs_tx);
 
     let db = Db::new(&settings.database_url, Some(conn), Plans::GenericWhileLarge);
@@ -199,22 +178,15 @@ async fn pipeline_run(
 
     let sessions = sessions::Sessions::new(relay.target(), settings.concurrency);
     let leasing = sessions.start_leasing(Arc::clone(&shared.db), leases_done.clone());
-    let mut senders = Vec::new();
-    for _ in 0..settings.concurrency {
-        let setup = send::SenderSetup {
-            relay: relay.clone(),
-            sessions: Arc::clone(&sessions),
-            max_per_session: settings.max_per_session,
-            abort: abort.clone(),
-            done: drained.clone(),
-        };
-        senders.push(tokio::spawn(send::sender(
-            Arc::clone(&shared),
-            Arc::clone(&scheduler),
-            report_tx.clone(),
-            setup,
-        )));
-    }
+    let senders = spawn_senders(
+        &settings,
+        &relay,
+        &sessions,
+        &shared,
+        &scheduler,
+        &report_tx,
+        &(abort.clone(), drained.clone()),
+    );
     drop(report_tx);
     let reporter = tokio::spawn(report::reporter(
         Arc::clone(&shared),
@@ -223,38 +195,7 @@ async fn pipeline_run(
         (settings.concurrency / 4).max(1),
     ));
 
-    let refresher = {
-        let shared = Arc::clone(&shared);
-        let drained = drained.clone();
-        let (stop, abort) = (stop.clone(), abort.clone());
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = drained.cancelled() => return None,
-                    _ = tokio::time::sleep(FLAG_REFRESH) => {}
-                }
-                // SQLite file deleted or replaced: nobody will ever read
-                // what this worker records, so send nothing more (unsent
-                // messages are handed back, jobs released) and fail.
-                if let Some(Err(e)) = db_file.as_ref().map(store::DbFile::check) {
-                    tracing::error!("{e}");
-                    abort.cancel();
-                    stop.cancel();
-                    return Some(e);
-                }
-                if let Err(e) = shared.campaigns.refresh(&shared.db).await {
-                    tracing::warn!(error = %e, "cannot refresh campaign flags");
-                }
-                if let Err(e) = shared.optouts.refresh(&shared.db).await {
-                    tracing::warn!(error = %e, "cannot read recent unsubscribes");
-                }
-                // A `rate set` takes effect within a round (one small read).
-                if let Err(e) = shared.limiter.refresh().await {
-                    tracing::warn!(error = %e, "cannot refresh rate groups");
-                }
-            }
-        })
-    };
+    let refresher = spawn_refresher(&shared, db_file, &drained, &stop, &abort);
     let dispatcher = {
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
@@ -264,18 +205,151 @@ async fn pipeline_run(
         })
     };
 
-    tracing::info!(
-        relay = relay.target(),
-        concurrency = settings.concurrency,
-        max_per_session = settings.max_per_session,
-        beanstalkd = ?settings.servers,
-        tube = %settings.tube,
-        "worker started"
-    );
+    log_started(&settings, &relay);
     stop.cancelled().await;
 
-    // Stop: no new jobs. Wait for every slot to come back, i.e. every job
-    // finished and its outcomes recorded.
+    finish_jobs(&settings, &slots, slots_total, &abort).await;
+    drained.cancel();
+    let fatal = refresher.await.ok().flatten();
+    Tasks {
+        senders,
+        leases_done,
+        leasing,
+        dispatcher,
+        reporter,
+        heartbeat,
+        threads,
+    }
+    .wind_down(shared)
+    .await?;
+    if let Some(e) = fatal {
+        return Err(e.into());
+    }
+    tracing::info!("worker stopped");
+    Ok(())
+}
+
+/// The reserve threads' command channels and the threads.
+type Reservers = (
+    Vec<std::sync::mpsc::Sender<reserve::Cmd>>,
+    Vec<std::thread::JoinHandle<()>>,
+);
+
+/// One reserve thread per beanstalkd server; returns the senders of their
+/// command channels (delete, release, bury, touch) and the threads.
+fn spawn_reservers(
+    settings: &WorkerSettings,
+    jobs_tx: &mpsc::Sender<reserve::Incoming>,
+    slots: &Arc<Semaphore>,
+    stop: &CancellationToken,
+    drained: &CancellationToken,
+) -> Result<Reservers> {
+    let mut cmd_txs = Vec::new();
+    let mut threads = Vec::new();
+    for (index, &addr) in settings.servers.iter().enumerate() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        cmd_txs.push(tx);
+        let server = reserve::ServerLoop {
+            index,
+            addr,
+            tube: settings.tube.clone(),
+            jobs: jobs_tx.clone(),
+            cmds: rx,
+            slots: Arc::clone(slots),
+            stop: stop.clone(),
+            drained: drained.clone(),
+        };
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("beanstalkd-{addr}"))
+                .spawn(move || server.run())
+                .context("cannot start a reserve thread")?,
+        );
+    }
+    Ok((cmd_txs, threads))
+}
+
+/// Every [`FLAG_REFRESH`]: the campaigns' flags, recent unsubscribes and
+/// the rate groups; and the SQLite file, whose replacement stops the
+/// worker (the task then returns the error).
+fn spawn_refresher(
+    shared: &Arc<Shared>,
+    db_file: Option<store::DbFile>,
+    drained: &CancellationToken,
+    stop: &CancellationToken,
+    abort: &CancellationToken,
+) -> tokio::task::JoinHandle<Option<store::StoreError>> {
+    let shared = Arc::clone(shared);
+    let drained = drained.clone();
+    let (stop, abort) = (stop.clone(), abort.clone());
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = drained.cancelled() => return None,
+                _ = tokio::time::sleep(FLAG_REFRESH) => {}
+            }
+            // SQLite file deleted or replaced: nobody will ever read
+            // what this worker records, so send nothing more (unsent
+            // messages are handed back, jobs released) and fail.
+            if let Some(Err(e)) = db_file.as_ref().map(store::DbFile::check) {
+                tracing::error!("{e}");
+                abort.cancel();
+                stop.cancel();
+                return Some(e);
+            }
+            if let Err(e) = shared.campaigns.refresh(&shared.db).await {
+                tracing::warn!(error = %e, "cannot refresh campaign flags");
+            }
+            if let Err(e) = shared.optouts.refresh(&shared.db).await {
+                tracing::warn!(error = %e, "cannot read recent unsubscribes");
+            }
+            // A `rate set` takes effect within a round (one small read).
+            if let Err(e) = shared.limiter.refresh().await {
+                tracing::warn!(error = %e, "cannot refresh rate groups");
+            }
+        }
+    })
+}
+
+/// `--concurrency` sender tasks, each with its own SMTP session.
+fn spawn_senders(
+    settings: &WorkerSettings,
+    relay: &Relay,
+    sessions: &Arc<sessions::Sessions>,
+    shared: &Arc<Shared>,
+    scheduler: &Arc<schedule::Scheduler>,
+    report_tx: &mpsc::Sender<pipeline::SendOutcome>,
+    // The `abort` and `drained` phases a sender watches.
+    (abort, drained): &(CancellationToken, CancellationToken),
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..settings.concurrency)
+        .map(|_| {
+            let setup = send::SenderSetup {
+                relay: relay.clone(),
+                sessions: Arc::clone(sessions),
+                max_per_session: settings.max_per_session,
+                abort: abort.clone(),
+                done: drained.clone(),
+            };
+            tokio::spawn(send::sender(
+                Arc::clone(shared),
+                Arc::clone(scheduler),
+                report_tx.clone(),
+                setup,
+            ))
+        })
+        .collect()
+}
+
+/// Phase 1 → 2: wait for every job slot to come back (every job finished
+/// and its outcomes recorded) within the grace period; past it, `abort`
+/// (senders hand back what they have not sent) and wait a last while.
+async fn finish_jobs(
+    settings: &WorkerSettings,
+    slots: &Semaphore,
+    slots_total: usize,
+    abort: &CancellationToken,
+) {
     let all = slots_total as u32;
     if tokio::time::timeout(settings.grace, slots.acquire_many(all))
         .await
@@ -293,29 +367,53 @@ async fn pipeline_run(
             tracing::error!("jobs still unfinished; exiting anyway (beanstalkd returns them, their claims lapse after the TTR)");
         }
     }
-    drained.cancel();
-    let fatal = refresher.await.ok().flatten();
-    shared.to_send.close();
-    for s in senders {
-        let _ = tokio::time::timeout(Duration::from_secs(3), s).await;
-    }
-    // Every session closed: this worker's connection slots go back.
-    leases_done.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(5), leasing).await;
-    dispatcher.abort();
-    drop(shared);
-    let _ = tokio::time::timeout(Duration::from_secs(5), reporter).await;
-    heartbeat.finish().await;
-    tokio::task::spawn_blocking(move || {
-        for t in threads {
-            let _ = t.join();
+}
+
+fn log_started(settings: &WorkerSettings, relay: &Relay) {
+    tracing::info!(
+        relay = relay.target(),
+        concurrency = settings.concurrency,
+        max_per_session = settings.max_per_session,
+        beanstalkd = ?settings.servers,
+        tube = %settings.tube,
+        "worker started"
+    );
+}
+
+/// The tasks and threads a running worker winds down once `drained`.
+struct Tasks {
+    senders: Vec<tokio::task::JoinHandle<()>>,
+    leases_done: CancellationToken,
+    leasing: tokio::task::JoinHandle<()>,
+    dispatcher: tokio::task::JoinHandle<()>,
+    reporter: tokio::task::JoinHandle<()>,
+    heartbeat: heartbeat::Heartbeat,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Tasks {
+    /// Phases 3 and 4: senders close their sessions, the connection slots
+    /// go back, the reporter flushes, the heartbeat row goes, the reserve
+    /// threads end.
+    async fn wind_down(self, shared: Arc<Shared>) -> Result<()> {
+        shared.to_send.close();
+        for s in self.senders {
+            let _ = tokio::time::timeout(Duration::from_secs(3), s).await;
         }
-    })
-    .await
-    .context("reserve threads")?;
-    if let Some(e) = fatal {
-        return Err(e.into());
+        // Every session closed: this worker's connection slots go back.
+        self.leases_done.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.leasing).await;
+        self.dispatcher.abort();
+        drop(shared);
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.reporter).await;
+        self.heartbeat.finish().await;
+        tokio::task::spawn_blocking(move || {
+            for t in self.threads {
+                let _ = t.join();
+            }
+        })
+        .await
+        .context("reserve threads")?;
+        Ok(())
     }
-    tracing::info!("worker stopped");
-    Ok(())
 }
