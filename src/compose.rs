@@ -361,7 +361,7 @@ fn mime(
         .envelope(envelope)
         .from(from.clone())
         .to(to.clone())
-        .subject(one_line(subject))
+        .subject(header_line(subject))
         .message_id(Some(message_id));
     for header in extra {
         builder = builder.raw_header(header);
@@ -406,7 +406,7 @@ pub const MAX_DISPLAY_NAME: usize = 200;
 /// RFC 5322's limit of 998. At 200 characters (each quote escaped at
 /// worst) plus an address of at most 254, the line stays far below it.
 fn display_name(name: &str) -> String {
-    let line = one_line(name);
+    let line = header_line(name);
     match line.char_indices().nth(MAX_DISPLAY_NAME) {
         Some((cut, _)) => line[..cut].trim_end().to_string(),
         None => line,
@@ -415,7 +415,7 @@ fn display_name(name: &str) -> String {
 
 /// `text` with every control character (CR, LF, TAB, …) turned into a
 /// space, trimmed: safe for a header value.
-pub fn one_line(text: &str) -> String {
+pub fn header_line(text: &str) -> String {
     text.chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect::<String>()

@@ -10,11 +10,12 @@
 //! [`control`] pauses, resumes and cancels, [`fleet`] shows the workers'
 //! heartbeats.
 //!
-//! Imports point one way: [`cli`] → stages ([`import`], [`splitter`],
-//! [`worker`], [`serve`], [`control`], [`status`], [`fleet`]) → [`compose`], [`mail`],
+//! Imports point one way: [`cli`] → stages ([`campaign`], [`limits`],
+//! [`database`], [`import`], [`splitter`], [`worker`], [`serve`],
+//! [`control`], [`status`], [`fleet`]) → [`compose`], [`mail`],
 //! [`queue`], [`ratelimit`], [`tokens`], [`shutdown`] → [`store`]; [`config`]
 //! and [`redact`] (and [`logging`]) sit beside them, importing no stage; [`mailbox`] (which
-//! spellings are one mailbox, and the wire spelling) sits below the store.
+//! spellings are one mailbox, and the wire spelling) and [`rate_group`] sit below the store.
 
 pub mod bounce;
 pub mod campaign;
@@ -31,6 +32,7 @@ pub mod logging;
 pub mod mail;
 pub mod mailbox;
 pub mod queue;
+pub mod rate_group;
 pub mod ratelimit;
 pub mod redact;
 pub mod requeue;

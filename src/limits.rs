@@ -3,6 +3,7 @@
 //! workers' side of the same rows is [`crate::ratelimit`].
 
 use crate::campaign;
+use crate::rate_group::Group;
 use crate::status;
 use crate::store::{connections, rates, Conn, StoreError};
 
@@ -31,6 +32,7 @@ pub struct SetRequest<'a> {
 pub struct Set {
     /// The group's name as stored.
     pub group: String,
+    pub parsed: Group,
     pub per_second: f64,
     pub burst: i64,
     pub connections: Option<u32>,
@@ -43,14 +45,16 @@ pub struct Set {
 pub fn check(req: &SetRequest<'_>) -> Result<Set, LimitError> {
     let checked = crate::ratelimit::setting(req.group, req.rate, req.burst)
         .map_err(|e| LimitError::Bad(e.to_string()))?;
-    if req.connections.is_some() && !checked.group.starts_with("relay:") {
+    let group = checked.group;
+    if req.connections.is_some() && !matches!(group, Group::Relay(_)) {
         return Err(LimitError::Bad(format!(
             "--connections applies to relay:HOST:PORT groups, not {:?}",
-            checked.group
+            group.to_string()
         )));
     }
     Ok(Set {
-        group: checked.group,
+        group: group.to_string(),
+        parsed: group,
         per_second: checked.per_second,
         burst: checked.burst,
         connections: req.connections,
@@ -61,7 +65,7 @@ pub fn check(req: &SetRequest<'_>) -> Result<Set, LimitError> {
 /// its connection limit.
 pub fn set(conn: &mut Conn, set: &Set) -> Result<(), LimitError> {
     let group = &set.group;
-    if let Some(name) = group.strip_prefix("campaign:") {
+    if let Group::Campaign(name) = &set.parsed {
         if !campaign::exists(conn, name)? {
             return Err(LimitError::Bad(format!(
                 "bad rate group {group:?}: there is no campaign {name:?}; a campaign group is campaign:NAME with the name of an existing campaign (`mailsplit status` lists them), e.g. campaign:news"

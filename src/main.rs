@@ -8,11 +8,11 @@ use mailsplit::cli::{fail, parse, run};
 
 /// mimalloc instead of glibc malloc: a worker allocates per message (MIME
 /// parts, SMTP buffers) from many threads, and glibc's arena locks and
-/// consolidation were a sixth of its CPU time in `perf`. Built with
+/// consolidation took a large share of its CPU time in `perf`. Built with
 /// `no_thp`: otherwise mimalloc asks for transparent huge pages on its
-/// arenas, and each thread's first touches fault in 2 MB at a time — a
-/// worker's peak RSS was 47–52 MB with them, 25–27 MB without (100k
-/// campaign, 2 workers × 100 sessions, same speed).
+/// arenas, and each thread's first touches fault in huge pages, nearly
+/// doubling a worker's peak RSS at the same speed (BENCHMARKS.md,
+/// "Measurements behind the code's choices").
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -24,10 +24,10 @@ fn main() -> ExitCode {
     // glibc's malloc still serves the C libraries (libsqlite3, libpq and
     // its TLS). It gives each thread that first allocates an arena of its
     // own, and SQLite runs on whichever of tokio's blocking threads holds
-    // the connection, so its pages spread over many arenas. One arena:
-    // a SQLite worker's peak RSS over a 1M campaign went 32.1 → 29.8 MB,
-    // at the same rate (the connection is used by one thread at a time,
-    // so there is no lock to contend). Before any thread exists.
+    // the connection, so its pages spread over many arenas. One arena
+    // lowers a SQLite worker's peak RSS at the same rate (BENCHMARKS.md):
+    // the connection is used by one thread at a time, so there is no lock
+    // to contend. Before any thread exists.
     // SAFETY: mallopt only changes a malloc tunable.
     unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
     let cli = match parse() {

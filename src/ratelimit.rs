@@ -22,6 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Mutex;
 
+use crate::rate_group::Group as GroupName;
 use crate::store::rates::{self, Lease, RateGroup, MAX_LEASE};
 use crate::store::Db;
 use crate::store::StoreError;
@@ -118,7 +119,7 @@ impl Limiter {
     pub fn new(db: Arc<Db>, relay: &str) -> Limiter {
         Limiter {
             db,
-            relay: format!("relay:{relay}"),
+            relay: GroupName::Relay(relay.to_string()).to_string(),
             groups: StdMutex::new(HashMap::new()),
             generation: AtomicU64::new(0),
             campaigns_seen: StdMutex::new(HashSet::new()),
@@ -199,15 +200,18 @@ impl Limiter {
         if map.contains_key(&self.relay) {
             out.push(self.relay.clone());
         }
-        let c = format!("campaign:{campaign}");
+        let c = GroupName::Campaign(campaign.to_string()).to_string();
         if map.contains_key(&c) {
             out.push(c);
         }
-        let d = format!("domain:{}", domain.to_lowercase());
+        let d = GroupName::domain(domain).to_string();
         if map.contains_key(&d) {
             out.push(d);
-        } else if map.contains_key("domain:*") {
-            out.push("domain:*".to_string());
+        } else {
+            let any = GroupName::AnyDomain.to_string();
+            if map.contains_key(&any) {
+                out.push(any);
+            }
         }
         out
     }
@@ -366,7 +370,7 @@ impl Limiter {
 
     /// The relay or a domain said "slow down": halve this worker's share.
     pub async fn slow_down(&self, names: &[String]) {
-        for name in names.iter().filter(|n| !n.starts_with("campaign:")) {
+        for name in names.iter().filter(|n| !GroupName::is_campaign_name(n)) {
             if let Some(group) = self.group(name) {
                 let mut local = group.local.lock().await;
                 local.factor = (local.factor / 2.0).max(MIN_FACTOR);

@@ -52,7 +52,7 @@ pub struct Options {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Report {
+pub struct Requeued {
     /// Failed deliveries made claimable again (`--failed`).
     pub reopened: i64,
     /// Recipients put into jobs.
@@ -60,7 +60,7 @@ pub struct Report {
     pub jobs: u64,
 }
 
-pub fn requeue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Report, RequeueError> {
+pub fn requeue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Requeued, RequeueError> {
     let campaign = campaigns::find(conn, name)?;
     match campaign.state {
         CampaignState::Cancelled => return Err(RequeueError::Cancelled(campaign.name)),
@@ -76,14 +76,14 @@ pub fn requeue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Report, Re
         server.use_tube(&opts.tube)?;
         servers.push(server);
     }
-    let mut report = Report::default();
+    let mut report = Requeued::default();
     if opts.failed {
         report.reopened = deliveries::reopen_failed(conn, campaign.id)?;
     }
     campaigns::include_members(conn, &campaign)?;
     let priority = queue::priority(campaign.priority);
     let mut batch: Vec<i64> = Vec::with_capacity(opts.batch_size);
-    let mut put = |batch: &mut Vec<i64>, report: &mut Report| -> Result<(), RequeueError> {
+    let mut put = |batch: &mut Vec<i64>, report: &mut Requeued| -> Result<(), RequeueError> {
         let slot = report.jobs as usize % servers.len();
         let body = JobBody::new(campaign.id, std::mem::take(batch));
         servers[slot].put(&body.encode(&identity), priority)?;

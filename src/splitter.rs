@@ -115,7 +115,7 @@ pub struct Options {
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Report {
+pub struct Enqueued {
     /// Jobs put by this run.
     pub jobs: u64,
     /// Recipients put into those jobs.
@@ -175,16 +175,16 @@ impl Fanout {
     }
 }
 
-pub fn enqueue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Report, EnqueueError> {
+pub fn enqueue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Enqueued, EnqueueError> {
     let started = Instant::now();
     let campaign = campaigns::find(conn, name)?;
     // Nothing to wait for when there is nothing to do.
     match campaign.state {
         CampaignState::Cancelled => return Err(EnqueueError::Cancelled(campaign.name)),
         CampaignState::Queued => {
-            return Ok(Report {
+            return Ok(Enqueued {
                 already_done: true,
-                ..Report::default()
+                ..Enqueued::default()
             })
         }
         CampaignState::Draft | CampaignState::Enqueuing => {}
@@ -293,16 +293,21 @@ fn wait_for_lease(
 }
 
 /// The run proper, holding the campaign's lease as `owner`.
+/// A campaign by its id (never by a name that happens to be digits).
+fn by_id(conn: &mut Conn, id: i64) -> Result<Campaign, StoreError> {
+    campaigns::get(conn, id)?.ok_or_else(|| StoreError::UnknownCampaign(id.to_string()))
+}
+
 fn enqueue_leased(
     conn: &mut Conn,
     campaign_id: i64,
     owner: &str,
     opts: &Options,
     started: Instant,
-) -> Result<Report, EnqueueError> {
+) -> Result<Enqueued, EnqueueError> {
     // Read again under the lease: a run we waited for may have finished it.
-    let mut campaign = campaigns::find(conn, &campaign_id.to_string())?;
-    let mut report = Report::default();
+    let mut campaign = by_id(conn, campaign_id)?;
+    let mut report = Enqueued::default();
     let total = recipients::list_size(conn, campaign.list_id)?;
     match campaign.state {
         CampaignState::Cancelled => return Err(EnqueueError::Cancelled(campaign.name)),
@@ -327,7 +332,7 @@ fn enqueue_leased(
     conn.defer_commit_flush()?;
     if campaign.pending_upto.is_some() {
         resolve_in_doubt(conn, &campaign, &mut run, opts, &mut report)?;
-        campaign = campaigns::find(conn, &campaign.id.to_string())?;
+        campaign = by_id(conn, campaign.id)?;
     }
 
     let bar = progress_bar(opts.progress, total as u64);
@@ -472,7 +477,7 @@ fn resolve_in_doubt(
     campaign: &Campaign,
     run: &mut Run,
     opts: &Options,
-    report: &mut Report,
+    report: &mut Enqueued,
 ) -> Result<(), EnqueueError> {
     let Some(intent) = campaign.pending_intent()? else {
         return Ok(());

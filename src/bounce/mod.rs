@@ -28,7 +28,7 @@ use crate::store::bounces::{self, Action, BounceKind, BounceSource, NewBounce};
 use crate::store::unverified::{self, NewUnverified};
 use crate::store::{Conn, RecipientStatus, StoreError};
 use crate::tokens::Identity;
-use report::Report;
+use report::ParsedReport as Report;
 
 /// Soft bounces that make a recipient `bounced`…
 pub const DEFAULT_SOFT_LIMIT: u32 = 3;

@@ -7,7 +7,7 @@
 //!
 //! Only the message's own top-level structure counts: a bounce that
 //! somebody forwarded as an attachment is ordinary mail, and so is an
-//! auto-reply. What cannot be placed yields a [`Report`] without findings,
+//! auto-reply. What cannot be placed yields a [`ParsedReport`] without findings,
 //! which the caller logs and ignores.
 
 use mail_parser::{Message, MessageParser, MimeHeaders, PartType};
@@ -30,7 +30,7 @@ pub struct Finding {
 
 /// What a message reports.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Report {
+pub struct ParsedReport {
     /// `dsn`, `arf`, `jmrp`, `ses` or `plain`; empty when the message is no
     /// report at all.
     pub format: &'static str,
@@ -45,7 +45,7 @@ pub struct Report {
     pub message_ids: Vec<String>,
 }
 
-impl Report {
+impl ParsedReport {
     /// A bounce or complaint that names at least a kind.
     pub fn is_report(&self) -> bool {
         !self.format.is_empty()
@@ -56,11 +56,11 @@ impl Report {
 const DELIVERED_TO: &[&str] = &["delivered-to", "x-original-to", "envelope-to", "to"];
 
 /// Parse a message. Never fails: what is not a report says so.
-pub fn parse(raw: &[u8]) -> Report {
+pub fn parse(raw: &[u8]) -> ParsedReport {
     let Some(msg) = MessageParser::default().parse(raw) else {
-        return Report::default();
+        return ParsedReport::default();
     };
-    let mut report = Report::default();
+    let mut report = ParsedReport::default();
     for name in DELIVERED_TO {
         for value in header_values(&msg, name) {
             report.verp_candidates.extend(addresses(&value));
@@ -201,7 +201,7 @@ fn reported_message<'a>(msg: &'a Message<'a>, children: &[usize]) -> Option<Mess
     None
 }
 
-fn note_reported(original: Option<&Message>, report: &mut Report) {
+fn note_reported(original: Option<&Message>, report: &mut ParsedReport) {
     let Some(original) = original else { return };
     if let Some(id) = original.message_id() {
         report.message_ids.push(id.to_string());
@@ -212,7 +212,7 @@ fn note_reported(original: Option<&Message>, report: &mut Report) {
 }
 
 /// RFC 3464: one finding per failed or delayed recipient.
-fn dsn(msg: &Message, children: &[usize], report: &mut Report) {
+fn dsn(msg: &Message, children: &[usize], report: &mut ParsedReport) {
     report.format = "dsn";
     let original = reported_message(msg, children);
     note_reported(original.as_ref(), report);
@@ -285,7 +285,7 @@ fn dsn_finding(fields: &[(String, String)]) -> Option<Finding> {
 }
 
 /// RFC 5965 (and the older ARF drafts): one finding per reported recipient.
-fn arf(msg: &Message, children: &[usize], report: &mut Report) {
+fn arf(msg: &Message, children: &[usize], report: &mut ParsedReport) {
     report.format = "arf";
     let original = reported_message(msg, children);
     note_reported(original.as_ref(), report);
@@ -338,7 +338,7 @@ fn arf(msg: &Message, children: &[usize], report: &mut Report) {
 
 /// Microsoft's JMRP: the complained-about message attached whole, its
 /// recipient in `X-HmXmrOriginalRecipient`.
-fn jmrp(msg: &Message, children: &[usize], report: &mut Report) {
+fn jmrp(msg: &Message, children: &[usize], report: &mut ParsedReport) {
     for &id in children {
         let Some(PartType::Message(original)) = msg.parts.get(id).map(|p| &p.body) else {
             continue;
@@ -362,7 +362,7 @@ fn jmrp(msg: &Message, children: &[usize], report: &mut Report) {
 
 /// Amazon SES notifications delivered as mail (SNS): a JSON body with
 /// `notificationType` Complaint or Bounce.
-pub fn ses(body: &str, report: &mut Report) -> bool {
+pub fn ses(body: &str, report: &mut ParsedReport) -> bool {
     let Some(start) = body.find('{') else {
         return false;
     };
@@ -464,7 +464,7 @@ const DELAY_PHRASES: &[&str] = &[
 /// `X-Failed-Recipients`), with a failure or delay phrase; the failed
 /// addresses are the ones the report part names that are not the bounce's
 /// own sender or addressee.
-fn plain(msg: &Message, body: &str, report: &mut Report) {
+fn plain(msg: &Message, body: &str, report: &mut ParsedReport) {
     let from = header_values(msg, "from").join(" ").to_lowercase();
     let failed_header: Vec<String> = header_values(msg, "x-failed-recipients")
         .iter()

@@ -14,7 +14,7 @@
 //! made-up token, a report about a message of an older version or of
 //! somebody else) changes nobody: the caller records it as unverified.
 
-use super::report::{Finding, Report};
+use super::report::{Finding, ParsedReport as Report};
 use crate::compose;
 use crate::store::bounces::{self, BounceKind};
 use crate::store::{campaigns, Conn, StoreError};

@@ -18,7 +18,7 @@
 //!
 //! Every value built here is printable ASCII with CRLF only before a blank
 //! (a fold), so it is safe for [`HeaderValue::dangerous_new_pre_encoded`]:
-//! control characters are blanked first ([`super::one_line`]) and every
+//! control characters are blanked first ([`super::header_line`]) and every
 //! byte outside printable ASCII is inside an encoded word.
 
 use data_encoding::BASE64;
@@ -51,7 +51,7 @@ pub enum Quote {
 
 /// `Subject:` (or any unstructured header) for `text`.
 pub fn unstructured(name: &'static str, text: &str) -> HeaderValue {
-    let text = super::one_line(text);
+    let text = super::header_line(text);
     let mut w = Writer::new(name);
     let mut run: Vec<&str> = Vec::new();
     for token in text.split_whitespace() {
@@ -72,7 +72,7 @@ pub fn unstructured(name: &'static str, text: &str) -> HeaderValue {
 pub fn mailbox(name: &'static str, mailbox: &Mailbox) -> HeaderValue {
     let mut w = Writer::new(name);
     let address = mailbox.email.to_string();
-    let display = mailbox.name.as_deref().map(super::one_line);
+    let display = mailbox.name.as_deref().map(super::header_line);
     match display.filter(|d| !d.is_empty()) {
         Some(d) => {
             w.phrase(&d, Quote::AsNeeded);
@@ -86,7 +86,7 @@ pub fn mailbox(name: &'static str, mailbox: &Mailbox) -> HeaderValue {
 /// `PHRASE TAIL`: a display phrase (always quoted when plain) followed by
 /// one ASCII token, e.g. List-Id's `"News" <news.example.com>`.
 pub fn phrase_then(name: &'static str, phrase: &str, tail: &str) -> HeaderValue {
-    let phrase = super::one_line(phrase);
+    let phrase = super::header_line(phrase);
     let mut w = Writer::new(name);
     if !phrase.is_empty() {
         w.phrase(&phrase, Quote::Always);

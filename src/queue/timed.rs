@@ -56,7 +56,7 @@ impl Timed {
         QueueError::Unexpected {
             addr: self.addr,
             op,
-            reply: crate::store::one_line(reply, 80),
+            reply: crate::store::clip_line(reply, 80),
         }
     }
 

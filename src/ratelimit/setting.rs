@@ -3,15 +3,14 @@
 //! up to [`MAX_BURST`]; and how a rate is shown (in the unit it was most
 //! likely given in, so `1/h` reads `1/h`, never `0.000/s`).
 
-use crate::compose;
-use crate::store::rates::{self, MAX_BURST, MAX_RATE, MIN_RATE};
-use crate::store::StoreError;
+use crate::rate_group::{Group, GroupError};
+use crate::store::rates::{MAX_BURST, MAX_RATE, MIN_RATE};
 
 /// A checked `rate set`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Setting {
-    /// The group's name as stored (a domain lowercased).
-    pub group: String,
+    /// The group (a domain lowercased, as A-labels).
+    pub group: Group,
     /// Tokens per second.
     pub per_second: f64,
     pub burst: i64,
@@ -21,9 +20,7 @@ pub struct Setting {
 #[derive(Debug, thiserror::Error)]
 pub enum SettingError {
     #[error(transparent)]
-    Name(#[from] StoreError),
-    #[error("bad rate group {group:?}: {domain:?} is not a domain name (domain:DOMAIN, e.g. domain:example.com, or domain:* for every other domain)")]
-    NotADomain { group: String, domain: String },
+    Name(#[from] GroupError),
     #[error("bad rate {0:?}: use N/s, N/m, N/h or N/d, e.g. 200/s")]
     BadRate(String),
     #[error("rate {asked:?} is above the maximum of {}", show_rate(MAX_RATE))]
@@ -37,15 +34,7 @@ pub enum SettingError {
 /// Check a `rate set GROUP RATE [--burst N]`. Without a burst, a tenth of
 /// a second's worth (at least 1).
 pub fn setting(group: &str, rate: &str, burst: Option<u32>) -> Result<Setting, SettingError> {
-    let group = rates::check_name(group)?;
-    if let Some(domain) = group.strip_prefix("domain:") {
-        if domain != "*" && compose::ascii_domain(domain).is_none() {
-            return Err(SettingError::NotADomain {
-                domain: domain.to_string(),
-                group,
-            });
-        }
-    }
+    let group: Group = group.parse()?;
     let per_second = parse_rate(rate).ok_or_else(|| SettingError::BadRate(rate.to_string()))?;
     // A hair of tolerance: `1/d` is exactly MIN_RATE, `6000000/m` MAX_RATE.
     if per_second > MAX_RATE * (1.0 + 1e-12) {
@@ -148,7 +137,7 @@ mod tests {
     fn bounds() {
         let ok = setting("domain:Example.COM", "100000/s", Some(100_000)).unwrap();
         assert_eq!(
-            (ok.group.as_str(), ok.burst),
+            (ok.group.to_string().as_str(), ok.burst),
             ("domain:example.com", 100_000)
         );
         assert_eq!(setting("campaign:x", "1/h", None).unwrap().burst, 1);
@@ -169,7 +158,7 @@ mod tests {
             "domain:x_y.test",
         ] {
             let e = setting(bad, "10/s", None).unwrap_err();
-            assert!(matches!(e, SettingError::NotADomain { .. }), "{bad}: {e}");
+            assert!(matches!(e, SettingError::Name(_)), "{bad}: {e}");
         }
     }
 }

@@ -56,7 +56,7 @@ pub fn verdict(
 ) -> Option<String> {
     let max_rate = max_rate?;
     let last = last_error
-        .map(|e| format!("; last failure: {}", super::one_line(e, 200)))
+        .map(|e| format!("; last failure: {}", super::clip_line(e, 200)))
         .unwrap_or_default();
     if streak >= FAILURE_STREAK_LIMIT {
         return Some(format!("auto-paused: {streak} failures in a row{last}"));

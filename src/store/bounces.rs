@@ -112,7 +112,7 @@ pub fn record(conn: &mut Conn, e: &NewBounce, action: &Action) -> Result<Recorde
                 b::email.eq(e.email),
                 b::kind.eq(e.kind),
                 b::status.eq(e.status),
-                b::reason.eq(super::one_line(e.reason, 500)),
+                b::reason.eq(super::clip_line(e.reason, 500)),
                 b::source.eq(e.source),
                 b::fingerprint.eq(e.fingerprint),
                 b::received_at.eq(now),
@@ -221,7 +221,7 @@ pub fn set_status(
     )
     .set((
         r::status.eq(to),
-        r::status_reason.eq(Some(super::one_line(reason, 500))),
+        r::status_reason.eq(Some(super::clip_line(reason, 500))),
         r::status_at.eq(Some(now)),
         r::updated_at.eq(now),
     ))

@@ -97,10 +97,8 @@ pub enum StoreError {
         selector: String,
         algorithm: String,
     },
-    #[error("bad rate group {0:?}: use relay:HOST:PORT (a worker's --smtp relay), campaign:NAME, domain:DOMAIN or domain:* (every other domain), e.g. domain:gmail.com")]
-    BadRateGroup(String),
-    #[error("bad rate group {name:?}: {why}")]
-    BadRateGroupName { name: String, why: String },
+    #[error(transparent)]
+    BadRateGroup(#[from] crate::rate_group::GroupError),
     /// This `enqueue` run's lease on the campaign ran out (the run stalled)
     /// and another run holds it now: this one must stop.
     #[error("another `enqueue` run took campaign {0:?} over after this run's lease ran out (was it suspended?); that run finishes the campaign, this one stops")]
@@ -130,7 +128,6 @@ impl StoreError {
                 | StoreError::IllegalTransition { .. }
                 | StoreError::DkimKeyExists { .. }
                 | StoreError::BadRateGroup(_)
-                | StoreError::BadRateGroupName { .. }
         )
     }
 
@@ -440,13 +437,11 @@ impl Conn {
     /// Refresh the planner's statistics of `tables` after a bulk change.
     /// PostgreSQL's autovacuum would do it eventually (and on some servers it
     /// is off); until then it plans for the tables' old sizes, and enqueue's
-    /// keyset page joined every remaining row before sorting (180 ms instead
-    /// of 20 ms halfway through 200,000 recipients, growing with the list).
-    /// The VACUUM marks the new pages all-visible, so that the page's
-    /// index-only scan of `list_members` reads no table rows: 13.6 -> 7.9 ms
-    /// a page of 10,000 after an import of 1M, 2.7 -> 2.2 s for the whole
-    /// enqueue (it costs the import 0.8 s). It takes no lock that stops
-    /// readers or writers. SQLite plans these queries by their keys alone.
+    /// keyset page joined every remaining row before sorting, a cost that
+    /// grows with the list. The VACUUM marks the new pages all-visible, so
+    /// that the page's index-only scan of `list_members` reads no table
+    /// rows (figures in BENCHMARKS.md, "Measurements behind the code's
+    /// choices"). It takes no lock that stops readers or writers. SQLite plans these queries by their keys alone.
     pub fn refresh_statistics(&mut self, tables: &[&str]) -> Result<()> {
         match self.backend() {
             Backend::Postgres => {
@@ -575,7 +570,7 @@ pub fn now_ms() -> i64 {
 /// `text` as one line of at most `max` characters (control characters
 /// become spaces): for reasons stored from what others wrote (a relay's
 /// reply, a bounce report).
-pub fn one_line(text: &str, max: usize) -> String {
+pub fn clip_line(text: &str, max: usize) -> String {
     let mut out: String = text
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })

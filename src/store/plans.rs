@@ -4,14 +4,12 @@
 //! [`Conn::open_with`]): the ledger grows from empty during a campaign, and
 //! a generic plan made while `deliveries` held a few hundred rows is a
 //! sequential scan joined by hash, kept for the connection's life as the
-//! table grows to millions. Measured: the batch of successes' generic plan
-//! is a sequential scan up to about 1,000 rows (190 KB) and a primary-key
-//! probe from 1,500 rows on.
+//! table grows to millions. The generic plan of the batch of successes
+//! turns from a sequential scan into a primary-key probe at a small table
+//! size (BENCHMARKS.md, "Measurements behind the code's choices").
 //!
-//! Planning each execution costs, though: the batch of successes plans in
-//! 0.25–0.37 ms and runs in 0.13–0.29 ms, and a job's claim plans in
-//! 0.28 ms and runs in 0.85 ms (100k ledger, 34 outcomes a batch); that
-//! was a quarter of the server's CPU during a campaign.
+//! Planning each execution costs, though: about as much as running the
+//! hot statements, a large share of the server's CPU during a campaign.
 //!
 //! So a worker's connection switches to generic plans while `deliveries`
 //! is past [`LARGE_LEDGER_BYTES`], forty times the size where the plans

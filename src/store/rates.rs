@@ -9,7 +9,8 @@
 use diesel::prelude::*;
 
 use super::schema::rate_groups as g;
-use super::{now_ms, on, Conn, Result, StoreError};
+use super::{now_ms, on, Conn, Result};
+use crate::rate_group::Group;
 
 #[derive(Debug, Clone, Queryable, Selectable, PartialEq)]
 #[diesel(table_name = g)]
@@ -67,36 +68,11 @@ fn interval_us(rate: f64) -> i64 {
 /// Recompute the observed rate at most this often.
 const OBSERVE_WINDOW_US: i64 = 5_000_000;
 
-/// Groups are named `relay:HOST:PORT`, `campaign:NAME`, `domain:DOMAIN` or
-/// `domain:*` (every domain without a group of its own). Returns the name
-/// as stored: a domain group lowercased (domains match whatever their
-/// case). Whether a `campaign:` group names a campaign is the caller's
-/// check (see `cli`).
+/// A group's name as stored (see [`Group`]): a domain group in lower
+/// case, its non-ASCII labels as A-labels. Whether a `campaign:` group
+/// names a campaign is the caller's check (see `limits`).
 pub fn check_name(name: &str) -> Result<String> {
-    if let Some(relay) = name.strip_prefix("relay:") {
-        let port_ok = relay.rsplit_once(':').is_some_and(|(host, port)| {
-            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
-        });
-        if !port_ok {
-            return Err(StoreError::BadRateGroupName {
-                name: name.to_string(),
-                why: "a relay group names the relay with its port, as the workers' --smtp does: relay:HOST:PORT, e.g. relay:127.0.0.1:25".into(),
-            });
-        }
-        return Ok(name.to_string());
-    }
-    if let Some(domain) = name.strip_prefix("domain:") {
-        if !domain.is_empty() && !domain.contains(char::is_whitespace) {
-            return Ok(format!("domain:{}", domain.to_lowercase()));
-        }
-    }
-    if name
-        .strip_prefix("campaign:")
-        .is_some_and(|c| !c.is_empty())
-    {
-        return Ok(name.to_string());
-    }
-    Err(StoreError::BadRateGroup(name.to_string()))
+    Ok(name.parse::<Group>()?.to_string())
 }
 
 /// Create or change a group; its position in time (`tat`) is kept.

@@ -32,8 +32,8 @@ pub fn record(conn: &mut Conn, r: &NewUnverified) -> Result<bool> {
             u::format.eq(r.format),
             u::kind.eq(r.kind),
             u::addresses.eq(r.addresses),
-            u::sample.eq(super::one_line(r.sample, 500)),
-            u::why.eq(super::one_line(r.why, 500)),
+            u::sample.eq(super::clip_line(r.sample, 500)),
+            u::why.eq(super::clip_line(r.why, 500)),
             u::received_at.eq(now_ms()),
         ))
         .on_conflict(u::fingerprint)

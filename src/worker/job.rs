@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::fate::{finish, pause_delay, Progress, Tracker};
 use super::flags::CampaignInfo;
-use super::pipeline::{Msg, Report, Shared};
+use super::pipeline::{Msg, SendOutcome, Shared};
 use super::reserve::{Cmd, Incoming};
 use super::touch::touch_loop;
 use crate::compose::{self, Unsendable};
@@ -257,7 +257,7 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
             Ok(msg) => shared.to_send.send(msg).await.is_ok(),
             Err(kind) => shared
                 .to_report
-                .send(Report {
+                .send(SendOutcome {
                     tracker: Arc::clone(&tracker),
                     recipient_id: rid,
                     attempt,

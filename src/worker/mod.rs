@@ -45,7 +45,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{WorkerSettings, FLAG_REFRESH};
 use crate::mail::Relay;
-use crate::shutdown;
 use crate::store::{self, installation, Db, Plans};
 use crate::tokens::Identity;
 use flags::Campaigns;
@@ -77,20 +76,49 @@ pub enum WorkerError {
     Run(#[from] anyhow::Error),
 }
 
+/// The shutdown phases, in order, each a token every task that cares
+/// watches:
+///
+/// 1. `stop` (the caller's signal: SIGTERM, SIGINT, a deploy, or a test):
+///    no new jobs are reserved; jobs in flight go on;
+/// 2. `abort` (the grace period is over, or the database file was
+///    replaced): senders hand their unsent messages back;
+/// 3. `drained` (every job slot is back, or the wait for them gave up):
+///    reserve threads, senders, the reporter and the refresher wind down;
+/// 4. `leases_done` (every session closed): this worker's shared
+///    connection slots go back to the relay's limit.
+struct Phases {
+    stop: CancellationToken,
+    abort: CancellationToken,
+    drained: CancellationToken,
+    leases_done: CancellationToken,
+}
+
+impl Phases {
+    fn new(stop: CancellationToken) -> Phases {
+        Phases {
+            stop,
+            abort: CancellationToken::new(),
+            drained: CancellationToken::new(),
+            leases_done: CancellationToken::new(),
+        }
+    }
+}
+
 /// Check the settings against the world (database schema and identity,
-/// relay TLS files), then run the worker until it is told to stop.
-pub fn run(settings: WorkerSettings) -> Result<(), WorkerError> {
+/// relay TLS files), then run the worker until `stop` is cancelled (the
+/// caller's shutdown signal, as mini-redis's `server::run` takes one; the
+/// command line trips it on SIGTERM, SIGINT and a deploy). Runs on the
+/// caller's tokio runtime.
+pub async fn run(settings: WorkerSettings, stop: CancellationToken) -> Result<(), WorkerError> {
     // Fail now, with the fix named, if the database is wrong or unmigrated.
     let mut conn = store::open_migrated(&settings.database_url)?;
     // The file just opened: checked at every flag refresh.
     let db_file = store::DbFile::of(&settings.database_url);
     let identity = Identity::from(&installation::load(&mut conn)?);
     let relay = Relay::new(settings.smtp.clone(), settings.smtp_timeout)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    Ok(runtime.block_on(pipeline_run(settings, relay, identity, conn, db_file))?)
+    let phases = Phases::new(stop);
+    Ok(pipeline_run(settings, relay, identity, conn, db_file, phases).await?)
 }
 
 /// Run the worker until it is told to stop.
@@ -100,14 +128,14 @@ async fn pipeline_run(
     identity: Identity,
     conn: store::Conn,
     db_file: Option<store::DbFile>,
+    phases: Phases,
 ) -> Result<()> {
-    let stop = CancellationToken::new();
-    let abort = CancellationToken::new();
-    let drained = CancellationToken::new();
-    shutdown::on_signals(stop.clone()).context("cannot install signal handlers")?;
-    let exe = std::env::current_exe().context("cannot find this executable's path")?;
-    let _watcher = shutdown::on_binary_change(exe.clone(), stop.clone())
-        .with_context(|| format!("cannot watch {} for deploys", exe.display()))?;
+    let Phases {
+        stop,
+        abort,
+        drained,
+        leases_done,
+    } = phases;
 
     let slots_total = job_slots(settings.concurrency);
     let slots = Arc::new(Semaphore::new(slots_total));
@@ -120,29 +148,14 @@ async fn pipeline_run(
     ));
     let (report_tx, report_rx) = mpsc::channel(settings.concurrency * 2 + 100);
 
-    let mut cmd_txs = Vec::new();
-    let mut threads = Vec::new();
-    for (index, &addr) in settings.servers.iter().enumerate() {
-        let (tx, rx) = std::sync::mpsc::channel();
-        cmd_txs.push(tx);
-        let server = reserve::ServerLoop {
-            index,
-            addr,
-            tube: settings.tube.clone(),
-            home: crate::queue::home_tube(&identity.database_id),
-            jobs: jobs_tx.clone(),
-            cmds: rx,
-            slots: Arc::clone(&slots),
-            stop: stop.clone(),
-            drained: drained.clone(),
-        };
-        threads.push(
-            std::thread::Builder::new()
-                .name(format!("beanstalkd-{addr}"))
-                .spawn(move || server.run())
-                .context("cannot start a reserve thread")?,
-        );
-    }
+    let (cmd_txs, threads) = spawn_reservers(
+        &settings,
+        crate::queue::home_tube(&identity.database_id),
+        &jobs_tx,
+        &slots,
+        &stop,
+        &drained,
+    )?;
     drop(jobs_tx);
 
     let db = Db::new(&settings.database_url, Some(conn), Plans::GenericWhileLarge);
@@ -173,24 +186,16 @@ async fn pipeline_run(
     );
 
     let sessions = sessions::Sessions::new(relay.target(), settings.concurrency);
-    let leases_done = CancellationToken::new();
     let leasing = sessions.start_leasing(Arc::clone(&shared.db), leases_done.clone());
-    let mut senders = Vec::new();
-    for _ in 0..settings.concurrency {
-        let setup = send::SenderSetup {
-            relay: relay.clone(),
-            sessions: Arc::clone(&sessions),
-            max_per_session: settings.max_per_session,
-            abort: abort.clone(),
-            done: drained.clone(),
-        };
-        senders.push(tokio::spawn(send::sender(
-            Arc::clone(&shared),
-            Arc::clone(&scheduler),
-            report_tx.clone(),
-            setup,
-        )));
-    }
+    let senders = spawn_senders(
+        &settings,
+        &relay,
+        &sessions,
+        &shared,
+        &scheduler,
+        &report_tx,
+        &(abort.clone(), drained.clone()),
+    );
     drop(report_tx);
     let reporter = tokio::spawn(report::reporter(
         Arc::clone(&shared),
@@ -199,42 +204,7 @@ async fn pipeline_run(
         (settings.concurrency / 4).max(1),
     ));
 
-    let refresher = {
-        let shared = Arc::clone(&shared);
-        let drained = drained.clone();
-        let (stop, abort) = (stop.clone(), abort.clone());
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = drained.cancelled() => return None,
-                    _ = tokio::time::sleep(FLAG_REFRESH) => {}
-                }
-                // SQLite file deleted or replaced: nobody will ever read
-                // what this worker records, so send nothing more (unsent
-                // messages are handed back, jobs released) and fail.
-                if let Some(Err(e)) = db_file.as_ref().map(store::DbFile::check) {
-                    tracing::error!("{e}");
-                    abort.cancel();
-                    stop.cancel();
-                    return Some(e);
-                }
-                if let Err(e) = shared.campaigns.refresh(&shared.db).await {
-                    tracing::warn!(error = %e, "cannot refresh campaign flags");
-                }
-                // A `dkim delete` stops signing within a round.
-                if let Err(e) = shared.campaigns.refresh_keys(&shared.db).await {
-                    tracing::warn!(error = %e, "cannot re-read DKIM keys");
-                }
-                if let Err(e) = shared.optouts.refresh(&shared.db).await {
-                    tracing::warn!(error = %e, "cannot read recent unsubscribes");
-                }
-                // A `rate set` takes effect within a round (one small read).
-                if let Err(e) = shared.limiter.refresh().await {
-                    tracing::warn!(error = %e, "cannot refresh rate groups");
-                }
-            }
-        })
-    };
+    let refresher = spawn_refresher(&shared, db_file, &drained, &stop, &abort);
     let dispatcher = {
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
@@ -244,18 +214,157 @@ async fn pipeline_run(
         })
     };
 
-    tracing::info!(
-        relay = relay.target(),
-        concurrency = settings.concurrency,
-        max_per_session = settings.max_per_session,
-        beanstalkd = ?settings.servers,
-        tube = %settings.tube,
-        "worker started"
-    );
+    log_started(&settings, &relay);
     stop.cancelled().await;
 
-    // Stop: no new jobs. Wait for every slot to come back, i.e. every job
-    // finished and its outcomes recorded.
+    finish_jobs(&settings, &slots, slots_total, &abort).await;
+    drained.cancel();
+    let fatal = refresher.await.ok().flatten();
+    Tasks {
+        senders,
+        leases_done,
+        leasing,
+        dispatcher,
+        reporter,
+        heartbeat,
+        threads,
+    }
+    .wind_down(shared)
+    .await?;
+    if let Some(e) = fatal {
+        return Err(e.into());
+    }
+    tracing::info!("worker stopped");
+    Ok(())
+}
+
+/// The reserve threads' command channels and the threads.
+type Reservers = (
+    Vec<std::sync::mpsc::Sender<reserve::Cmd>>,
+    Vec<std::thread::JoinHandle<()>>,
+);
+
+/// One reserve thread per beanstalkd server; returns the senders of their
+/// command channels (delete, release, bury, touch) and the threads.
+fn spawn_reservers(
+    settings: &WorkerSettings,
+    home: Option<String>,
+    jobs_tx: &mpsc::Sender<reserve::Incoming>,
+    slots: &Arc<Semaphore>,
+    stop: &CancellationToken,
+    drained: &CancellationToken,
+) -> Result<Reservers> {
+    let mut cmd_txs = Vec::new();
+    let mut threads = Vec::new();
+    for (index, &addr) in settings.servers.iter().enumerate() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        cmd_txs.push(tx);
+        let server = reserve::ServerLoop {
+            index,
+            addr,
+            tube: settings.tube.clone(),
+            home: home.clone(),
+            jobs: jobs_tx.clone(),
+            cmds: rx,
+            slots: Arc::clone(slots),
+            stop: stop.clone(),
+            drained: drained.clone(),
+        };
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("beanstalkd-{addr}"))
+                .spawn(move || server.run())
+                .context("cannot start a reserve thread")?,
+        );
+    }
+    Ok((cmd_txs, threads))
+}
+
+/// Every [`FLAG_REFRESH`]: the campaigns' flags, recent unsubscribes and
+/// the rate groups; and the SQLite file, whose replacement stops the
+/// worker (the task then returns the error).
+fn spawn_refresher(
+    shared: &Arc<Shared>,
+    db_file: Option<store::DbFile>,
+    drained: &CancellationToken,
+    stop: &CancellationToken,
+    abort: &CancellationToken,
+) -> tokio::task::JoinHandle<Option<store::StoreError>> {
+    let shared = Arc::clone(shared);
+    let drained = drained.clone();
+    let (stop, abort) = (stop.clone(), abort.clone());
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = drained.cancelled() => return None,
+                _ = tokio::time::sleep(FLAG_REFRESH) => {}
+            }
+            // SQLite file deleted or replaced: nobody will ever read
+            // what this worker records, so send nothing more (unsent
+            // messages are handed back, jobs released) and fail.
+            if let Some(Err(e)) = db_file.as_ref().map(store::DbFile::check) {
+                tracing::error!("{e}");
+                abort.cancel();
+                stop.cancel();
+                return Some(e);
+            }
+            if let Err(e) = shared.campaigns.refresh(&shared.db).await {
+                tracing::warn!(error = %e, "cannot refresh campaign flags");
+            }
+            // A `dkim delete` stops signing within a round.
+            if let Err(e) = shared.campaigns.refresh_keys(&shared.db).await {
+                tracing::warn!(error = %e, "cannot re-read DKIM keys");
+            }
+            if let Err(e) = shared.optouts.refresh(&shared.db).await {
+                tracing::warn!(error = %e, "cannot read recent unsubscribes");
+            }
+            // A `rate set` takes effect within a round (one small read).
+            if let Err(e) = shared.limiter.refresh().await {
+                tracing::warn!(error = %e, "cannot refresh rate groups");
+            }
+        }
+    })
+}
+
+/// `--concurrency` sender tasks, each with its own SMTP session.
+fn spawn_senders(
+    settings: &WorkerSettings,
+    relay: &Relay,
+    sessions: &Arc<sessions::Sessions>,
+    shared: &Arc<Shared>,
+    scheduler: &Arc<schedule::Scheduler>,
+    report_tx: &mpsc::Sender<pipeline::SendOutcome>,
+    // The `abort` and `drained` phases a sender watches.
+    (abort, drained): &(CancellationToken, CancellationToken),
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..settings.concurrency)
+        .map(|_| {
+            let setup = send::SenderSetup {
+                relay: relay.clone(),
+                sessions: Arc::clone(sessions),
+                max_per_session: settings.max_per_session,
+                abort: abort.clone(),
+                done: drained.clone(),
+            };
+            tokio::spawn(send::sender(
+                Arc::clone(shared),
+                Arc::clone(scheduler),
+                report_tx.clone(),
+                setup,
+            ))
+        })
+        .collect()
+}
+
+/// Phase 1 → 2: wait for every job slot to come back (every job finished
+/// and its outcomes recorded) within the grace period; past it, `abort`
+/// (senders hand back what they have not sent) and wait a last while.
+async fn finish_jobs(
+    settings: &WorkerSettings,
+    slots: &Semaphore,
+    slots_total: usize,
+    abort: &CancellationToken,
+) {
     let all = slots_total as u32;
     if tokio::time::timeout(settings.grace, slots.acquire_many(all))
         .await
@@ -273,29 +382,53 @@ async fn pipeline_run(
             tracing::error!("jobs still unfinished; exiting anyway (beanstalkd returns them, their claims lapse after the TTR)");
         }
     }
-    drained.cancel();
-    let fatal = refresher.await.ok().flatten();
-    shared.to_send.close();
-    for s in senders {
-        let _ = tokio::time::timeout(Duration::from_secs(3), s).await;
-    }
-    // Every session closed: this worker's connection slots go back.
-    leases_done.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(5), leasing).await;
-    dispatcher.abort();
-    drop(shared);
-    let _ = tokio::time::timeout(Duration::from_secs(5), reporter).await;
-    heartbeat.finish().await;
-    tokio::task::spawn_blocking(move || {
-        for t in threads {
-            let _ = t.join();
+}
+
+fn log_started(settings: &WorkerSettings, relay: &Relay) {
+    tracing::info!(
+        relay = relay.target(),
+        concurrency = settings.concurrency,
+        max_per_session = settings.max_per_session,
+        beanstalkd = ?settings.servers,
+        tube = %settings.tube,
+        "worker started"
+    );
+}
+
+/// The tasks and threads a running worker winds down once `drained`.
+struct Tasks {
+    senders: Vec<tokio::task::JoinHandle<()>>,
+    leases_done: CancellationToken,
+    leasing: tokio::task::JoinHandle<()>,
+    dispatcher: tokio::task::JoinHandle<()>,
+    reporter: tokio::task::JoinHandle<()>,
+    heartbeat: heartbeat::Heartbeat,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Tasks {
+    /// Phases 3 and 4: senders close their sessions, the connection slots
+    /// go back, the reporter flushes, the heartbeat row goes, the reserve
+    /// threads end.
+    async fn wind_down(self, shared: Arc<Shared>) -> Result<()> {
+        shared.to_send.close();
+        for s in self.senders {
+            let _ = tokio::time::timeout(Duration::from_secs(3), s).await;
         }
-    })
-    .await
-    .context("reserve threads")?;
-    if let Some(e) = fatal {
-        return Err(e.into());
+        // Every session closed: this worker's connection slots go back.
+        self.leases_done.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.leasing).await;
+        self.dispatcher.abort();
+        drop(shared);
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.reporter).await;
+        self.heartbeat.finish().await;
+        tokio::task::spawn_blocking(move || {
+            for t in self.threads {
+                let _ = t.join();
+            }
+        })
+        .await
+        .context("reserve threads")?;
+        Ok(())
     }
-    tracing::info!("worker stopped");
-    Ok(())
 }

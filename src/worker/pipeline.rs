@@ -33,7 +33,7 @@ pub struct Msg {
 }
 
 /// One outcome on its way to the reporter.
-pub struct Report {
+pub struct SendOutcome {
     pub tracker: Arc<Tracker>,
     pub recipient_id: i64,
     pub attempt: i32,
@@ -56,13 +56,13 @@ pub struct Shared {
     pub optouts: Optouts,
     pub cmds: Vec<std::sync::mpsc::Sender<Cmd>>,
     pub to_send: async_channel::Sender<Msg>,
-    pub to_report: mpsc::Sender<Report>,
+    pub to_report: mpsc::Sender<SendOutcome>,
     pub max_attempts: i32,
     pub limiter: Limiter,
     /// Parked messages per rate group (see `schedule`).
     pub scheduler: Arc<super::schedule::Scheduler>,
     /// `concurrency` permits: a message holds one from before it is sent
-    /// until its outcome is committed (see [`Report::unrecorded`]).
+    /// until its outcome is committed (see [`SendOutcome::unrecorded`]).
     pub unrecorded: Arc<tokio::sync::Semaphore>,
     /// Other databases whose jobs this worker has met (each logged once),
     /// and how many jobs of theirs it moved to their own tubes.

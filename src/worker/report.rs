@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::fate::finish;
-use super::pipeline::{Report, Shared};
+use super::pipeline::{SendOutcome, Shared};
 use crate::store::deliveries::{self, Outcome, OutcomeKind, Recorded};
 
 /// Most outcomes written in one transaction.
@@ -143,14 +143,14 @@ fn mask_addresses(reply: &str) -> String {
 /// Runs until `drained` (every job finished) and nothing is left to write.
 /// `gather` is the batch size worth waiting [`GATHER_WINDOW`] for; a sender
 /// waits for its outcome's commit before its next message (see
-/// [`super::pipeline::Report::unrecorded`]), so it is a fraction of the senders.
+/// [`super::pipeline::SendOutcome::unrecorded`]), so it is a fraction of the senders.
 pub async fn reporter(
     shared: Arc<Shared>,
-    mut inbox: mpsc::Receiver<Report>,
+    mut inbox: mpsc::Receiver<SendOutcome>,
     drained: CancellationToken,
     gather: usize,
 ) {
-    let mut batch: Vec<Report> = Vec::with_capacity(MAX_BATCH);
+    let mut batch: Vec<SendOutcome> = Vec::with_capacity(MAX_BATCH);
     let now = tokio::time::Instant::now();
     let mut last_look = now.checked_sub(FAILURE_LOOK_INTERVAL).unwrap_or(now);
     let mut failure_log = FailureLog::new();

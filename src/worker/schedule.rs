@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use super::pipeline::{Msg, Report, Shared};
+use super::pipeline::{Msg, SendOutcome, Shared};
 use crate::store::OutcomeKind;
 
 /// A message is parked only if its tokens are expected within this long;
@@ -52,7 +52,7 @@ pub const MAX_PARKED_FOR: Duration = Duration::from_secs(10);
 /// the relay's group a queue holds up to [`MAX_PARKED_FOR`], and the job
 /// slots (bounded) are the back-pressure.
 fn horizon(group: &str) -> (Duration, Duration) {
-    if group.starts_with("relay:") {
+    if crate::rate_group::Group::is_relay_name(group) {
         (MAX_PARKED_FOR, MAX_PARKED_FOR)
     } else {
         (MAX_PARK, MAX_PARK_AGE)
@@ -476,7 +476,7 @@ impl Scheduler {
             .or_default()
             .entry(second)
             .or_default() += 1;
-        let report = Report {
+        let report = SendOutcome {
             tracker: msg.tracker,
             recipient_id: msg.recipient_id,
             attempt: msg.attempt,

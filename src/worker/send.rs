@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::pipeline::{Msg, Report, Shared};
+use super::pipeline::{Msg, SendOutcome, Shared};
 use super::schedule::{Next, Scheduler};
 use super::sessions::{Sessions, Slot};
 use crate::mail::{MailError, Relay, Session, Verdict};
@@ -54,7 +54,7 @@ enum Opened {
 pub async fn sender(
     shared: Arc<Shared>,
     inbox: Arc<Scheduler>,
-    outbox: mpsc::Sender<Report>,
+    outbox: mpsc::Sender<SendOutcome>,
     setup: SenderSetup,
 ) {
     let SenderSetup {
@@ -97,7 +97,7 @@ pub async fn sender(
             let conn = session.as_mut().map(|(c, _)| &mut **c);
             let (kind, on_wire) = deliver(&shared, &relay, conn, &msg, &abort).await;
             tried += usize::from(on_wire);
-            let report = Report {
+            let report = SendOutcome {
                 tracker: msg.tracker,
                 recipient_id: msg.recipient_id,
                 attempt: msg.attempt,

@@ -84,7 +84,7 @@ impl Sessions {
     fn with_ramp(relay: &str, concurrency: usize, ramp_step: Duration) -> Arc<Sessions> {
         Arc::new(Sessions {
             relay: relay.to_string(),
-            group: format!("relay:{relay}"),
+            group: crate::rate_group::Group::Relay(relay.to_string()).to_string(),
             max: concurrency.max(1),
             ramp_step,
             state: Mutex::new(State {

@@ -34,6 +34,7 @@ mod headers;
 mod messages;
 mod pipelining;
 mod postfix;
+mod rate_group;
 mod ratelimit;
 mod requeue;
 mod secrets;
@@ -41,6 +42,7 @@ mod serve;
 mod store_contract;
 mod supervisord;
 mod worker;
+mod worker_in_process;
 
 /// Every test that takes `util::alone()` is named in `.config/nextest.toml`'s
 /// override that gives it every thread: nextest runs each test in a process

@@ -1,12 +1,37 @@
-//! `mailsplit worker`.
+//! `mailsplit worker`: the command line owns the runtime and the shutdown
+//! signal (SIGTERM, SIGINT, the binary replaced by a deploy); the worker
+//! stage runs until that signal trips.
+
+use anyhow::Context as _;
+use tokio_util::sync::CancellationToken;
 
 use crate::cli::args::{Global, WorkerArgs};
 use crate::cli::resolve::worker_settings;
-use crate::worker;
+use crate::shutdown;
+use crate::worker::{self, WorkerError};
 
 use super::Result;
 
 /// Run a worker until it is told to stop.
 pub fn worker(g: &Global, args: &WorkerArgs) -> Result {
-    Ok(worker::run(worker_settings(g, args)?)?)
+    let settings = worker_settings(g, args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+        .map_err(WorkerError::Run)?;
+    let stop = CancellationToken::new();
+    Ok(runtime.block_on(async {
+        // Kept alive until the worker returns.
+        let _watcher = install(stop.clone()).map_err(WorkerError::Run)?;
+        worker::run(settings, stop).await
+    })?)
+}
+
+/// Trip `stop` on SIGTERM, SIGINT, and when this executable is replaced.
+fn install(stop: CancellationToken) -> anyhow::Result<notify::RecommendedWatcher> {
+    shutdown::on_signals(stop.clone()).context("cannot install signal handlers")?;
+    let exe = std::env::current_exe().context("cannot find this executable's path")?;
+    shutdown::on_binary_change(exe.clone(), stop)
+        .with_context(|| format!("cannot watch {} for deploys", exe.display()))
 }

@@ -1,0 +1,248 @@
+//! Claiming a job's recipients in the ledger: a conditional write per
+//! recipient, so only one worker ever holds one, and a dead worker's claim
+//! is taken over once its lease runs out.
+
+use super::pg_fast::claim_pg;
+use super::*;
+
+/// recipient, state, claim token, claimed until, attempts.
+type ClaimRow = (i64, DeliveryState, Option<i64>, Option<i64>, i32);
+
+/// The result of claiming a job's recipients.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// Recipients this claim owns, with the attempt number this try is.
+    pub owned: Vec<(i64, i32)>,
+    /// Recipients already sent, failed or skipped: nothing to do.
+    pub finished: usize,
+    /// Some recipients are claimed by another live worker until this time
+    /// (ms); the job must come back after it rather than be deleted.
+    pub busy_until: Option<i64>,
+}
+
+/// A job's claim with what the worker needs to send it.
+#[derive(Debug, Default)]
+pub struct JobClaim {
+    pub claim: Claim,
+    /// The owned recipients, read after the claim (a recipient who bounced
+    /// or left since enqueue is seen as such), in id order.
+    pub people: Vec<Recipient>,
+    /// How many of the job's ids are members of the list (each once).
+    pub members: usize,
+}
+
+/// Claim a job: of `recipient_ids`, only the members of list `list_id` (a
+/// job names recipient ids, and only the campaign's own list may be mailed,
+/// whatever a job says), as [`claim`] does, and read the recipients it got.
+/// On PostgreSQL this is one prepared statement, one round trip.
+pub fn claim_job(
+    conn: &mut Conn,
+    campaign_id: i64,
+    list_id: i64,
+    recipient_ids: &[i64],
+    token: i64,
+    lease_ms: i64,
+) -> Result<JobClaim> {
+    if let InnerMut::Pg(c) = conn.inner_mut() {
+        let rows = claim_pg(
+            c,
+            Some(list_id),
+            campaign_id,
+            recipient_ids,
+            token,
+            lease_ms,
+        )?;
+        let members: Vec<i64> = rows.iter().map(|r| r.rid).collect();
+        let mut claim = Claim::default();
+        let mut people = Vec::with_capacity(rows.len());
+        for row in rows {
+            let Some(attempts) = row.attempts else {
+                continue;
+            };
+            claim.owned.push((row.rid, attempts));
+            if let (Some(email), Some(name), Some(attributes), Some(status)) =
+                (row.email, row.name, row.attributes, row.status)
+            {
+                people.push(Recipient {
+                    id: row.rid,
+                    email,
+                    name,
+                    attributes,
+                    status,
+                });
+            }
+        }
+        let claim = settle(conn, claim, campaign_id, &members, token)?;
+        return Ok(JobClaim {
+            claim,
+            people,
+            members: members.len(),
+        });
+    }
+    let ids = recipients_store::members_among(conn, list_id, recipient_ids)?;
+    let claim = claim(conn, campaign_id, &ids, token, lease_ms)?;
+    let owned: Vec<i64> = claim.owned.iter().map(|&(rid, _)| rid).collect();
+    let mut people = recipients_store::load(conn, &owned)?;
+    people.sort_unstable_by_key(|r| r.id);
+    Ok(JobClaim {
+        claim,
+        people,
+        members: ids.len(),
+    })
+}
+
+/// Claim every claimable recipient of a job for `token` until `now + lease`.
+/// Claimable: never seen, waiting for a retry, or claimed by somebody whose
+/// lease ran out (a dead worker).
+pub fn claim(
+    conn: &mut Conn,
+    campaign_id: i64,
+    recipient_ids: &[i64],
+    token: i64,
+    lease_ms: i64,
+) -> Result<Claim> {
+    let take = |conn: &mut Conn| {
+        let owned = match conn.inner_mut() {
+            InnerMut::Pg(c) => claim_pg(c, None, campaign_id, recipient_ids, token, lease_ms)?
+                .into_iter()
+                .filter_map(|r| Some((r.rid, r.attempts?)))
+                .collect(),
+            InnerMut::Sqlite(c) => claim_sqlite(c, campaign_id, recipient_ids, token, lease_ms)?,
+        };
+        let claim = Claim {
+            owned,
+            ..Claim::default()
+        };
+        settle(conn, claim, campaign_id, recipient_ids, token)
+    };
+    match conn.backend() {
+        // On PostgreSQL the claim is one statement, atomic by itself, and
+        // the rare read after it gets a snapshot of its own either way (READ
+        // COMMITTED): no BEGIN and COMMIT, two round trips fewer per job.
+        Backend::Postgres => take(conn),
+        // SQLite: three statements, one commit (and one fsync) for them.
+        Backend::Sqlite => conn.transaction(take),
+    }
+}
+
+/// SQLite cannot batch an upsert that says which rows it took: insert what
+/// is new, take over rows waiting for a retry or left by a dead worker
+/// (lease over), then read back what carries our token (the token is new
+/// for every claim, so only this call's rows do). Anything else is left
+/// alone. Returns what this claim got, with the attempt each is on.
+fn claim_sqlite(
+    c: &mut diesel::sqlite::SqliteConnection,
+    campaign_id: i64,
+    recipient_ids: &[i64],
+    token: i64,
+    lease_ms: i64,
+) -> Result<Vec<(i64, i32)>> {
+    let now = now_ms();
+    let until = now + lease_ms;
+    let mut owned = Vec::with_capacity(recipient_ids.len());
+    for ids in recipient_ids.chunks(SQLITE_CHUNK) {
+        let fresh: Vec<_> = ids
+            .iter()
+            .map(|&rid| {
+                (
+                    d::campaign_id.eq(campaign_id),
+                    d::recipient_id.eq(rid),
+                    d::state.eq(DeliveryState::Claimed),
+                    d::attempts.eq(1),
+                    d::claim_token.eq(Some(token)),
+                    d::claimed_until.eq(Some(until)),
+                    d::updated_at.eq(now),
+                )
+            })
+            .collect();
+        diesel::insert_or_ignore_into(d::table)
+            .values(&fresh)
+            .execute(c)?;
+        diesel::update(
+            d::table
+                .filter(d::campaign_id.eq(campaign_id))
+                .filter(d::recipient_id.eq_any(ids))
+                .filter(
+                    d::state.eq(DeliveryState::Retry).or(d::state
+                        .eq(DeliveryState::Claimed)
+                        .and(d::claimed_until.lt(now))),
+                ),
+        )
+        .set((
+            d::state.eq(DeliveryState::Claimed),
+            d::attempts.eq(d::attempts + 1),
+            d::claim_token.eq(Some(token)),
+            d::claimed_until.eq(Some(until)),
+            d::updated_at.eq(now),
+        ))
+        .execute(c)?;
+        owned.extend(
+            owned_rows!(campaign_id, token, ids)
+                .select((d::recipient_id, d::attempts))
+                .load::<(i64, i32)>(c)?,
+        );
+    }
+    Ok(owned)
+}
+
+/// Complete a claim: when it did not get every one of `recipient_ids`
+/// (rare), say how many are finished and until when the others are held.
+fn settle(
+    conn: &mut Conn,
+    mut claim: Claim,
+    campaign_id: i64,
+    recipient_ids: &[i64],
+    token: i64,
+) -> Result<Claim> {
+    claim.owned.sort_unstable();
+    if claim.owned.len() == recipient_ids.len() {
+        return Ok(claim);
+    }
+    // Ask which: some are finished or held by another worker.
+    let now = now_ms();
+    let rows: Vec<ClaimRow> = on!(conn, |c| d::table
+        .filter(d::campaign_id.eq(campaign_id))
+        .filter(d::recipient_id.eq_any(recipient_ids))
+        .select((
+            d::recipient_id,
+            d::state,
+            d::claim_token,
+            d::claimed_until,
+            d::attempts
+        ))
+        .load(c))?;
+    for (rid, state, owner, claimed_until, attempts) in rows {
+        match state {
+            // Already ours from an earlier call with this token.
+            DeliveryState::Claimed if owner == Some(token) => {
+                if !claim.owned.iter().any(|&(r, _)| r == rid) {
+                    claim.owned.push((rid, attempts));
+                }
+            }
+            DeliveryState::Claimed | DeliveryState::Retry => {
+                let until = claimed_until.unwrap_or(now).max(now);
+                claim.busy_until = Some(claim.busy_until.map_or(until, |b| b.max(until)));
+            }
+            _ => claim.finished += 1,
+        }
+    }
+    Ok(claim)
+}
+
+/// Push back the lease on everything `token` still holds (a long job).
+pub fn extend_claims(
+    conn: &mut Conn,
+    campaign_id: i64,
+    token: i64,
+    lease_ms: i64,
+) -> Result<usize> {
+    let until = now_ms() + lease_ms;
+    Ok(on!(conn, |c| diesel::update(
+        d::table
+            .filter(d::campaign_id.eq(campaign_id))
+            .filter(d::claim_token.eq(Some(token)))
+            .filter(d::state.eq(DeliveryState::Claimed))
+    )
+    .set(d::claimed_until.eq(Some(until)))
+    .execute(c))?)
+}
