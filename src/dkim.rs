@@ -200,27 +200,11 @@ pub fn zone_strings(value: &str) -> String {
 /// and hyphens, lower-cased.
 pub fn check_selector(raw: &str) -> Result<String, DkimError> {
     let s = raw.trim().to_ascii_lowercase();
-    if is_ldh_name(&s) {
+    if crate::mailbox::is_ldh_name(&s) {
         Ok(s)
     } else {
         Err(DkimError::BadSelector(raw.to_string()))
     }
-}
-
-/// Letters, digits and hyphens in labels of 1-63 characters, at most 253 in
-/// all, no label starting or ending with a hyphen.
-pub fn is_ldh_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        })
 }
 
 enum Pair {

@@ -44,6 +44,22 @@ pub fn ascii_domain(domain: &str) -> Result<Cow<'_, str>, MailboxError> {
     }
 }
 
+/// Letters, digits and hyphens in labels of 1-63 characters, at most 253 in
+/// all, no label starting or ending with a hyphen.
+pub fn is_ldh_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
+}
+
 /// The identity of the mailbox `addr` names: local part in lower case, `@`,
 /// the domain as a lower-case A-label. Two addresses with one key are one
 /// recipient.

@@ -89,7 +89,15 @@ impl FromStr for Group {
             }
             if !domain.is_empty() && !domain.contains(char::is_whitespace) {
                 return match mailbox::ascii_domain(domain) {
-                    Ok(ascii) => Ok(Group::Domain(ascii.into_owned())),
+                    Ok(ascii) if mailbox::is_ldh_name(&ascii) => {
+                        Ok(Group::Domain(ascii.into_owned()))
+                    }
+                    Ok(ascii) => Err(GroupError::Bad {
+                        name: name.to_string(),
+                        why: format!(
+                            "{ascii:?} is not a domain name (letters, digits and hyphens in dot-separated labels), e.g. domain:example.com, or domain:* for every other domain"
+                        ),
+                    }),
                     Err(e) => Err(GroupError::Bad {
                         name: name.to_string(),
                         why: e.to_string(),

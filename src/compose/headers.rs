@@ -20,7 +20,7 @@ const MAX_LABEL: usize = 40;
 /// domain name.
 pub fn ascii_domain(domain: &str) -> Option<String> {
     match url::Host::parse(domain.trim()).ok()? {
-        url::Host::Domain(d) if crate::dkim::is_ldh_name(&d) => Some(d),
+        url::Host::Domain(d) if crate::mailbox::is_ldh_name(&d) => Some(d),
         _ => None,
     }
 }
