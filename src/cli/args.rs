@@ -64,13 +64,27 @@ pub enum Command {
     /// Column `email` is required, `name` is optional, `status` (active,
     /// unsubscribed, bounced) is optional; every other column becomes a
     /// template attribute. Bad rows are reported with their line number and
-    /// skipped. Importing again updates recipients, never duplicates them.
+    /// skipped. Importing again updates recipients, never duplicates them,
+    /// and changes only the columns the file has (an empty cell clears
+    /// that attribute). A mailbox twice in one file: the first row wins,
+    /// the others are reported. Nobody who unsubscribed, bounced or
+    /// complained is made active again unless --resubscribe.
     Import {
         /// CSV file to read
         file: PathBuf,
         /// List to add the recipients to (created if new)
         #[arg(long)]
         list: String,
+        /// Afterwards the list's members are exactly the rows imported:
+        /// members not in the file leave the list (their recipient rows,
+        /// history and other lists stay)
+        #[arg(long)]
+        sync: bool,
+        /// Let rows saying active (or saying nothing) make active again
+        /// recipients who unsubscribed, bounced or complained; without it
+        /// they stay as they are and are counted as "kept unsubscribed"
+        #[arg(long)]
+        resubscribe: bool,
     },
     /// Create and list campaigns
     #[command(subcommand)]

@@ -56,7 +56,17 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
     let g = &cli.global;
     match cli.command {
         Command::Migrate => c::migrate::migrate(g)?,
-        Command::Import { file, list } => c::import::import(g, &file, &list)?,
+        Command::Import {
+            file,
+            list,
+            sync,
+            resubscribe,
+        } => c::import::import(
+            g,
+            &file,
+            &list,
+            crate::import::Options { sync, resubscribe },
+        )?,
         Command::Campaign(cmd) => c::campaign::campaign(g, cmd)?,
         Command::Templates => c::templates::templates()?,
         Command::Enqueue {

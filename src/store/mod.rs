@@ -18,6 +18,7 @@ pub mod connections;
 pub mod db;
 pub mod deliveries;
 pub mod dkim_keys;
+pub mod imports;
 pub mod installation;
 pub mod optouts;
 mod plans;

@@ -13,7 +13,7 @@ use super::{open_migrated, Result};
 const SHOWN_REJECTS: u32 = 1_000;
 
 /// Import a CSV file into a list, with a spinner on a terminal.
-pub fn import(g: &Global, file: &Path, list: &str) -> Result {
+pub fn import(g: &Global, file: &Path, list: &str, options: import::Options) -> Result {
     let mut conn = open_migrated(g)?;
     let bar = if std::io::stderr().is_terminal() {
         let bar = indicatif::ProgressBar::new_spinner();
@@ -28,6 +28,7 @@ pub fn import(g: &Global, file: &Path, list: &str) -> Result {
         &mut conn,
         file,
         list,
+        options,
         |r| {
             // Every rejected row is reported; a flood is summarised.
             if shown < SHOWN_REJECTS {
@@ -50,11 +51,20 @@ pub fn import(g: &Global, file: &Path, list: &str) -> Result {
         },
     )?;
     bar.finish_and_clear();
+    let removed = if options.sync {
+        format!(" / removed {}", summary.removed)
+    } else {
+        String::new()
+    };
     outln!(
-        "list {list:?}: imported {} / updated {} / skipped {} in {:.1} s",
-        summary.imported,
+        "list {list:?}: added {} / updated {} / unchanged {}{removed} / skipped {} / duplicates {} ({} rows read); kept unsubscribed: {}; {:.1} s",
+        summary.added,
         summary.updated,
+        summary.unchanged,
         summary.skipped,
+        summary.duplicates,
+        summary.read,
+        summary.kept_unsubscribed,
         started.elapsed().as_secs_f64()
     )?;
     Ok(())

@@ -1,0 +1,198 @@
+//! Issue 25: importing without harm (the three safety rules), `--sync`,
+//! `list ls|rm|delete` and `optouts`, on SQLite and PostgreSQL.
+
+use std::path::PathBuf;
+
+use mailsplit::store::recipients::{self, Recipient};
+use mailsplit::store::RecipientStatus;
+
+use crate::util::*;
+
+fn env(kind: Kind) -> Env {
+    let env = Env::new(kind, "127.0.0.1:1");
+    env.ok(&["migrate"]);
+    env
+}
+
+/// Write `text` to a CSV file in the test's directory.
+fn csv(env: &Env, name: &str, text: &str) -> PathBuf {
+    let path = env.dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn import(env: &Env, path: &std::path::Path, list: &str, extra: &[&str]) -> String {
+    let mut args = vec!["import", path.to_str().unwrap(), "--list", list];
+    args.extend_from_slice(extra);
+    env.ok(&args)
+}
+
+fn recipient(env: &Env, email: &str) -> Recipient {
+    let mut c = env.conn();
+    let id = recipients::find_by_email(&mut c, email)
+        .unwrap()
+        .unwrap_or_else(|| panic!("no recipient {email}"));
+    recipients::load(&mut c, &[id]).unwrap().remove(0)
+}
+
+fn attributes(r: &Recipient) -> serde_json::Value {
+    serde_json::from_str(&r.attributes).unwrap()
+}
+
+// ------------------------------------------------ rule 1: no re-subscribing
+
+/// Recipients mailsplit recorded as unsubscribed, bounced or complained
+/// stay so whatever a file says, unless `--resubscribe`.
+fn import_never_resubscribes(kind: Kind) {
+    let env = env(kind);
+    let first = csv(
+        &env,
+        "first.csv",
+        "email,name\na@example.test,A\nb@example.test,B\nc@example.test,C\nd@example.test,D\n",
+    );
+    import(&env, &first, "shop", &[]);
+    env.sql(
+        "UPDATE recipients SET status = 'unsubscribed', status_reason = 'one-click unsubscribe' \
+         WHERE email = 'b@example.test'; \
+         UPDATE recipients SET status = 'bounced', status_reason = '5.1.1' \
+         WHERE email = 'c@example.test'; \
+         UPDATE recipients SET status = 'unsubscribed', status_reason = 'complaint (abuse)' \
+         WHERE email = 'd@example.test'",
+    );
+    // An export saying everyone is active, and one with no status at all.
+    let active = csv(
+        &env,
+        "active.csv",
+        "email,name,status\na@example.test,A,active\nb@example.test,B,active\n\
+         c@example.test,C,\nd@example.test,D,ACTIVE\n",
+    );
+    let out = import(&env, &active, "shop", &[]);
+    let plain = csv(&env, "plain.csv", "email\nb@example.test\nc@example.test\n");
+    let out2 = import(&env, &plain, "shop", &[]);
+    assert_eq!(
+        recipient(&env, "b@example.test").status,
+        RecipientStatus::Unsubscribed
+    );
+    assert_eq!(
+        recipient(&env, "c@example.test").status,
+        RecipientStatus::Bounced
+    );
+    assert_eq!(
+        recipient(&env, "d@example.test").status,
+        RecipientStatus::Unsubscribed
+    );
+    assert_eq!(
+        recipient(&env, "a@example.test").status,
+        RecipientStatus::Active
+    );
+    assert!(out.contains("kept unsubscribed: 3"), "{out}");
+    assert!(out2.contains("kept unsubscribed: 2"), "{out2}");
+    // An import may still unsubscribe somebody.
+    let leave = csv(
+        &env,
+        "leave.csv",
+        "email,status\na@example.test,unsubscribed\n",
+    );
+    import(&env, &leave, "shop", &[]);
+    assert_eq!(
+        recipient(&env, "a@example.test").status,
+        RecipientStatus::Unsubscribed
+    );
+    // Only --resubscribe brings them back.
+    let out = import(&env, &active, "shop", &["--resubscribe"]);
+    assert!(out.contains("kept unsubscribed: 0"), "{out}");
+    for e in ["a", "b", "c", "d"] {
+        let r = recipient(&env, &format!("{e}@example.test"));
+        assert_eq!(r.status, RecipientStatus::Active, "{e}");
+    }
+}
+
+// ------------------------------------------- rule 2: only its own columns
+
+/// A file without `name` leaves names alone; attributes merge key by key,
+/// and an empty value clears that key only.
+fn import_changes_only_its_columns(kind: Kind) {
+    let env = env(kind);
+    let full = csv(
+        &env,
+        "full.csv",
+        "email,name,city,coupon\na@example.test,Ada,Paris,SAVE10\nb@example.test,Bob,Oslo,X\n",
+    );
+    import(&env, &full, "shop", &[]);
+    let bare = csv(&env, "bare.csv", "email\na@example.test\n");
+    import(&env, &bare, "scratch", &[]);
+    let a = recipient(&env, "a@example.test");
+    assert_eq!(a.name, "Ada");
+    assert_eq!(
+        attributes(&a),
+        serde_json::json!({"city": "Paris", "coupon": "SAVE10"})
+    );
+    let partial = csv(
+        &env,
+        "partial.csv",
+        "email,coupon,tier\na@example.test,,gold\n",
+    );
+    let out = import(&env, &partial, "shop", &[]);
+    let a = recipient(&env, "a@example.test");
+    assert_eq!(a.name, "Ada");
+    assert_eq!(
+        attributes(&a),
+        serde_json::json!({"city": "Paris", "tier": "gold"})
+    );
+    let b = recipient(&env, "b@example.test");
+    assert_eq!(
+        (b.name.as_str(), attributes(&b)),
+        ("Bob", serde_json::json!({"city": "Oslo", "coupon": "X"}))
+    );
+    assert!(out.contains("added 0 / updated 1 / unchanged 0"), "{out}");
+    // The same file again changes nothing.
+    let out = import(&env, &partial, "shop", &[]);
+    assert!(out.contains("added 0 / updated 0 / unchanged 1"), "{out}");
+}
+
+// ------------------------------------------------- rule 3: duplicates
+
+/// The same mailbox twice in one import: the first row wins, every later
+/// one is reported with its line number and counted, and the counts add
+/// up to the rows read, within a batch and across batches.
+fn import_counts_duplicates(kind: Kind) {
+    let env = env(kind);
+    let mut text = String::from("email,name,coupon\nAda@example.test,First,A1\n");
+    text.push_str("ada@EXAMPLE.test,Second,A2\nbob@example.test,Bob,B1\nnot-an-address,X,X\n");
+    // Lines 6.. : enough rows to need several batches of the import.
+    for i in 0..2_500 {
+        text.push_str(&format!("u{i}@example.test,U{i},C{i}\n"));
+    }
+    // Line 2506 and 2507: a twin of line 2 and of line 6, batches later.
+    text.push_str("ADA@example.test,Third,A3\nu0@example.test,Again,C\n");
+    let path = csv(&env, "dups.csv", &text);
+    let out = env.run(&["import", path.to_str().unwrap(), "--list", "shop"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ada = recipient(&env, "ada@example.test");
+    assert_eq!(ada.name, "First");
+    assert_eq!(attributes(&ada)["coupon"], "A1");
+    assert_eq!(recipient(&env, "u0@example.test").name, "U0");
+    let err = stderr(&out);
+    let prefix = format!("{}: line ", path.display());
+    let mut dup_lines: Vec<u64> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .filter(|l| l.contains("duplicate"))
+        .map(|l| l.split(':').next().unwrap().parse().unwrap())
+        .collect();
+    dup_lines.sort();
+    assert_eq!(dup_lines, [3, 2506, 2507], "{err}");
+    let summary = stdout(&out);
+    assert!(
+        summary.contains(
+            "added 2502 / updated 0 / unchanged 0 / skipped 1 / duplicates 3 (2506 rows read)"
+        ),
+        "{summary}"
+    );
+}
+
+both!(
+    import_never_resubscribes,
+    import_changes_only_its_columns,
+    import_counts_duplicates,
+);
