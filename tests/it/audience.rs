@@ -191,7 +191,92 @@ fn import_counts_duplicates(kind: Kind) {
     );
 }
 
+// ------------------------------------------------------------ --sync
+
+fn members(env: &Env, list: &str) -> Vec<String> {
+    let mut c = env.conn();
+    let ids = member_ids(env, list);
+    let mut emails: Vec<String> = recipients::load(&mut c, &ids)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.email)
+        .collect();
+    emails.sort();
+    emails
+}
+
+/// After `--sync` the list's members are exactly the file's rows; the
+/// others leave the list and nothing else.
+fn sync_removes_members_not_in_the_file(kind: Kind) {
+    let env = env(kind);
+    let first = csv(
+        &env,
+        "first.csv",
+        "email,name
+a@example.test,A
+b@example.test,B
+c@example.test,C
+d@example.test,D
+",
+    );
+    import(&env, &first, "shop", &[]);
+    let other = csv(
+        &env,
+        "other.csv",
+        "email
+c@example.test
+",
+    );
+    import(&env, &other, "other", &[]);
+    env.create_campaign("spring", "shop", &[]);
+    env.sql(
+        "INSERT INTO deliveries (campaign_id, recipient_id, state, attempts, updated_at) \
+         SELECT c.id, r.id, 'sent', 1, 1 FROM campaigns c, recipients r \
+         WHERE c.name = 'spring' AND r.email = 'c@example.test'",
+    );
+    let sync = csv(
+        &env,
+        "sync.csv",
+        "email,name
+A@example.test,Ada
+b@example.test,B
+e@example.test,E
+nope,X
+b@example.test,B2
+",
+    );
+    let out = import(&env, &sync, "shop", &["--sync"]);
+    assert_eq!(
+        members(&env, "shop"),
+        ["a@example.test", "b@example.test", "e@example.test"]
+    );
+    assert_eq!(members(&env, "other"), ["c@example.test"]);
+    assert_eq!(recipient(&env, "d@example.test").name, "D");
+    assert_eq!(recipient(&env, "a@example.test").name, "Ada");
+    let mut c = env.conn();
+    let spring = mailsplit::store::campaigns::find(&mut c, "spring").unwrap();
+    let ledger = mailsplit::store::deliveries::ledger_counts(&mut c, spring.id).unwrap();
+    assert_eq!(
+        ledger.get(&mailsplit::store::DeliveryState::Sent),
+        Some(&1),
+        "the ledger keeps c's delivery"
+    );
+    assert!(
+        out.contains(
+            "added 1 / updated 1 / unchanged 1 / removed 2 / skipped 1 / duplicates 1 (5 rows read)"
+        ),
+        "{out}"
+    );
+    // Again: nothing to do.
+    let out = import(&env, &sync, "shop", &["--sync"]);
+    assert!(
+        out.contains("added 0 / updated 0 / unchanged 3 / removed 0 / skipped 1"),
+        "{out}"
+    );
+}
+
 both!(
+    sync_removes_members_not_in_the_file,
     import_never_resubscribes,
     import_changes_only_its_columns,
     import_counts_duplicates,
