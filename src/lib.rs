@@ -27,6 +27,7 @@ pub mod dkim;
 pub mod fleet;
 pub mod import;
 pub mod limits;
+pub mod lists;
 pub mod logging;
 pub mod mail;
 pub mod mailbox;

@@ -89,6 +89,9 @@ pub enum Command {
     /// Create and list campaigns
     #[command(subcommand)]
     Campaign(CampaignCommand),
+    /// Manage lists: ls, rm, delete
+    #[command(subcommand)]
+    List(ListCommand),
     /// List the templates compiled into this binary
     Templates,
     /// Put a campaign's recipients into beanstalkd, one job per batch
@@ -200,6 +203,23 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ListCommand {
+    /// Every list: name, members, active members (who may be mailed)
+    Ls,
+    /// Take recipients off a list (they stay on file, with their history
+    /// and other lists)
+    Rm {
+        list: String,
+        /// Addresses, any spelling of the mailbox
+        #[arg(required = true)]
+        emails: Vec<String>,
+    },
+    /// Delete a list (its recipients stay on file); refused while one of
+    /// its campaigns is enqueuing, sending or paused
+    Delete { list: String },
 }
 
 #[derive(Subcommand, Debug)]

@@ -15,6 +15,7 @@ use crate::database::StoreError;
 use crate::dkim::{DkimError, KeygenError};
 use crate::import::ImportError;
 use crate::limits::LimitError;
+use crate::lists::ListError;
 use crate::redact;
 use crate::requeue::RequeueError;
 use crate::serve::ServeError;
@@ -97,6 +98,8 @@ pub enum CliError {
     #[error(transparent)]
     Import(#[from] ImportError),
     #[error(transparent)]
+    List(#[from] ListError),
+    #[error(transparent)]
     Worker(#[from] WorkerError),
     #[error(transparent)]
     Serve(#[from] ServeError),
@@ -121,6 +124,7 @@ impl ExitKind for CliError {
             CliError::Enqueue(e) => e.exit_kind(),
             CliError::Requeue(e) => e.exit_kind(),
             CliError::Import(e) => e.exit_kind(),
+            CliError::List(e) => e.exit_kind(),
             CliError::Worker(e) => e.exit_kind(),
             CliError::Serve(e) => e.exit_kind(),
             CliError::Output(e) => e.exit_kind(),
@@ -212,6 +216,12 @@ impl ExitKind for RequeueError {
 }
 
 impl ExitKind for ImportError {
+    fn exit_kind(&self) -> Exit {
+        usage_if(self.is_usage())
+    }
+}
+
+impl ExitKind for ListError {
     fn exit_kind(&self) -> Exit {
         usage_if(self.is_usage())
     }

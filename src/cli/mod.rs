@@ -68,6 +68,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
             crate::import::Options { sync, resubscribe },
         )?,
         Command::Campaign(cmd) => c::campaign::campaign(g, cmd)?,
+        Command::List(cmd) => c::lists::lists(g, cmd)?,
         Command::Templates => c::templates::templates()?,
         Command::Enqueue {
             campaign,

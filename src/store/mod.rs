@@ -20,6 +20,7 @@ pub mod deliveries;
 pub mod dkim_keys;
 pub mod imports;
 pub mod installation;
+pub mod lists;
 pub mod optouts;
 mod plans;
 mod prepared;

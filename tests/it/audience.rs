@@ -275,7 +275,92 @@ b@example.test,B2
     );
 }
 
+// ------------------------------------------------------- list ls|rm|delete
+
+/// `list ls` counts, `list rm` takes recipients off one list only, and
+/// `list delete` is refused while a campaign of the list is sending.
+fn lists_are_managed(kind: Kind) {
+    let env = env(kind);
+    let shop = csv(
+        &env,
+        "shop.csv",
+        "email,name
+a@example.test,A
+b@example.test,B
+c@example.test,C
+",
+    );
+    import(&env, &shop, "shop", &[]);
+    let other = csv(
+        &env,
+        "other.csv",
+        "email
+b@example.test
+",
+    );
+    import(&env, &other, "other", &[]);
+    env.sql("UPDATE recipients SET status = 'unsubscribed' WHERE email = 'c@example.test'");
+    let ls = env.ok(&["list", "ls"]);
+    let rows: Vec<Vec<&str>> = ls
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [vec!["other", "1", "1"], vec!["shop", "3", "2"]],
+        "{ls}"
+    );
+
+    let out = env.run(&[
+        "list",
+        "rm",
+        "shop",
+        "B@EXAMPLE.test",
+        "nobody@example.test",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("removed 1 of 2"), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("nobody@example.test is not on list"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(members(&env, "shop"), ["a@example.test", "c@example.test"]);
+    assert_eq!(members(&env, "other"), ["b@example.test"]);
+    assert_eq!(recipient(&env, "b@example.test").name, "B");
+    let out = env.run(&["list", "rm", "nosuch", "a@example.test"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+
+    env.create_campaign("spring", "shop", &[]);
+    env.sql(
+        "UPDATE campaigns SET state = 'queued' WHERE name = 'spring'; \
+         UPDATE campaign_counters SET recipients = 2",
+    );
+    let out = env.run(&["list", "delete", "shop"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("campaign \"spring\" is sending"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(members(&env, "shop").len(), 2);
+    env.sql("UPDATE campaigns SET state = 'cancelled' WHERE name = 'spring'");
+    let out = env.ok(&["list", "delete", "shop"]);
+    assert!(out.contains("2 members removed"), "{out}");
+    assert!(members(&env, "shop").is_empty());
+    let out = env.ok(&["list", "delete", "other"]);
+    assert!(out.contains("list \"other\" deleted"), "{out}");
+    let ls = env.ok(&["list", "ls"]);
+    assert!(!ls.contains("other"), "{ls}");
+    assert_eq!(
+        recipient(&env, "b@example.test").status,
+        RecipientStatus::Active
+    );
+}
+
 both!(
+    lists_are_managed,
     sync_removes_members_not_in_the_file,
     import_never_resubscribes,
     import_changes_only_its_columns,
