@@ -31,6 +31,7 @@ pub mod lists;
 pub mod logging;
 pub mod mail;
 pub mod mailbox;
+pub mod optouts;
 pub mod queue;
 pub mod ratelimit;
 pub mod redact;

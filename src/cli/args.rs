@@ -92,6 +92,20 @@ pub enum Command {
     /// Manage lists: ls, rm, delete
     #[command(subcommand)]
     List(ListCommand),
+    /// Every recipient who unsubscribed, bounced or complained: email,
+    /// what, when, campaign (to update your own database)
+    ///
+    /// `when` is RFC 3339 (UTC). For incremental runs pass the latest
+    /// `when` you have seen as --since: changes at or after it are printed
+    /// again, never missed.
+    Optouts {
+        /// Only status changes at or after this RFC 3339 time, e.g. 2026-11-26T09:00:00Z
+        #[arg(long)]
+        since: Option<String>,
+        /// csv (with a header row) or json (one object per line)
+        #[arg(long, default_value = "csv", value_parser = ["csv", "json"])]
+        format: String,
+    },
     /// List the templates compiled into this binary
     Templates,
     /// Put a campaign's recipients into beanstalkd, one job per batch

@@ -16,6 +16,7 @@ use crate::dkim::{DkimError, KeygenError};
 use crate::import::ImportError;
 use crate::limits::LimitError;
 use crate::lists::ListError;
+use crate::optouts::OptoutError;
 use crate::redact;
 use crate::requeue::RequeueError;
 use crate::serve::ServeError;
@@ -100,6 +101,8 @@ pub enum CliError {
     #[error(transparent)]
     List(#[from] ListError),
     #[error(transparent)]
+    Optout(#[from] OptoutError),
+    #[error(transparent)]
     Worker(#[from] WorkerError),
     #[error(transparent)]
     Serve(#[from] ServeError),
@@ -125,6 +128,7 @@ impl ExitKind for CliError {
             CliError::Requeue(e) => e.exit_kind(),
             CliError::Import(e) => e.exit_kind(),
             CliError::List(e) => e.exit_kind(),
+            CliError::Optout(e) => e.exit_kind(),
             CliError::Worker(e) => e.exit_kind(),
             CliError::Serve(e) => e.exit_kind(),
             CliError::Output(e) => e.exit_kind(),
@@ -222,6 +226,12 @@ impl ExitKind for ImportError {
 }
 
 impl ExitKind for ListError {
+    fn exit_kind(&self) -> Exit {
+        usage_if(self.is_usage())
+    }
+}
+
+impl ExitKind for OptoutError {
     fn exit_kind(&self) -> Exit {
         usage_if(self.is_usage())
     }

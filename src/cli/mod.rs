@@ -69,6 +69,9 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         )?,
         Command::Campaign(cmd) => c::campaign::campaign(g, cmd)?,
         Command::List(cmd) => c::lists::lists(g, cmd)?,
+        Command::Optouts { since, format } => {
+            c::lists::optouts(g, since.as_deref(), format == "json")?
+        }
         Command::Templates => c::templates::templates()?,
         Command::Enqueue {
             campaign,

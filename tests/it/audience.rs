@@ -359,7 +359,100 @@ b@example.test
     );
 }
 
+// ----------------------------------------------------------------- optouts
+
+/// Unsubscribes, bounces and complaints flow back: email, what, when,
+/// campaign, as CSV or JSON lines, incrementally by `--since`.
+fn optouts_lists_everyone_who_left(kind: Kind) {
+    use mailsplit::store::bounces::{self, Action, BounceKind, BounceSource, NewBounce};
+    let env = env(kind);
+    let people = csv(
+        &env,
+        "people.csv",
+        "email,status\na@example.test,\nb@example.test,\nc@example.test,\n\
+         d@example.test,\ne@example.test,unsubscribed\n",
+    );
+    import(&env, &people, "shop", &[]);
+    env.create_campaign("spring", "shop", &[]);
+    let mut c = env.conn();
+    let spring = mailsplit::store::campaigns::find(&mut c, "spring")
+        .unwrap()
+        .id;
+    let id = |c: &mut mailsplit::store::Conn, e: &str| {
+        recipients::find_by_email(c, &format!("{e}@example.test"))
+            .unwrap()
+            .unwrap()
+    };
+    let a = id(&mut c, "a");
+    let reason = format!("one-click unsubscribe (campaign {spring})");
+    mailsplit::store::optouts::unsubscribe(&mut c, a, &reason).unwrap();
+    for (who, kind, action) in [
+        (
+            "b",
+            BounceKind::Hard,
+            Action::Bounce("5.1.1 no such user".into()),
+        ),
+        (
+            "c",
+            BounceKind::Complaint,
+            Action::Unsubscribe("complaint: abuse (arf)".into()),
+        ),
+    ] {
+        let event = NewBounce {
+            recipient_id: id(&mut c, who),
+            campaign_id: Some(spring),
+            email: "x@example.test",
+            kind,
+            status: None,
+            reason: "test",
+            source: BounceSource::Report,
+            fingerprint: who,
+        };
+        bounces::record(&mut c, &event, &action).unwrap();
+    }
+    // January for a and b, June for c and e.
+    env.sql(
+        "UPDATE recipients SET status_at = 1767225600000 WHERE email IN ('a@example.test', 'b@example.test'); \
+         UPDATE recipients SET status_at = 1780272000000 WHERE email IN ('c@example.test', 'e@example.test')",
+    );
+    let all = env.ok(&["optouts"]);
+    assert_eq!(
+        all.lines().collect::<Vec<_>>(),
+        [
+            "email,what,when,campaign",
+            "a@example.test,unsubscribed,2026-01-01T00:00:00Z,spring",
+            "b@example.test,bounced,2026-01-01T00:00:00Z,spring",
+            "c@example.test,complained,2026-06-01T00:00:00Z,spring",
+            "e@example.test,unsubscribed,2026-06-01T00:00:00Z,",
+        ],
+        "{all}"
+    );
+    let recent = env.ok(&[
+        "optouts",
+        "--since",
+        "2026-03-01T00:00:00+01:00",
+        "--format",
+        "json",
+    ]);
+    let rows: Vec<serde_json::Value> = recent
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            serde_json::json!({"email": "c@example.test", "what": "complained",
+                "when": "2026-06-01T00:00:00Z", "campaign": "spring"}),
+            serde_json::json!({"email": "e@example.test", "what": "unsubscribed",
+                "when": "2026-06-01T00:00:00Z", "campaign": null}),
+        ]
+    );
+    let bad = env.run(&["optouts", "--since", "last week"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+}
+
 both!(
+    optouts_lists_everyone_who_left,
     lists_are_managed,
     sync_removes_members_not_in_the_file,
     import_never_resubscribes,

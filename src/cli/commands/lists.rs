@@ -1,8 +1,10 @@
-//! `mailsplit list ls|rm|delete`.
+//! `mailsplit list ls|rm|delete` and `mailsplit optouts`.
 
 use crate::cli::args::{Global, ListCommand};
-use crate::cli::out::{error_line, outln};
+use crate::cli::exit::CliError;
+use crate::cli::out::{self, error_line, outln};
 use crate::lists;
+use crate::optouts::{self, OptOut};
 
 use super::{open_migrated, open_read_only, Result};
 
@@ -43,4 +45,45 @@ pub fn lists(g: &Global, cmd: ListCommand) -> Result {
         }
     }
     Ok(())
+}
+
+/// Print every opt-out as CSV (header row first) or JSON lines, a page at
+/// a time.
+pub fn optouts(g: &Global, since: Option<&str>, json: bool) -> Result {
+    let since = since.map(optouts::parse_since).transpose()?;
+    let mut conn = open_read_only(g)?;
+    if !json {
+        outln!("email,what,when,campaign")?;
+    }
+    optouts::export(&mut conn, since, |page: &[OptOut]| {
+        let mut text = Vec::new();
+        for o in page {
+            if json {
+                serde_json::to_writer(&mut text, o)?;
+                text.push(b'\n');
+            } else {
+                text.extend_from_slice(csv_line(o).as_bytes());
+            }
+        }
+        out::bytes(&text)?;
+        Ok::<_, CliError>(())
+    })
+}
+
+/// One CSV record: fields quoted when they need it.
+fn csv_line(o: &OptOut) -> String {
+    let field = |v: &str| {
+        if v.contains([',', '"', '\n', '\r']) {
+            format!("\"{}\"", v.replace('"', "\"\""))
+        } else {
+            v.to_string()
+        }
+    };
+    format!(
+        "{},{},{},{}\n",
+        field(&o.email),
+        o.what,
+        o.when.as_deref().unwrap_or(""),
+        field(o.campaign.as_deref().unwrap_or(""))
+    )
 }
