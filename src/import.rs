@@ -13,6 +13,7 @@ use std::str::FromStr;
 use serde_json::{Map, Value};
 
 use crate::compose;
+use crate::source::{SourceError, SqlSource};
 use crate::store::imports::{self, Row, Run};
 use crate::store::recipients::RecipientStatus;
 use crate::store::{Conn, StoreError};
@@ -54,6 +55,8 @@ pub enum ImportError {
         source: csv::Error,
     },
     #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
     Store(#[from] StoreError),
 }
 
@@ -61,12 +64,15 @@ impl ImportError {
     /// The file is not what `import` takes (exit code 2), as opposed to
     /// one that cannot be read or stored.
     pub fn is_usage(&self) -> bool {
-        matches!(
-            self,
-            ImportError::NoHeader { .. }
-                | ImportError::NoEmailColumn { .. }
-                | ImportError::HeaderTooLong { .. }
-        )
+        match self {
+            ImportError::Source(e) => e.is_usage(),
+            e => matches!(
+                e,
+                ImportError::NoHeader { .. }
+                    | ImportError::NoEmailColumn { .. }
+                    | ImportError::HeaderTooLong { .. }
+            ),
+        }
     }
 }
 
@@ -153,6 +159,100 @@ pub fn import_file(
     };
     read_csv(&mut sink, file, &shown, &mut on_progress)?;
     sink.finish()
+}
+
+/// Import the rows of an SQL source (see [`crate::source`]) into `list`,
+/// under the same rules as a file; rows are numbered from 1 for reports.
+pub fn import_sql(
+    conn: &mut Conn,
+    source: &mut SqlSource,
+    list: &str,
+    options: Options,
+    mut on_reject: impl FnMut(&Rejected),
+    mut on_progress: impl FnMut(u64),
+) -> Result<Summary, ImportError> {
+    if !source.columns.iter().any(|c| c.eq_ignore_ascii_case(EMAIL)) {
+        return Err(ImportError::NoEmailColumn {
+            path: "the --from-sql query".into(),
+            found: source.columns.join(", "),
+        });
+    }
+    let mut sink = Sink {
+        conn,
+        run: None,
+        list,
+        options,
+        batch: Batch::default(),
+        summary: Summary::default(),
+        on_reject: &mut on_reject,
+    };
+    let mut n = 0u64;
+    source.rows(|row| {
+        n += 1;
+        sink.row(n, sql_row(row))?;
+        if sink.batch.rows.len() >= BATCH_ROWS {
+            sink.flush()?;
+            on_progress(sink.summary.read);
+        }
+        Ok::<_, ImportError>(())
+    })?;
+    on_progress(sink.summary.read);
+    sink.finish()
+}
+
+/// One source row (a JSON object from the source database) as a row to
+/// import: `email` required, `name` and `status` optional; every other
+/// column an attribute with its type kept, NULL leaving it out.
+fn sql_row(map: Map<String, Value>) -> Result<Row, String> {
+    let mut email = None;
+    let mut name = None;
+    let mut status = None;
+    let mut attributes = Map::new();
+    for (column, value) in map {
+        let column = column.trim().to_ascii_lowercase();
+        let text = || match &value {
+            Value::String(s) => Some(s.trim().to_string()),
+            Value::Null => None,
+            other => Some(other.to_string()),
+        };
+        match column.as_str() {
+            EMAIL => email = text(),
+            NAME => name = text(),
+            STATUS => status = text(),
+            "" => {}
+            _ if value.is_null() => {}
+            _ => {
+                if let (LINK_ATTRIBUTE, Value::String(v)) = (column.as_str(), &value) {
+                    if !v.is_empty() && compose::safe_link(v).is_none() {
+                        return Err(format!(
+                            "{LINK_ATTRIBUTE} must be an http(s) or mailto URL, got {v:?}"
+                        ));
+                    }
+                }
+                attributes.insert(column, value);
+            }
+        }
+    }
+    let email = normalise_email(email.as_deref().unwrap_or(""))?;
+    let email_key =
+        crate::mailbox::key(&email).map_err(|e| format!("invalid email {email:?}: {e}"))?;
+    if name
+        .as_deref()
+        .is_some_and(|n| n.chars().any(char::is_control))
+    {
+        return Err("name contains control characters (CR, LF, …)".into());
+    }
+    let status = status
+        .map(|s| RecipientStatus::from_input(&s).map_err(|e| e.to_string()))
+        .transpose()?;
+    Ok(Row {
+        line: 0,
+        email,
+        email_key,
+        name,
+        attributes,
+        status,
+    })
 }
 
 /// The columns of a CSV header that the import reads.

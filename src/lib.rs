@@ -38,6 +38,7 @@ pub mod redact;
 pub mod requeue;
 pub mod serve;
 pub mod shutdown;
+pub mod source;
 pub mod splitter;
 pub mod status;
 pub mod store;

@@ -69,23 +69,7 @@ pub enum Command {
     /// that attribute). A mailbox twice in one file: the first row wins,
     /// the others are reported. Nobody who unsubscribed, bounced or
     /// complained is made active again unless --resubscribe.
-    Import {
-        /// CSV file to read
-        file: PathBuf,
-        /// List to add the recipients to (created if new)
-        #[arg(long)]
-        list: String,
-        /// Afterwards the list's members are exactly the rows imported:
-        /// members not in the file leave the list (their recipient rows,
-        /// history and other lists stay)
-        #[arg(long)]
-        sync: bool,
-        /// Let rows saying active (or saying nothing) make active again
-        /// recipients who unsubscribed, bounced or complained; without it
-        /// they stay as they are and are counted as "kept unsubscribed"
-        #[arg(long)]
-        resubscribe: bool,
-    },
+    Import(ImportArgs),
     /// Create and list campaigns
     #[command(subcommand)]
     Campaign(CampaignCommand),
@@ -217,6 +201,53 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `import`'s arguments; `Debug` shows the source URL through [`redact`].
+#[derive(Args, Clone)]
+pub struct ImportArgs {
+    /// CSV file to read (or --from-sql with --source)
+    #[arg(required_unless_present = "from_sql", conflicts_with = "from_sql")]
+    pub file: Option<PathBuf>,
+    /// List to add the recipients to (created if new)
+    #[arg(long)]
+    pub list: String,
+    /// Read the recipients from this SELECT on --source instead of a
+    /// file: column `email` required, `name` and `status` optional, every
+    /// other column an attribute with its type kept (NULL leaves it out)
+    #[arg(long, value_name = "QUERY", requires = "source")]
+    pub from_sql: Option<String>,
+    /// The database --from-sql reads, read-only: postgres://USER@HOST/DB or sqlite://PATH
+    #[arg(
+        long,
+        env = "MAILSPLIT_SOURCE_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    pub source: Option<String>,
+    /// Afterwards the list's members are exactly the rows imported:
+    /// members not in the source leave the list (their recipient rows,
+    /// history and other lists stay)
+    #[arg(long)]
+    pub sync: bool,
+    /// Let rows saying active (or saying nothing) make active again
+    /// recipients who unsubscribed, bounced or complained; without it
+    /// they stay as they are and are counted as "kept unsubscribed"
+    #[arg(long)]
+    pub resubscribe: bool,
+}
+
+impl std::fmt::Debug for ImportArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ImportArgs")
+            .field("file", &self.file)
+            .field("list", &self.list)
+            .field("from_sql", &self.from_sql)
+            .field("source", &self.source.as_deref().map(redact::Url))
+            .field("sync", &self.sync)
+            .field("resubscribe", &self.resubscribe)
+            .finish()
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -425,5 +456,23 @@ mod tests {
         assert!(!shown.contains("DbS3cret"), "{shown}");
         assert!(!shown.contains("SmtpS3cret"), "{shown}");
         assert!(shown.contains("relay:465"), "{shown}");
+    }
+
+    #[test]
+    fn debug_of_an_sql_import_hides_the_source_password() {
+        let cli = Cli::try_parse_from([
+            "mailsplit",
+            "import",
+            "--list",
+            "shop",
+            "--from-sql",
+            "SELECT email FROM customers",
+            "--source",
+            "postgres://shop:SrcS3cret@db/shop",
+        ])
+        .unwrap();
+        let shown = format!("{cli:?} {cli:#?}");
+        assert!(!shown.contains("SrcS3cret"), "{shown}");
+        assert!(shown.contains("customers"), "{shown}");
     }
 }

@@ -56,17 +56,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
     let g = &cli.global;
     match cli.command {
         Command::Migrate => c::migrate::migrate(g)?,
-        Command::Import {
-            file,
-            list,
-            sync,
-            resubscribe,
-        } => c::import::import(
-            g,
-            &file,
-            &list,
-            crate::import::Options { sync, resubscribe },
-        )?,
+        Command::Import(args) => c::import::import(g, &args)?,
         Command::Campaign(cmd) => c::campaign::campaign(g, cmd)?,
         Command::List(cmd) => c::lists::lists(g, cmd)?,
         Command::Optouts { since, format } => {

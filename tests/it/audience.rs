@@ -451,7 +451,155 @@ fn optouts_lists_everyone_who_left(kind: Kind) {
     assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
 }
 
+// ------------------------------------------------------- --from-sql sources
+
+/// The shop's own database: a `customers` table in a SQLite file or a
+/// PostgreSQL database of its own; returns the source URL.
+fn shop_database(env: &Env, kind: Kind) -> (String, Option<TestDb>) {
+    use diesel::connection::SimpleConnection;
+    use diesel::Connection;
+    let (url, db) = match kind {
+        Kind::Sqlite => (
+            format!("sqlite://{}", env.dir.path().join("shop.db").display()),
+            None,
+        ),
+        Kind::Postgres => {
+            let db = TestDb::new(Kind::Postgres);
+            (db.url.clone(), Some(db))
+        }
+    };
+    let (bool_type, time_type) = match kind {
+        Kind::Sqlite => ("BOOLEAN", "TEXT"),
+        Kind::Postgres => ("BOOLEAN", "TIMESTAMPTZ"),
+    };
+    let sql = format!(
+        "CREATE TABLE customers (email TEXT, name TEXT, opted_in {bool_type}, orders INTEGER, \
+         last_order_at {time_type}, coupon TEXT); \
+         INSERT INTO customers VALUES \
+         ('ada@example.test', 'Ada Lovelace', TRUE, 3, '2026-01-02T03:04:05Z', NULL), \
+         ('bob@example.test', 'Zoë Ünïcode', FALSE, 0, NULL, 'X1'), \
+         ('bad-address', 'Bad', TRUE, 1, NULL, NULL)"
+    );
+    match kind {
+        Kind::Sqlite => {
+            let path = env.dir.path().join("shop.db");
+            let mut c =
+                diesel::sqlite::SqliteConnection::establish(path.to_str().unwrap()).unwrap();
+            c.batch_execute(&sql).unwrap();
+        }
+        Kind::Postgres => {
+            let mut c = diesel::pg::PgConnection::establish(&url).unwrap();
+            c.batch_execute(&sql).unwrap();
+        }
+    }
+    (url, db)
+}
+
+fn from_sql(env: &Env, url: &str, query: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "import",
+        "--list",
+        "shop",
+        "--from-sql",
+        query,
+        "--source",
+        url,
+    ];
+    args.extend_from_slice(extra);
+    env.run(&args)
+}
+
+/// Rows from the shop's database keep their types; NULL leaves the
+/// attribute out; bad rows are reported by row number; a query without
+/// `email` or one that writes is refused (exit 2) and changes nothing.
+fn import_from_sql(kind: Kind) {
+    let env = env(kind);
+    let (url, _db) = shop_database(&env, kind);
+    let out = from_sql(
+        &env,
+        &url,
+        "SELECT email, name, opted_in, orders, last_order_at, coupon FROM customers",
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out)
+            .contains("added 2 / updated 0 / unchanged 0 / skipped 1 / duplicates 0 (3 rows read)"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stderr(&out).contains("query: row 3: invalid email"),
+        "{}",
+        stderr(&out)
+    );
+    let ada = recipient(&env, "ada@example.test");
+    assert_eq!(ada.name, "Ada Lovelace");
+    let attrs = attributes(&ada);
+    assert_eq!(attrs["orders"], 3);
+    assert!(attrs.get("coupon").is_none(), "{attrs}");
+    let when = attrs["last_order_at"].as_str().unwrap();
+    assert!(when.starts_with("2026-01-02T03:04:05"), "{attrs}");
+    match kind {
+        Kind::Postgres => assert_eq!(attrs["opted_in"], true),
+        Kind::Sqlite => assert_eq!(attrs["opted_in"], 1),
+    }
+    let bob = recipient(&env, "bob@example.test");
+    assert_eq!(bob.name, "Zoë Ünïcode");
+    assert_eq!(attributes(&bob)["coupon"], "X1");
+
+    // --sync from a narrower query.
+    let out = from_sql(
+        &env,
+        &url,
+        "SELECT email FROM customers WHERE opted_in",
+        &["--sync"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("removed 1"), "{}", stdout(&out));
+    assert_eq!(members(&env, "shop"), ["ada@example.test"]);
+    assert_eq!(recipient(&env, "ada@example.test").name, "Ada Lovelace");
+
+    let out = from_sql(&env, &url, "SELECT name FROM customers", &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no `email` column"),
+        "{}",
+        stderr(&out)
+    );
+    let mut writes = vec!["DELETE FROM customers"];
+    if kind == Kind::Postgres {
+        writes.push("WITH d AS (DELETE FROM customers RETURNING email) SELECT email FROM d");
+    }
+    for query in writes {
+        let out = from_sql(&env, &url, query, &[]);
+        assert_eq!(out.status.code(), Some(2), "{query}: {}", stderr(&out));
+    }
+    let again = from_sql(&env, &url, "SELECT email FROM customers", &[]);
+    assert!(
+        stdout(&again).contains("(3 rows read)"),
+        "nothing was deleted: {}",
+        stdout(&again)
+    );
+}
+
+/// A source that refuses the login: exit 1, and the password is never shown.
+#[test]
+fn from_sql_login_failure_hides_the_password() {
+    let env = env(Kind::Sqlite);
+    let url = format!("{}/postgres", pg_base()).replace("://root@", "://nobody_here:S3cretPw@");
+    let out = from_sql(&env, &url, "SELECT 'a@example.test' AS email", &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("S3cretPw"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot open source database"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 both!(
+    import_from_sql,
     optouts_lists_everyone_who_left,
     lists_are_managed,
     sync_removes_members_not_in_the_file,
