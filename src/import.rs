@@ -13,8 +13,10 @@ use std::str::FromStr;
 use serde_json::{Map, Value};
 
 use crate::compose;
-use crate::store::recipients::{self, NewRecipient, RecipientStatus, UpsertCounts};
-use crate::store::{now_ms, Conn, StoreError};
+use crate::source::{SourceError, SqlSource};
+use crate::store::imports::{self, Row, Run};
+use crate::store::recipients::RecipientStatus;
+use crate::store::{Conn, StoreError};
 
 /// Rows written per transaction.
 pub const BATCH_ROWS: usize = 2_000;
@@ -53,6 +55,8 @@ pub enum ImportError {
         source: csv::Error,
     },
     #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
     Store(#[from] StoreError),
 }
 
@@ -60,12 +64,15 @@ impl ImportError {
     /// The file is not what `import` takes (exit code 2), as opposed to
     /// one that cannot be read or stored.
     pub fn is_usage(&self) -> bool {
-        matches!(
-            self,
-            ImportError::NoHeader { .. }
-                | ImportError::NoEmailColumn { .. }
-                | ImportError::HeaderTooLong { .. }
-        )
+        match self {
+            ImportError::Source(e) => e.is_usage(),
+            e => matches!(
+                e,
+                ImportError::NoHeader { .. }
+                    | ImportError::NoEmailColumn { .. }
+                    | ImportError::HeaderTooLong { .. }
+            ),
+        }
     }
 }
 
@@ -91,26 +98,48 @@ impl<R: Read> Read for LineIndex<R> {
     }
 }
 
-/// A row that was not imported, and why.
+/// A row that was not imported, and why (a duplicate is one too).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejected {
     pub line: u64,
     pub reason: String,
 }
 
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Summary {
-    pub imported: u64,
-    pub updated: u64,
-    pub skipped: u64,
+/// How an import treats the list and its recipients.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Afterwards the list's members are exactly the rows imported.
+    pub sync: bool,
+    /// Rows saying active make active again recipients who are not.
+    pub resubscribe: bool,
 }
 
-/// Import `path` into `list`. `on_reject` hears about each skipped row as it
-/// is found (the CLI prints it); `on_progress` gets the rows read so far.
+/// What an import did. `read` = added + updated + unchanged + skipped +
+/// duplicates.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Summary {
+    pub read: u64,
+    /// Rows whose recipient was not on the list before.
+    pub added: u64,
+    pub updated: u64,
+    pub unchanged: u64,
+    /// Members not in the source, taken off the list (`--sync` only).
+    pub removed: u64,
+    pub skipped: u64,
+    pub duplicates: u64,
+    /// Rows saying active (or nothing) for a recipient who is not,
+    /// left as they were.
+    pub kept_unsubscribed: u64,
+}
+
+/// Import `path` into `list`. `on_reject` hears about each skipped or
+/// duplicate row as it is found (the CLI prints it); `on_progress` gets
+/// the rows read so far.
 pub fn import_file(
     conn: &mut Conn,
     path: &Path,
     list: &str,
+    options: Options,
     mut on_reject: impl FnMut(&Rejected),
     mut on_progress: impl FnMut(u64),
 ) -> Result<Summary, ImportError> {
@@ -119,17 +148,171 @@ pub fn import_file(
         path: shown.clone(),
         source,
     })?;
-    import_reader(conn, file, &shown, list, &mut on_reject, &mut on_progress)
+    let mut sink = Sink {
+        conn,
+        run: None,
+        list,
+        options,
+        batch: Batch::default(),
+        summary: Summary::default(),
+        on_reject: &mut on_reject,
+    };
+    read_csv(&mut sink, file, &shown, &mut on_progress)?;
+    sink.finish()
 }
 
-fn import_reader(
+/// Import the rows of an SQL source (see [`crate::source`]) into `list`,
+/// under the same rules as a file; rows are numbered from 1 for reports.
+pub fn import_sql(
     conn: &mut Conn,
+    source: &mut SqlSource,
+    list: &str,
+    options: Options,
+    mut on_reject: impl FnMut(&Rejected),
+    mut on_progress: impl FnMut(u64),
+) -> Result<Summary, ImportError> {
+    if !source.columns.iter().any(|c| c.eq_ignore_ascii_case(EMAIL)) {
+        return Err(ImportError::NoEmailColumn {
+            path: "the --from-sql query".into(),
+            found: source.columns.join(", "),
+        });
+    }
+    let mut sink = Sink {
+        conn,
+        run: None,
+        list,
+        options,
+        batch: Batch::default(),
+        summary: Summary::default(),
+        on_reject: &mut on_reject,
+    };
+    let mut n = 0u64;
+    source.rows(|row| {
+        n += 1;
+        sink.row(n, sql_row(row))?;
+        if sink.batch.rows.len() >= BATCH_ROWS {
+            sink.flush()?;
+            on_progress(sink.summary.read);
+        }
+        Ok::<_, ImportError>(())
+    })?;
+    on_progress(sink.summary.read);
+    sink.finish()
+}
+
+/// One source row (a JSON object from the source database) as a row to
+/// import: `email` required, `name` and `status` optional; every other
+/// column an attribute with its type kept, NULL leaving it out.
+fn sql_row(map: Map<String, Value>) -> Result<Row, String> {
+    let mut email = None;
+    let mut name = None;
+    let mut status = None;
+    let mut attributes = Map::new();
+    for (column, value) in map {
+        let column = column.trim().to_ascii_lowercase();
+        let text = || match &value {
+            Value::String(s) => Some(s.trim().to_string()),
+            Value::Null => None,
+            other => Some(other.to_string()),
+        };
+        match column.as_str() {
+            EMAIL => email = text(),
+            NAME => name = text(),
+            STATUS => status = text(),
+            "" => {}
+            _ if value.is_null() => {}
+            _ => {
+                if let (LINK_ATTRIBUTE, Value::String(v)) = (column.as_str(), &value) {
+                    if !v.is_empty() && compose::safe_link(v).is_none() {
+                        return Err(format!(
+                            "{LINK_ATTRIBUTE} must be an http(s) or mailto URL, got {v:?}"
+                        ));
+                    }
+                }
+                attributes.insert(column, value);
+            }
+        }
+    }
+    let email = normalise_email(email.as_deref().unwrap_or(""))?;
+    let email_key =
+        crate::mailbox::key(&email).map_err(|e| format!("invalid email {email:?}: {e}"))?;
+    if name
+        .as_deref()
+        .is_some_and(|n| n.chars().any(char::is_control))
+    {
+        return Err("name contains control characters (CR, LF, …)".into());
+    }
+    let status = status
+        .map(|s| RecipientStatus::from_input(&s).map_err(|e| e.to_string()))
+        .transpose()?;
+    Ok(Row {
+        line: 0,
+        email,
+        email_key,
+        name,
+        attributes,
+        status,
+    })
+}
+
+/// The columns of a CSV header that the import reads.
+struct Columns {
+    names: Vec<String>,
+    email: usize,
+    name: Option<usize>,
+    status: Option<usize>,
+}
+
+/// Read the header row into [`Columns`].
+fn read_header<R: Read>(reader: &mut csv::Reader<R>, shown: &str) -> Result<Columns, ImportError> {
+    let headers = reader
+        .byte_headers()
+        .map_err(|source| ImportError::BadHeader {
+            path: shown.to_string(),
+            source,
+        })?;
+    if headers.is_empty() {
+        return Err(ImportError::NoHeader {
+            path: shown.to_string(),
+        });
+    }
+    // The row limit holds for the header too: its column names are copied
+    // into every row's attributes.
+    if headers.as_slice().len() > MAX_RECORD_BYTES {
+        return Err(ImportError::HeaderTooLong {
+            path: shown.to_string(),
+            bytes: headers.as_slice().len(),
+        });
+    }
+    let names: Vec<String> = headers
+        .iter()
+        .map(|h| {
+            String::from_utf8_lossy(h)
+                .trim()
+                .trim_start_matches('\u{feff}')
+                .to_ascii_lowercase()
+        })
+        .collect();
+    let Some(email) = names.iter().position(|c| c == EMAIL) else {
+        return Err(ImportError::NoEmailColumn {
+            path: shown.to_string(),
+            found: names.join(", "),
+        });
+    };
+    Ok(Columns {
+        email,
+        name: names.iter().position(|c| c == NAME),
+        status: names.iter().position(|c| c == STATUS),
+        names,
+    })
+}
+
+fn read_csv(
+    sink: &mut Sink<'_>,
     input: impl Read,
     shown: &str,
-    list: &str,
-    on_reject: &mut dyn FnMut(&Rejected),
     on_progress: &mut dyn FnMut(u64),
-) -> Result<Summary, ImportError> {
+) -> Result<(), ImportError> {
     let newlines = Rc::new(RefCell::new(VecDeque::new()));
     let mut reader = csv::ReaderBuilder::new()
         .flexible(true)
@@ -158,57 +341,16 @@ fn import_reader(
         }
         lines_before + 1
     };
-    let headers = reader
-        .byte_headers()
-        .map_err(|source| ImportError::BadHeader {
-            path: shown.to_string(),
-            source,
-        })?
-        .clone();
-    if headers.is_empty() {
-        return Err(ImportError::NoHeader {
-            path: shown.to_string(),
-        });
-    }
-    // The row limit holds for the header too: its column names are copied
-    // into every row's attributes.
-    if headers.as_slice().len() > MAX_RECORD_BYTES {
-        return Err(ImportError::HeaderTooLong {
-            path: shown.to_string(),
-            bytes: headers.as_slice().len(),
-        });
-    }
-    let columns: Vec<String> = headers
-        .iter()
-        .map(|h| {
-            String::from_utf8_lossy(h)
-                .trim()
-                .trim_start_matches('\u{feff}')
-                .to_ascii_lowercase()
-        })
-        .collect();
-    let Some(email_col) = columns.iter().position(|c| c == EMAIL) else {
-        return Err(ImportError::NoEmailColumn {
-            path: shown.to_string(),
-            found: columns.join(", "),
-        });
-    };
-    let name_col = columns.iter().position(|c| c == NAME);
-    let status_col = columns.iter().position(|c| c == STATUS);
-
-    let list_id = recipients::get_or_create_list(conn, list)?;
-    let mut summary = Summary::default();
-    // In file order (new recipients get ids in that order), with an index by
-    // mailbox so a batch never names one recipient twice: the last row wins,
-    // as it would across batches.
-    let mut batch = Batch::default();
+    let columns = read_header(&mut reader, shown)?;
     let mut record = csv::ByteRecord::new();
-    let mut rows = 0u64;
     loop {
         let start = reader.position().byte();
         match reader.read_byte_record(&mut record) {
             Ok(false) => break,
-            Ok(true) => {}
+            Ok(true) => {
+                let line = line_at(record.position().map_or(start, |p| p.byte()));
+                sink.row(line, parse_row(&record, &columns))?;
+            }
             Err(e) if e.is_io_error() => {
                 return Err(ImportError::Read {
                     path: shown.to_string(),
@@ -216,139 +358,175 @@ fn import_reader(
                     source: e,
                 })
             }
+            // A malformed record: skip it and read on.
             Err(e) => {
-                // A malformed record: skip it and read on.
-                summary.skipped += 1;
                 let at = e.position().map_or(start, |p| p.byte());
-                on_reject(&Rejected {
-                    line: line_at(at),
-                    reason: e.to_string(),
-                });
-                continue;
+                sink.row(line_at(at), Err(e.to_string()))?;
             }
         }
-        rows += 1;
-        let line = line_at(record.position().map_or(start, |p| p.byte()));
-        match parse_row(&record, &columns, email_col, name_col, status_col) {
-            Ok(row) => batch.push(row),
-            Err(reason) => {
-                summary.skipped += 1;
-                on_reject(&Rejected { line, reason });
-            }
-        }
-        if batch.rows.len() >= BATCH_ROWS {
-            add(
-                &mut summary,
-                flush(conn, list_id, &mut batch, status_col.is_some())?,
-            );
-            on_progress(rows);
+        if sink.batch.rows.len() >= BATCH_ROWS {
+            sink.flush()?;
+            on_progress(sink.summary.read);
         }
     }
-    add(
-        &mut summary,
-        flush(conn, list_id, &mut batch, status_col.is_some())?,
-    );
-    on_progress(rows);
-    // The tables may have grown by orders of magnitude: let the planner
-    // know before enqueue pages through them.
-    conn.refresh_statistics(&["recipients", "list_members"])?;
-    Ok(summary)
+    on_progress(sink.summary.read);
+    Ok(())
 }
 
-fn add(summary: &mut Summary, counts: UpsertCounts) {
-    summary.imported += counts.inserted;
-    summary.updated += counts.updated;
+/// Where parsed rows go: batched, written, counted.
+struct Sink<'a> {
+    conn: &'a mut Conn,
+    /// Begun when the source has proved readable (its header).
+    run: Option<Run>,
+    list: &'a str,
+    options: Options,
+    batch: Batch,
+    summary: Summary,
+    on_reject: &'a mut dyn FnMut(&Rejected),
 }
 
+impl Sink<'_> {
+    fn row(&mut self, line: u64, row: Result<Row, String>) -> Result<(), StoreError> {
+        self.summary.read += 1;
+        match row {
+            Ok(mut row) => {
+                row.line = line;
+                if let Some(first) = self.batch.push(row) {
+                    self.duplicate(line, Some(first));
+                }
+            }
+            Err(reason) => {
+                self.summary.skipped += 1;
+                (self.on_reject)(&Rejected { line, reason });
+            }
+        }
+        Ok(())
+    }
+
+    fn duplicate(&mut self, line: u64, first: Option<u64>) {
+        self.summary.duplicates += 1;
+        let reason = match first {
+            Some(first) => format!("duplicate: same mailbox as line {first}, which is kept"),
+            None => "duplicate: same mailbox as an earlier row, which is kept".to_string(),
+        };
+        (self.on_reject)(&Rejected { line, reason });
+    }
+
+    fn run(&mut self) -> Result<Run, StoreError> {
+        match self.run {
+            Some(run) => Ok(run),
+            None => {
+                let run = imports::begin(self.conn, self.list)?;
+                self.run = Some(run);
+                Ok(run)
+            }
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), StoreError> {
+        let run = self.run()?;
+        self.batch.by_key.clear();
+        let rows = std::mem::take(&mut self.batch.rows);
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let resubscribe = self.options.resubscribe;
+        let written = self.conn.transaction(|conn| {
+            let mut all = Vec::new();
+            // Keep each statement well under SQLite's bound-parameter limit.
+            for chunk in rows.chunks(1_000) {
+                all.push(imports::write_batch(conn, run, chunk, resubscribe)?);
+            }
+            Ok::<_, StoreError>(all)
+        })?;
+        for w in written {
+            self.summary.added += w.added;
+            self.summary.updated += w.updated;
+            self.summary.unchanged += w.unchanged;
+            self.summary.kept_unsubscribed += w.kept_unsubscribed;
+            for line in w.duplicates {
+                self.duplicate(line, None);
+            }
+        }
+        Ok(())
+    }
+
+    /// The last batch, `--sync`'s removal, fresh planner statistics.
+    fn finish(mut self) -> Result<Summary, ImportError> {
+        self.flush()?;
+        if self.options.sync {
+            let run = self.run()?;
+            self.summary.removed = imports::sweep(self.conn, run)?;
+        }
+        // The tables may have grown by orders of magnitude: let the planner
+        // know before enqueue pages through them.
+        self.conn
+            .refresh_statistics(&["recipients", "list_members"])?;
+        Ok(self.summary)
+    }
+}
+
+/// Rows in source order (new recipients get ids in that order), each
+/// mailbox once: a later row for a mailbox already in the batch is a
+/// duplicate, and the first row wins.
 #[derive(Default)]
 struct Batch {
-    rows: Vec<NewRecipient>,
-    by_key: HashMap<String, usize>,
+    rows: Vec<Row>,
+    by_key: HashMap<String, u64>,
 }
 
 impl Batch {
-    fn push(&mut self, row: NewRecipient) {
-        match self.by_key.get(&row.email_key) {
-            // Another spelling of a mailbox seen earlier in this batch: its
-            // data, the first spelling (as across batches).
-            Some(&i) => {
-                let email = std::mem::take(&mut self.rows[i].email);
-                self.rows[i] = NewRecipient { email, ..row };
-            }
-            None => {
-                self.by_key.insert(row.email_key.clone(), self.rows.len());
-                self.rows.push(row);
-            }
+    /// Add `row`, or return the line of the earlier row it duplicates.
+    fn push(&mut self, row: Row) -> Option<u64> {
+        if let Some(&first) = self.by_key.get(&row.email_key) {
+            return Some(first);
         }
+        self.by_key.insert(row.email_key.clone(), row.line);
+        self.rows.push(row);
+        None
     }
-}
-
-fn flush(
-    conn: &mut Conn,
-    list_id: i64,
-    batch: &mut Batch,
-    set_status: bool,
-) -> Result<UpsertCounts, StoreError> {
-    if batch.rows.is_empty() {
-        return Ok(UpsertCounts::default());
-    }
-    batch.by_key.clear();
-    let rows = std::mem::take(&mut batch.rows);
-    conn.transaction(|conn| {
-        let mut total = UpsertCounts::default();
-        // Keep each statement well under SQLite's bound-parameter limit.
-        for chunk in rows.chunks(1_000) {
-            let c = recipients::upsert_batch(conn, list_id, chunk, set_status)?;
-            total.inserted += c.inserted;
-            total.updated += c.updated;
-        }
-        Ok(total)
-    })
 }
 
 /// The attribute templates render as a link (`href`).
 const LINK_ATTRIBUTE: &str = "unsubscribe_url";
 
-/// Validate one record into a recipient, or say what is wrong with it.
-fn parse_row(
-    record: &csv::ByteRecord,
-    columns: &[String],
-    email_col: usize,
-    name_col: Option<usize>,
-    status_col: Option<usize>,
-) -> Result<NewRecipient, String> {
+/// Validate one record into a row, or say what is wrong with it. The row
+/// holds only the columns the file has; an empty attribute clears its key.
+fn parse_row(record: &csv::ByteRecord, columns: &Columns) -> Result<Row, String> {
+    let names = &columns.names;
     if record.as_slice().len() > MAX_RECORD_BYTES {
         return Err(format!("row longer than {MAX_RECORD_BYTES} bytes"));
     }
-    if record.len() != columns.len() {
+    if record.len() != names.len() {
         return Err(format!(
             "has {} fields, the header has {}",
             record.len(),
-            columns.len()
+            names.len()
         ));
     }
     let field = |i: usize| -> Result<&str, String> {
         std::str::from_utf8(&record[i])
             .map(str::trim)
-            .map_err(|_| format!("column {:?} is not valid UTF-8", columns[i]))
+            .map_err(|_| format!("column {:?} is not valid UTF-8", names[i]))
     };
-    let email = normalise_email(field(email_col)?)?;
+    let email = normalise_email(field(columns.email)?)?;
     let email_key =
         crate::mailbox::key(&email).map_err(|e| format!("invalid email {email:?}: {e}"))?;
-    let name = match name_col {
-        Some(i) => field(i)?,
-        None => "",
-    };
-    if name.chars().any(char::is_control) {
+    let name = columns.name.map(field).transpose()?;
+    if name.is_some_and(|n| n.chars().any(char::is_control)) {
         return Err("name contains control characters (CR, LF, …)".into());
     }
-    let status = match status_col {
-        Some(i) => RecipientStatus::from_input(field(i)?).map_err(|e| e.to_string())?,
-        None => RecipientStatus::Active,
+    let status = match columns.status {
+        Some(i) => Some(RecipientStatus::from_input(field(i)?).map_err(|e| e.to_string())?),
+        None => None,
     };
     let mut attributes = Map::new();
-    for (i, column) in columns.iter().enumerate() {
-        if i == email_col || Some(i) == name_col || Some(i) == status_col || column.is_empty() {
+    for (i, column) in names.iter().enumerate() {
+        if i == columns.email
+            || Some(i) == columns.name
+            || Some(i) == columns.status
+            || column.is_empty()
+        {
             continue;
         }
         let value = field(i)?;
@@ -359,15 +537,19 @@ fn parse_row(
                 "{LINK_ATTRIBUTE} must be an http(s) or mailto URL, got {value:?}"
             ));
         }
-        attributes.insert(column.clone(), Value::String(value.to_string()));
+        let value = match value {
+            "" => Value::Null,
+            v => Value::String(v.to_string()),
+        };
+        attributes.insert(column.clone(), value);
     }
-    Ok(NewRecipient {
+    Ok(Row {
+        line: 0,
         email,
         email_key,
-        name: name.to_string(),
-        attributes: Value::Object(attributes).to_string(),
+        name: name.map(str::to_string),
+        attributes,
         status,
-        updated_at: now_ms(),
     })
 }
 

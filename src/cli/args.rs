@@ -64,17 +64,32 @@ pub enum Command {
     /// Column `email` is required, `name` is optional, `status` (active,
     /// unsubscribed, bounced) is optional; every other column becomes a
     /// template attribute. Bad rows are reported with their line number and
-    /// skipped. Importing again updates recipients, never duplicates them.
-    Import {
-        /// CSV file to read
-        file: PathBuf,
-        /// List to add the recipients to (created if new)
-        #[arg(long)]
-        list: String,
-    },
+    /// skipped. Importing again updates recipients, never duplicates them,
+    /// and changes only the columns the file has (an empty cell clears
+    /// that attribute). A mailbox twice in one file: the first row wins,
+    /// the others are reported. Nobody who unsubscribed, bounced or
+    /// complained is made active again unless --resubscribe.
+    Import(ImportArgs),
     /// Create and list campaigns
     #[command(subcommand)]
     Campaign(CampaignCommand),
+    /// Manage lists: ls, rm, delete
+    #[command(subcommand)]
+    List(ListCommand),
+    /// Every recipient who unsubscribed, bounced or complained: email,
+    /// what, when, campaign (to update your own database)
+    ///
+    /// `when` is RFC 3339 (UTC). For incremental runs pass the latest
+    /// `when` you have seen as --since: changes at or after it are printed
+    /// again, never missed.
+    Optouts {
+        /// Only status changes at or after this RFC 3339 time, e.g. 2026-11-26T09:00:00Z
+        #[arg(long)]
+        since: Option<String>,
+        /// csv (with a header row) or json (one object per line)
+        #[arg(long, default_value = "csv", value_parser = ["csv", "json"])]
+        format: String,
+    },
     /// List the templates compiled into this binary
     Templates,
     /// Put a campaign's recipients into beanstalkd, one job per batch
@@ -186,6 +201,70 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `import`'s arguments; `Debug` shows the source URL through [`redact`].
+#[derive(Args, Clone)]
+pub struct ImportArgs {
+    /// CSV file to read (or --from-sql with --source)
+    #[arg(required_unless_present = "from_sql", conflicts_with = "from_sql")]
+    pub file: Option<PathBuf>,
+    /// List to add the recipients to (created if new)
+    #[arg(long)]
+    pub list: String,
+    /// Read the recipients from this SELECT on --source instead of a
+    /// file: column `email` required, `name` and `status` optional, every
+    /// other column an attribute with its type kept (NULL leaves it out)
+    #[arg(long, value_name = "QUERY", requires = "source")]
+    pub from_sql: Option<String>,
+    /// The database --from-sql reads, read-only: postgres://USER@HOST/DB or sqlite://PATH
+    #[arg(
+        long,
+        env = "MAILSPLIT_SOURCE_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    pub source: Option<String>,
+    /// Afterwards the list's members are exactly the rows imported:
+    /// members not in the source leave the list (their recipient rows,
+    /// history and other lists stay)
+    #[arg(long)]
+    pub sync: bool,
+    /// Let rows saying active (or saying nothing) make active again
+    /// recipients who unsubscribed, bounced or complained; without it
+    /// they stay as they are and are counted as "kept unsubscribed"
+    #[arg(long)]
+    pub resubscribe: bool,
+}
+
+impl std::fmt::Debug for ImportArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ImportArgs")
+            .field("file", &self.file)
+            .field("list", &self.list)
+            .field("from_sql", &self.from_sql)
+            .field("source", &self.source.as_deref().map(redact::Url))
+            .field("sync", &self.sync)
+            .field("resubscribe", &self.resubscribe)
+            .finish()
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ListCommand {
+    /// Every list: name, members, active members (who may be mailed)
+    Ls,
+    /// Take recipients off a list (they stay on file, with their history
+    /// and other lists)
+    Rm {
+        list: String,
+        /// Addresses, any spelling of the mailbox
+        #[arg(required = true)]
+        emails: Vec<String>,
+    },
+    /// Delete a list (its recipients stay on file); refused while one of
+    /// its campaigns is enqueuing, sending or paused
+    Delete { list: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -377,5 +456,23 @@ mod tests {
         assert!(!shown.contains("DbS3cret"), "{shown}");
         assert!(!shown.contains("SmtpS3cret"), "{shown}");
         assert!(shown.contains("relay:465"), "{shown}");
+    }
+
+    #[test]
+    fn debug_of_an_sql_import_hides_the_source_password() {
+        let cli = Cli::try_parse_from([
+            "mailsplit",
+            "import",
+            "--list",
+            "shop",
+            "--from-sql",
+            "SELECT email FROM customers",
+            "--source",
+            "postgres://shop:SrcS3cret@db/shop",
+        ])
+        .unwrap();
+        let shown = format!("{cli:?} {cli:#?}");
+        assert!(!shown.contains("SrcS3cret"), "{shown}");
+        assert!(shown.contains("customers"), "{shown}");
     }
 }

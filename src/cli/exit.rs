@@ -15,6 +15,8 @@ use crate::database::StoreError;
 use crate::dkim::{DkimError, KeygenError};
 use crate::import::ImportError;
 use crate::limits::LimitError;
+use crate::lists::ListError;
+use crate::optouts::OptoutError;
 use crate::redact;
 use crate::requeue::RequeueError;
 use crate::serve::ServeError;
@@ -97,6 +99,10 @@ pub enum CliError {
     #[error(transparent)]
     Import(#[from] ImportError),
     #[error(transparent)]
+    List(#[from] ListError),
+    #[error(transparent)]
+    Optout(#[from] OptoutError),
+    #[error(transparent)]
     Worker(#[from] WorkerError),
     #[error(transparent)]
     Serve(#[from] ServeError),
@@ -121,6 +127,8 @@ impl ExitKind for CliError {
             CliError::Enqueue(e) => e.exit_kind(),
             CliError::Requeue(e) => e.exit_kind(),
             CliError::Import(e) => e.exit_kind(),
+            CliError::List(e) => e.exit_kind(),
+            CliError::Optout(e) => e.exit_kind(),
             CliError::Worker(e) => e.exit_kind(),
             CliError::Serve(e) => e.exit_kind(),
             CliError::Output(e) => e.exit_kind(),
@@ -212,6 +220,18 @@ impl ExitKind for RequeueError {
 }
 
 impl ExitKind for ImportError {
+    fn exit_kind(&self) -> Exit {
+        usage_if(self.is_usage())
+    }
+}
+
+impl ExitKind for ListError {
+    fn exit_kind(&self) -> Exit {
+        usage_if(self.is_usage())
+    }
+}
+
+impl ExitKind for OptoutError {
     fn exit_kind(&self) -> Exit {
         usage_if(self.is_usage())
     }

@@ -56,8 +56,12 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
     let g = &cli.global;
     match cli.command {
         Command::Migrate => c::migrate::migrate(g)?,
-        Command::Import { file, list } => c::import::import(g, &file, &list)?,
+        Command::Import(args) => c::import::import(g, &args)?,
         Command::Campaign(cmd) => c::campaign::campaign(g, cmd)?,
+        Command::List(cmd) => c::lists::lists(g, cmd)?,
+        Command::Optouts { since, format } => {
+            c::lists::optouts(g, since.as_deref(), format == "json")?
+        }
         Command::Templates => c::templates::templates()?,
         Command::Enqueue {
             campaign,

@@ -56,3 +56,56 @@ pub fn left_since(
         .map(|(id, status, at)| (id, status, at.unwrap_or(since)))
         .collect())
 }
+
+/// One recipient who is not active, as `mailsplit optouts` reads it.
+#[derive(Debug, Clone, PartialEq, Queryable)]
+pub struct Left {
+    pub id: i64,
+    pub email: String,
+    pub status: RecipientStatus,
+    pub reason: Option<String>,
+    /// When the status changed (ms); unknown for old rows.
+    pub at: Option<i64>,
+}
+
+/// One keyset page of the recipients who are not active, with an id above
+/// `after` and (when given) a status change at or after `since` (ms), in
+/// id order. Constant memory however many there are.
+pub fn left_page(conn: &mut Conn, since: Option<i64>, after: i64, limit: i64) -> Result<Vec<Left>> {
+    // A boxed query belongs to one backend: built in each arm.
+    macro_rules! page {
+        ($c:expr) => {{
+            let mut q = r::table
+                .filter(r::id.gt(after))
+                .filter(r::status.ne(RecipientStatus::Active))
+                .order(r::id)
+                .select((r::id, r::email, r::status, r::status_reason, r::status_at))
+                .limit(limit)
+                .into_boxed();
+            if let Some(since) = since {
+                q = q.filter(r::status_at.ge(since));
+            }
+            q.load($c)?
+        }};
+    }
+    Ok(match conn.inner_mut() {
+        super::InnerMut::Sqlite(c) => page!(c),
+        super::InnerMut::Pg(c) => page!(c),
+    })
+}
+
+/// The campaign of the latest bounce or complaint event of each recipient
+/// among `ids` that has one: `(recipient, campaign)`.
+pub fn event_campaigns(conn: &mut Conn, ids: &[i64]) -> Result<Vec<(i64, i64)>> {
+    use super::schema::bounces as b;
+    let rows: Vec<(i64, Option<i64>)> = on!(conn, |c| b::table
+        .filter(b::recipient_id.eq_any(ids))
+        .filter(b::campaign_id.is_not_null())
+        .order(b::id)
+        .select((b::recipient_id, b::campaign_id))
+        .load(c))?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(r, c)| Some((r, c?)))
+        .collect())
+}

@@ -6,6 +6,8 @@ diesel::table! {
         id -> BigInt,
         name -> Text,
         created_at -> BigInt,
+        /// Migration 50: the latest import's generation.
+        import_gen -> BigInt,
     }
 }
 
@@ -29,6 +31,8 @@ diesel::table! {
     list_members (list_id, recipient_id) {
         list_id -> BigInt,
         recipient_id -> BigInt,
+        /// Migration 50: the import that last named the member.
+        import_gen -> Nullable<BigInt>,
     }
 }
 

@@ -317,7 +317,7 @@ fn import_reports_bad_rows(crlf: bool) {
     );
     let summary = stdout(&out);
     assert!(
-        summary.contains("imported 3 / updated 0 / skipped 6"),
+        summary.contains("added 3 / updated 0 / unchanged 0 / skipped 6"),
         "{summary}"
     );
 
@@ -355,7 +355,7 @@ fn import_reports_bad_rows(crlf: bool) {
     let again = import(&env, &path, "people");
     assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
     assert!(
-        stdout(&again).contains("imported 0 / updated 3 / skipped 6"),
+        stdout(&again).contains("added 0 / updated 0 / unchanged 3 / skipped 6"),
         "{}",
         stdout(&again)
     );
@@ -393,7 +393,7 @@ fn import_line_numbers_count_blank_lines() {
     write_lines(&path, b"email,name\n\na@example.test,A\n\nbad,B\n", false);
     let out = import(&env, &path, "blank");
     assert_eq!(out.status.code(), Some(0));
-    assert!(stdout(&out).contains("imported 1 / updated 0 / skipped 1"));
+    assert!(stdout(&out).contains("added 1 / updated 0 / unchanged 0 / skipped 1"));
     let lines: Vec<u64> = rejected(&stderr(&out), &path)
         .iter()
         .map(|(n, _)| *n)
@@ -441,7 +441,7 @@ fn unsubscribed_recipients_are_skipped_at_enqueue() {
     let out = import(&env, &path, "s");
     assert_eq!(out.status.code(), Some(0));
     assert!(
-        stdout(&out).contains("imported 4 / updated 0 / skipped 1"),
+        stdout(&out).contains("added 4 / updated 0 / unchanged 0 / skipped 1"),
         "{}",
         stdout(&out)
     );

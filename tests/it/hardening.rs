@@ -506,11 +506,11 @@ fn one_mail_per_mailbox(kind: Kind) {
     )
     .unwrap();
     let out = env.ok(&["import", csv.to_str().unwrap(), "--list", "people"]);
-    assert!(out.contains("imported 3 / updated 0"), "{out}");
+    assert!(out.contains("added 3 / updated 0"), "{out}");
     let again = env.dir.path().join("again.csv");
     std::fs::write(&again, "email\nADA@EXAMPLE.COM\nUSER@BÜCHER.DE\n").unwrap();
     let out = env.ok(&["import", again.to_str().unwrap(), "--list", "people"]);
-    assert!(out.contains("imported 0 / updated 2"), "{out}");
+    assert!(out.contains("added 0 / updated 0 / unchanged 2"), "{out}");
     env.create_campaign("news", "people", &[]);
     env.ok(&["enqueue", "news"]);
     let _w = env.worker(&[]);

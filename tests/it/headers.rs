@@ -155,7 +155,7 @@ fn links_are_only_ever_http_or_mailto() {
             "line {line}: {err}"
         );
     }
-    assert!(stdout(&out).contains("imported 2"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("added 2 "), "{}", stdout(&out));
 
     // Without --public-url, a recipient's own safe link is used (no
     // one-click: it is not ours to promise).

@@ -18,6 +18,7 @@
 mod util;
 
 mod admin;
+mod audience;
 mod bounce;
 mod cli;
 mod closed_pipe;

@@ -1,19 +1,39 @@
-//! `mailsplit import FILE --list NAME`.
+//! `mailsplit import FILE --list NAME` and `import --list NAME --from-sql
+//! QUERY --source URL`.
 
 use std::io::IsTerminal;
-use std::path::Path;
 
-use crate::cli::args::Global;
+use crate::cli::args::{Global, ImportArgs};
+use crate::cli::exit::UsageError;
 use crate::cli::out::{error_line, outln};
-use crate::import;
+use crate::import::{self, Rejected, Summary};
+use crate::source::SqlSource;
 
 use super::{open_migrated, Result};
 
 /// Rejected rows reported one by one before the rest are summarised.
 const SHOWN_REJECTS: u32 = 1_000;
 
-/// Import a CSV file into a list, with a spinner on a terminal.
-pub fn import(g: &Global, file: &Path, list: &str) -> Result {
+/// Import a CSV file or a query's rows into a list, with a spinner on a
+/// terminal.
+pub fn import(g: &Global, args: &ImportArgs) -> Result {
+    let options = import::Options {
+        sync: args.sync,
+        resubscribe: args.resubscribe,
+    };
+    // The source first: a bad query is reported before anything changes.
+    let mut source = match (&args.from_sql, &args.source) {
+        (Some(query), Some(url)) => {
+            Some(SqlSource::open(url, query).map_err(import::ImportError::from)?)
+        }
+        (Some(_), None) => {
+            return Err(UsageError(
+                "--from-sql needs --source URL (or MAILSPLIT_SOURCE_URL)".into(),
+            )
+            .into())
+        }
+        (None, _) => None,
+    };
     let mut conn = open_migrated(g)?;
     let bar = if std::io::stderr().is_terminal() {
         let bar = indicatif::ProgressBar::new_spinner();
@@ -23,38 +43,58 @@ pub fn import(g: &Global, file: &Path, list: &str) -> Result {
         indicatif::ProgressBar::hidden()
     };
     let started = std::time::Instant::now();
+    let label = match &args.file {
+        Some(file) => format!("{}: line", file.display()),
+        None => "query: row".to_string(),
+    };
     let mut shown = 0u32;
-    let summary = import::import_file(
-        &mut conn,
-        file,
-        list,
-        |r| {
-            // Every rejected row is reported; a flood is summarised.
-            if shown < SHOWN_REJECTS {
-                bar.suspend(|| {
-                    error_line(&format!(
-                        "{}: line {}: {}",
-                        file.display(),
-                        r.line,
-                        r.reason
-                    ))
-                });
-            } else if shown == SHOWN_REJECTS {
-                bar.suspend(|| error_line("(more rejected rows not shown)"));
-            }
-            shown += 1;
-        },
-        |rows| {
-            bar.set_message(format!("importing: {rows} rows read"));
-            bar.tick();
-        },
-    )?;
+    let on_reject = |r: &Rejected| {
+        // Every rejected row is reported; a flood is summarised.
+        if shown < SHOWN_REJECTS {
+            bar.suspend(|| error_line(&format!("{label} {}: {}", r.line, r.reason)));
+        } else if shown == SHOWN_REJECTS {
+            bar.suspend(|| error_line("(more rejected rows not shown)"));
+        }
+        shown += 1;
+    };
+    let on_progress = |rows: u64| {
+        bar.set_message(format!("importing: {rows} rows read"));
+        bar.tick();
+    };
+    let list = &args.list;
+    let summary = match (&mut source, &args.file) {
+        (Some(source), _) => {
+            import::import_sql(&mut conn, source, list, options, on_reject, on_progress)?
+        }
+        (None, Some(file)) => {
+            import::import_file(&mut conn, file, list, options, on_reject, on_progress)?
+        }
+        (None, None) => return Err(UsageError("name a CSV file or --from-sql QUERY".into()).into()),
+    };
     bar.finish_and_clear();
+    print_summary(list, &summary, options, started)
+}
+
+fn print_summary(
+    list: &str,
+    summary: &Summary,
+    options: import::Options,
+    started: std::time::Instant,
+) -> Result {
+    let removed = if options.sync {
+        format!(" / removed {}", summary.removed)
+    } else {
+        String::new()
+    };
     outln!(
-        "list {list:?}: imported {} / updated {} / skipped {} in {:.1} s",
-        summary.imported,
+        "list {list:?}: added {} / updated {} / unchanged {}{removed} / skipped {} / duplicates {} ({} rows read); kept unsubscribed: {}; {:.1} s",
+        summary.added,
         summary.updated,
+        summary.unchanged,
         summary.skipped,
+        summary.duplicates,
+        summary.read,
+        summary.kept_unsubscribed,
         started.elapsed().as_secs_f64()
     )?;
     Ok(())

@@ -7,6 +7,7 @@ pub mod campaign;
 pub mod control;
 pub mod dkim;
 pub mod import;
+pub mod lists;
 pub mod migrate;
 pub mod queue;
 pub mod rate;

@@ -1,0 +1,2 @@
+ALTER TABLE list_members DROP COLUMN import_gen;
+ALTER TABLE lists DROP COLUMN import_gen;

@@ -1,0 +1,89 @@
+//! `mailsplit list ls|rm|delete` and `mailsplit optouts`.
+
+use crate::cli::args::{Global, ListCommand};
+use crate::cli::exit::CliError;
+use crate::cli::out::{self, error_line, outln};
+use crate::lists;
+use crate::optouts::{self, OptOut};
+
+use super::{open_migrated, open_read_only, Result};
+
+pub fn lists(g: &Global, cmd: ListCommand) -> Result {
+    match cmd {
+        ListCommand::Ls => {
+            let mut conn = open_read_only(g)?;
+            let all = lists::overview(&mut conn)?;
+            outln!("{:<32} {:>10} {:>10}", "LIST", "MEMBERS", "ACTIVE")?;
+            for l in all {
+                outln!("{:<32} {:>10} {:>10}", l.name, l.members, l.active)?;
+            }
+        }
+        ListCommand::Rm { list, emails } => {
+            let mut conn = open_migrated(g)?;
+            let done = lists::remove(&mut conn, &list, &emails)?;
+            for email in &done.not_members {
+                error_line(&format!("mailsplit: note: {email} is not on list {list:?}"));
+            }
+            outln!(
+                "list {list:?}: removed {} of {}",
+                done.removed,
+                emails.len()
+            )?;
+        }
+        ListCommand::Delete { list } => {
+            let mut conn = open_migrated(g)?;
+            let done = lists::delete(&mut conn, &list)?;
+            if done.kept_for.is_empty() {
+                outln!("list {list:?} deleted ({} members removed)", done.members)?;
+            } else {
+                outln!(
+                    "list {list:?} emptied ({} members removed); its name stays while campaigns name it: {}",
+                    done.members,
+                    done.kept_for.join(", ")
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Print every opt-out as CSV (header row first) or JSON lines, a page at
+/// a time.
+pub fn optouts(g: &Global, since: Option<&str>, json: bool) -> Result {
+    let since = since.map(optouts::parse_since).transpose()?;
+    let mut conn = open_read_only(g)?;
+    if !json {
+        outln!("email,what,when,campaign")?;
+    }
+    optouts::export(&mut conn, since, |page: &[OptOut]| {
+        let mut text = Vec::new();
+        for o in page {
+            if json {
+                serde_json::to_writer(&mut text, o)?;
+                text.push(b'\n');
+            } else {
+                text.extend_from_slice(csv_line(o).as_bytes());
+            }
+        }
+        out::bytes(&text)?;
+        Ok::<_, CliError>(())
+    })
+}
+
+/// One CSV record: fields quoted when they need it.
+fn csv_line(o: &OptOut) -> String {
+    let field = |v: &str| {
+        if v.contains([',', '"', '\n', '\r']) {
+            format!("\"{}\"", v.replace('"', "\"\""))
+        } else {
+            v.to_string()
+        }
+    };
+    format!(
+        "{},{},{},{}\n",
+        field(&o.email),
+        o.what,
+        o.when.as_deref().unwrap_or(""),
+        field(o.campaign.as_deref().unwrap_or(""))
+    )
+}

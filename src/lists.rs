@@ -1,0 +1,100 @@
+//! `mailsplit list ls|rm|delete`: the lists an import builds, managed.
+//! Taking members off a list or deleting it never touches the recipients
+//! themselves (their status, history and other lists stay); a list is not
+//! deleted while one of its campaigns may still send.
+
+use crate::status::{CampaignStatus, Phase};
+use crate::store::lists::{self, ListSummary};
+use crate::store::{campaigns, recipients, Conn, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ListError {
+    /// A campaign of the list may still send (exit 2).
+    #[error("list {list:?} is in use: campaign {campaign:?} is {phase}; wait until it is done, or cancel it (`mailsplit cancel {campaign}`)")]
+    InUse {
+        list: String,
+        campaign: String,
+        phase: Phase,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ListError {
+    /// The user's mistake (exit 2) rather than the environment's.
+    pub fn is_usage(&self) -> bool {
+        match self {
+            ListError::InUse { .. } => true,
+            ListError::Store(e) => e.is_usage(),
+        }
+    }
+}
+
+/// Every list: name, members, active members.
+pub fn overview(conn: &mut Conn) -> Result<Vec<ListSummary>, ListError> {
+    Ok(lists::overview(conn)?)
+}
+
+/// What `list rm` did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Removed {
+    pub removed: u64,
+    /// Addresses given that were not on the list (or are no address).
+    pub not_members: Vec<String>,
+}
+
+/// Take the recipients with these addresses (any spelling of the mailbox)
+/// off the list.
+pub fn remove(conn: &mut Conn, list: &str, emails: &[String]) -> Result<Removed, ListError> {
+    let list_id = recipients::find_list(conn, list)?;
+    let mut done = Removed::default();
+    conn.transaction(|conn| {
+        for email in emails {
+            let removed = match crate::mailbox::key(email.trim()) {
+                Ok(key) => lists::remove_member(conn, list_id, &key)?,
+                Err(_) => false,
+            };
+            if removed {
+                done.removed += 1;
+            } else {
+                done.not_members.push(email.clone());
+            }
+        }
+        Ok::<_, ListError>(())
+    })?;
+    Ok(done)
+}
+
+/// What `list delete` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deleted {
+    pub members: u64,
+    /// Campaigns (done, cancelled or drafts) that still name the list, so
+    /// its now empty row stays.
+    pub kept_for: Vec<String>,
+}
+
+/// Delete a list, refused while one of its campaigns is enqueuing,
+/// sending or paused.
+pub fn delete(conn: &mut Conn, list: &str) -> Result<Deleted, ListError> {
+    let list_id = recipients::find_list(conn, list)?;
+    conn.transaction(|conn| {
+        let mut kept_for = Vec::new();
+        for (campaign, counters) in campaigns::list(conn)? {
+            if campaign.list_id != list_id {
+                continue;
+            }
+            let phase = CampaignStatus::new(&campaign, &counters).state;
+            if matches!(phase, Phase::Enqueuing | Phase::Sending | Phase::Paused) {
+                return Err(ListError::InUse {
+                    list: list.to_string(),
+                    campaign: campaign.name,
+                    phase,
+                });
+            }
+            kept_for.push(campaign.name);
+        }
+        let (members, _) = lists::delete(conn, list_id)?;
+        Ok(Deleted { members, kept_for })
+    })
+}

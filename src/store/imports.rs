@@ -1,0 +1,350 @@
+//! The store side of `import` (issue 25): one import of a list is one
+//! generation, and each batch of rows is written under three rules.
+//!
+//! - Nobody is re-subscribed: a recipient who is not active (unsubscribed,
+//!   bounced, complained, whoever recorded it) stays so when a row says
+//!   active or says nothing, unless the import was asked to `resubscribe`.
+//! - A row changes only what it has: no name leaves the name, attributes
+//!   merge key by key (a `Value::Null` clears its key), no status keeps it.
+//! - A mailbox the running import already wrote (its membership carries the
+//!   import's generation) is a duplicate: the first row wins.
+//!
+//! `--sync` then removes the members the import never marked ([`sweep`]):
+//! one DELETE, whatever the list's size.
+
+use std::collections::HashMap;
+
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Nullable};
+use diesel::upsert::excluded;
+use serde_json::{Map, Value};
+
+use super::recipients::{get_or_create_list, RecipientStatus};
+use super::schema::{list_members as m, lists as l, recipients as r};
+use super::{now_ms, on, Conn, InnerMut, Result};
+
+/// Why an import changed a recipient's status (`status_reason`).
+const REASON_IMPORT: &str = "import";
+
+/// One import of one list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    pub list_id: i64,
+    /// Marks the memberships this import wrote.
+    pub generation: i64,
+}
+
+/// Start an import of list `name`, creating the list if needed.
+pub fn begin(conn: &mut Conn, name: &str) -> Result<Run> {
+    let list_id = get_or_create_list(conn, name)?;
+    conn.transaction(|conn| {
+        on!(conn, |c| diesel::update(l::table.find(list_id))
+            .set(l::import_gen.eq(l::import_gen + 1))
+            .execute(c))?;
+        let generation = on!(conn, |c| l::table
+            .find(list_id)
+            .select(l::import_gen)
+            .first(c))?;
+        Ok(Run {
+            list_id,
+            generation,
+        })
+    })
+}
+
+/// One validated row: only what its source has.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// Line (or row number) in the source, for reports.
+    pub line: u64,
+    pub email: String,
+    /// See [`crate::mailbox::key`].
+    pub email_key: String,
+    pub name: Option<String>,
+    /// Keys to set; `Value::Null` removes the key.
+    pub attributes: Map<String, Value>,
+    pub status: Option<RecipientStatus>,
+}
+
+/// What one batch did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Written {
+    /// Rows whose recipient was not on the list before.
+    pub added: u64,
+    /// Members whose name, attributes or status changed.
+    pub updated: u64,
+    /// Members the row did not change.
+    pub unchanged: u64,
+    /// Rows saying active for a recipient who is not (left as is).
+    pub kept_unsubscribed: u64,
+    /// Lines of rows whose mailbox this import had written already.
+    pub duplicates: Vec<u64>,
+}
+
+/// A row as inserted or updated.
+#[derive(Debug, Clone, Insertable)]
+#[diesel(table_name = r)]
+struct Write {
+    email: String,
+    email_key: String,
+    name: String,
+    attributes: String,
+    status: RecipientStatus,
+    status_reason: Option<String>,
+    status_at: Option<i64>,
+    updated_at: i64,
+}
+
+/// A recipient as the batch finds it.
+type Found = (
+    i64,
+    Option<String>,
+    String,
+    String,
+    RecipientStatus,
+    Option<String>,
+    Option<i64>,
+);
+
+/// Write one batch (no key twice; at most 1,000 rows, for SQLite's
+/// parameter limit) in the caller's transaction.
+pub fn write_batch(conn: &mut Conn, run: Run, rows: &[Row], resubscribe: bool) -> Result<Written> {
+    let keys: Vec<&str> = rows.iter().map(|r| r.email_key.as_str()).collect();
+    let query = r::table.filter(r::email_key.eq_any(&keys)).select((
+        r::id,
+        r::email_key,
+        r::name,
+        r::attributes,
+        r::status,
+        r::status_reason,
+        r::status_at,
+    ));
+    // PostgreSQL: lock the rows, so an unsubscribe arriving meanwhile
+    // waits for this batch and is never overwritten. SQLite's write lock
+    // is the transaction's already.
+    let found: Vec<Found> = match conn.inner_mut() {
+        InnerMut::Sqlite(c) => query.load(c)?,
+        InnerMut::Pg(c) => query.for_update().load(c)?,
+    };
+    let ids: Vec<i64> = found.iter().map(|f| f.0).collect();
+    let marks: HashMap<i64, Option<i64>> = on!(conn, |c| m::table
+        .filter(m::list_id.eq(run.list_id))
+        .filter(m::recipient_id.eq_any(&ids))
+        .select((m::recipient_id, m::import_gen))
+        .load::<(i64, Option<i64>)>(c))?
+    .into_iter()
+    .collect();
+    let found: HashMap<String, Found> = found
+        .into_iter()
+        .filter_map(|f| Some((f.1.clone()?, f)))
+        .collect();
+    let now = now_ms();
+    let mut done = Written::default();
+    let mut writes = Vec::new();
+    let mut marked = Vec::new();
+    for row in rows {
+        let Some(f) = found.get(&row.email_key) else {
+            done.added += 1;
+            writes.push(new_recipient(row, now));
+            marked.push(row.email_key.as_str());
+            continue;
+        };
+        let mark = marks.get(&f.0);
+        if mark == Some(&Some(run.generation)) {
+            done.duplicates.push(row.line);
+            continue;
+        }
+        let (write, kept) = merge(row, f, resubscribe, now);
+        done.kept_unsubscribed += u64::from(kept);
+        match (mark.is_some(), write.is_some()) {
+            (false, _) => done.added += 1,
+            (true, true) => done.updated += 1,
+            (true, false) => done.unchanged += 1,
+        }
+        writes.extend(write);
+        marked.push(row.email_key.as_str());
+    }
+    upsert(conn, &writes)?;
+    mark_members(conn, run, &marked)?;
+    Ok(done)
+}
+
+/// A recipient nobody had on file.
+fn new_recipient(row: &Row, now: i64) -> Write {
+    let status = row.status.unwrap_or(RecipientStatus::Active);
+    let left = status != RecipientStatus::Active;
+    Write {
+        email: row.email.clone(),
+        email_key: row.email_key.clone(),
+        name: row.name.clone().unwrap_or_default(),
+        attributes: Value::Object(merged(Map::new(), &row.attributes)).to_string(),
+        status,
+        status_reason: left.then(|| REASON_IMPORT.to_string()),
+        status_at: left.then_some(now),
+        updated_at: now,
+    }
+}
+
+/// `row` applied to the recipient on file: the row to write if anything
+/// changed, and whether the row's "active" was refused.
+fn merge(row: &Row, f: &Found, resubscribe: bool, now: i64) -> (Option<Write>, bool) {
+    let (_, _, name, attributes, status, reason, at) = f;
+    let before: Map<String, Value> = serde_json::from_str(attributes).unwrap_or_default();
+    let after = merged(before.clone(), &row.attributes);
+    let new_name = row.name.as_ref().unwrap_or(name);
+    let (new_status, kept) = decide(*status, row.status, resubscribe);
+    if new_name == name && after == before && new_status == *status {
+        return (None, kept);
+    }
+    let (reason, at) = match new_status {
+        s if s == *status => (reason.clone(), *at),
+        RecipientStatus::Active => (None, Some(now)),
+        _ => (Some(REASON_IMPORT.to_string()), Some(now)),
+    };
+    let write = Write {
+        email: row.email.clone(),
+        email_key: row.email_key.clone(),
+        name: new_name.clone(),
+        attributes: Value::Object(after).to_string(),
+        status: new_status,
+        status_reason: reason,
+        status_at: at,
+        updated_at: now,
+    };
+    (Some(write), kept)
+}
+
+/// The status after an import: a row without one, or saying active, never
+/// makes active somebody who is not, unless `resubscribe`; a recipient not
+/// active keeps mailsplit's own record of why. True when a row's
+/// "active" was refused.
+pub fn decide(
+    now: RecipientStatus,
+    wanted: Option<RecipientStatus>,
+    resubscribe: bool,
+) -> (RecipientStatus, bool) {
+    use RecipientStatus::Active;
+    let wanted = wanted.unwrap_or(Active);
+    match (now, wanted) {
+        (Active, w) => (w, false),
+        (_, Active) if resubscribe => (Active, false),
+        (n, Active) => (n, true),
+        (n, _) => (n, false),
+    }
+}
+
+/// `attributes` with `changes` applied key by key (`Null` removes).
+fn merged(mut attributes: Map<String, Value>, changes: &Map<String, Value>) -> Map<String, Value> {
+    for (key, value) in changes {
+        if value.is_null() {
+            attributes.remove(key);
+        } else {
+            attributes.insert(key.clone(), value.clone());
+        }
+    }
+    attributes
+}
+
+/// Insert or update the rows; an existing recipient keeps the spelling it
+/// was first imported with.
+fn upsert(conn: &mut Conn, rows: &[Write]) -> Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    macro_rules! upsert {
+        ($c:expr, $values:expr) => {
+            diesel::insert_into(r::table)
+                .values($values)
+                .on_conflict(r::email_key)
+                .do_update()
+                .set((
+                    r::name.eq(excluded(r::name)),
+                    r::attributes.eq(excluded(r::attributes)),
+                    r::status.eq(excluded(r::status)),
+                    r::status_reason.eq(excluded(r::status_reason)),
+                    r::status_at.eq(excluded(r::status_at)),
+                    r::updated_at.eq(excluded(r::updated_at)),
+                ))
+                .execute($c)
+        };
+    }
+    // diesel cannot batch an upsert on SQLite: row by row inside the
+    // caller's transaction (cheap in-process); PostgreSQL gets one statement.
+    match conn.inner_mut() {
+        InnerMut::Sqlite(c) => {
+            for row in rows {
+                upsert!(c, row)?;
+            }
+        }
+        InnerMut::Pg(c) => {
+            upsert!(c, rows)?;
+        }
+    }
+    Ok(())
+}
+
+/// Make the recipients members of the run's list, marked with its
+/// generation.
+fn mark_members(conn: &mut Conn, run: Run, keys: &[&str]) -> Result<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    on!(conn, |c| diesel::insert_into(m::table)
+        .values(r::table.filter(r::email_key.eq_any(keys)).select((
+            run.list_id.into_sql::<BigInt>(),
+            r::id,
+            Some(run.generation).into_sql::<Nullable<BigInt>>(),
+        )))
+        .into_columns((m::list_id, m::recipient_id, m::import_gen))
+        .on_conflict((m::list_id, m::recipient_id))
+        .do_update()
+        .set(m::import_gen.eq(excluded(m::import_gen)))
+        .execute(c))?;
+    Ok(())
+}
+
+/// After a complete `--sync` import: remove from the list every member
+/// the import did not name (their recipient rows, ledger and other lists
+/// stay). Returns the members removed.
+pub fn sweep(conn: &mut Conn, run: Run) -> Result<u64> {
+    let removed = on!(conn, |c| diesel::delete(
+        m::table
+            .filter(m::list_id.eq(run.list_id))
+            .filter(m::import_gen.is_null().or(m::import_gen.ne(run.generation)))
+    )
+    .execute(c))?;
+    Ok(removed as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use RecipientStatus::{Active, Bounced, Unsubscribed};
+
+    #[test]
+    fn nobody_is_resubscribed_without_asking() {
+        assert_eq!(decide(Unsubscribed, None, false), (Unsubscribed, true));
+        assert_eq!(decide(Bounced, Some(Active), false), (Bounced, true));
+        assert_eq!(decide(Bounced, Some(Active), true), (Active, false));
+        assert_eq!(decide(Bounced, Some(Unsubscribed), true), (Bounced, false));
+        assert_eq!(
+            decide(Active, Some(Unsubscribed), false),
+            (Unsubscribed, false)
+        );
+        assert_eq!(decide(Active, None, false), (Active, false));
+    }
+
+    #[test]
+    fn attributes_merge_key_by_key() {
+        let before = serde_json::json!({"city": "Paris", "coupon": "X"});
+        let changes = serde_json::json!({"coupon": null, "tier": "gold"});
+        let after = merged(
+            before.as_object().unwrap().clone(),
+            changes.as_object().unwrap(),
+        );
+        assert_eq!(
+            Value::Object(after),
+            serde_json::json!({"city": "Paris", "tier": "gold"})
+        );
+    }
+}

@@ -1,0 +1,609 @@
+//! Issue 25: importing without harm (the three safety rules), `--sync`,
+//! `list ls|rm|delete` and `optouts`, on SQLite and PostgreSQL.
+
+use std::path::PathBuf;
+
+use mailsplit::store::recipients::{self, Recipient};
+use mailsplit::store::RecipientStatus;
+
+use crate::util::*;
+
+fn env(kind: Kind) -> Env {
+    let env = Env::new(kind, "127.0.0.1:1");
+    env.ok(&["migrate"]);
+    env
+}
+
+/// Write `text` to a CSV file in the test's directory.
+fn csv(env: &Env, name: &str, text: &str) -> PathBuf {
+    let path = env.dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn import(env: &Env, path: &std::path::Path, list: &str, extra: &[&str]) -> String {
+    let mut args = vec!["import", path.to_str().unwrap(), "--list", list];
+    args.extend_from_slice(extra);
+    env.ok(&args)
+}
+
+fn recipient(env: &Env, email: &str) -> Recipient {
+    let mut c = env.conn();
+    let id = recipients::find_by_email(&mut c, email)
+        .unwrap()
+        .unwrap_or_else(|| panic!("no recipient {email}"));
+    recipients::load(&mut c, &[id]).unwrap().remove(0)
+}
+
+fn attributes(r: &Recipient) -> serde_json::Value {
+    serde_json::from_str(&r.attributes).unwrap()
+}
+
+// ------------------------------------------------ rule 1: no re-subscribing
+
+/// Recipients mailsplit recorded as unsubscribed, bounced or complained
+/// stay so whatever a file says, unless `--resubscribe`.
+fn import_never_resubscribes(kind: Kind) {
+    let env = env(kind);
+    let first = csv(
+        &env,
+        "first.csv",
+        "email,name\na@example.test,A\nb@example.test,B\nc@example.test,C\nd@example.test,D\n",
+    );
+    import(&env, &first, "shop", &[]);
+    env.sql(
+        "UPDATE recipients SET status = 'unsubscribed', status_reason = 'one-click unsubscribe' \
+         WHERE email = 'b@example.test'; \
+         UPDATE recipients SET status = 'bounced', status_reason = '5.1.1' \
+         WHERE email = 'c@example.test'; \
+         UPDATE recipients SET status = 'unsubscribed', status_reason = 'complaint (abuse)' \
+         WHERE email = 'd@example.test'",
+    );
+    // An export saying everyone is active, and one with no status at all.
+    let active = csv(
+        &env,
+        "active.csv",
+        "email,name,status\na@example.test,A,active\nb@example.test,B,active\n\
+         c@example.test,C,\nd@example.test,D,ACTIVE\n",
+    );
+    let out = import(&env, &active, "shop", &[]);
+    let plain = csv(&env, "plain.csv", "email\nb@example.test\nc@example.test\n");
+    let out2 = import(&env, &plain, "shop", &[]);
+    assert_eq!(
+        recipient(&env, "b@example.test").status,
+        RecipientStatus::Unsubscribed
+    );
+    assert_eq!(
+        recipient(&env, "c@example.test").status,
+        RecipientStatus::Bounced
+    );
+    assert_eq!(
+        recipient(&env, "d@example.test").status,
+        RecipientStatus::Unsubscribed
+    );
+    assert_eq!(
+        recipient(&env, "a@example.test").status,
+        RecipientStatus::Active
+    );
+    assert!(out.contains("kept unsubscribed: 3"), "{out}");
+    assert!(out2.contains("kept unsubscribed: 2"), "{out2}");
+    // An import may still unsubscribe somebody.
+    let leave = csv(
+        &env,
+        "leave.csv",
+        "email,status\na@example.test,unsubscribed\n",
+    );
+    import(&env, &leave, "shop", &[]);
+    assert_eq!(
+        recipient(&env, "a@example.test").status,
+        RecipientStatus::Unsubscribed
+    );
+    // Only --resubscribe brings them back.
+    let out = import(&env, &active, "shop", &["--resubscribe"]);
+    assert!(out.contains("kept unsubscribed: 0"), "{out}");
+    for e in ["a", "b", "c", "d"] {
+        let r = recipient(&env, &format!("{e}@example.test"));
+        assert_eq!(r.status, RecipientStatus::Active, "{e}");
+    }
+}
+
+// ------------------------------------------- rule 2: only its own columns
+
+/// A file without `name` leaves names alone; attributes merge key by key,
+/// and an empty value clears that key only.
+fn import_changes_only_its_columns(kind: Kind) {
+    let env = env(kind);
+    let full = csv(
+        &env,
+        "full.csv",
+        "email,name,city,coupon\na@example.test,Ada,Paris,SAVE10\nb@example.test,Bob,Oslo,X\n",
+    );
+    import(&env, &full, "shop", &[]);
+    let bare = csv(&env, "bare.csv", "email\na@example.test\n");
+    import(&env, &bare, "scratch", &[]);
+    let a = recipient(&env, "a@example.test");
+    assert_eq!(a.name, "Ada");
+    assert_eq!(
+        attributes(&a),
+        serde_json::json!({"city": "Paris", "coupon": "SAVE10"})
+    );
+    let partial = csv(
+        &env,
+        "partial.csv",
+        "email,coupon,tier\na@example.test,,gold\n",
+    );
+    let out = import(&env, &partial, "shop", &[]);
+    let a = recipient(&env, "a@example.test");
+    assert_eq!(a.name, "Ada");
+    assert_eq!(
+        attributes(&a),
+        serde_json::json!({"city": "Paris", "tier": "gold"})
+    );
+    let b = recipient(&env, "b@example.test");
+    assert_eq!(
+        (b.name.as_str(), attributes(&b)),
+        ("Bob", serde_json::json!({"city": "Oslo", "coupon": "X"}))
+    );
+    assert!(out.contains("added 0 / updated 1 / unchanged 0"), "{out}");
+    // The same file again changes nothing.
+    let out = import(&env, &partial, "shop", &[]);
+    assert!(out.contains("added 0 / updated 0 / unchanged 1"), "{out}");
+}
+
+// ------------------------------------------------- rule 3: duplicates
+
+/// The same mailbox twice in one import: the first row wins, every later
+/// one is reported with its line number and counted, and the counts add
+/// up to the rows read, within a batch and across batches.
+fn import_counts_duplicates(kind: Kind) {
+    let env = env(kind);
+    let mut text = String::from("email,name,coupon\nAda@example.test,First,A1\n");
+    text.push_str("ada@EXAMPLE.test,Second,A2\nbob@example.test,Bob,B1\nnot-an-address,X,X\n");
+    // Lines 6.. : enough rows to need several batches of the import.
+    for i in 0..2_500 {
+        text.push_str(&format!("u{i}@example.test,U{i},C{i}\n"));
+    }
+    // Line 2506 and 2507: a twin of line 2 and of line 6, batches later.
+    text.push_str("ADA@example.test,Third,A3\nu0@example.test,Again,C\n");
+    let path = csv(&env, "dups.csv", &text);
+    let out = env.run(&["import", path.to_str().unwrap(), "--list", "shop"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ada = recipient(&env, "ada@example.test");
+    assert_eq!(ada.name, "First");
+    assert_eq!(attributes(&ada)["coupon"], "A1");
+    assert_eq!(recipient(&env, "u0@example.test").name, "U0");
+    let err = stderr(&out);
+    let prefix = format!("{}: line ", path.display());
+    let mut dup_lines: Vec<u64> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .filter(|l| l.contains("duplicate"))
+        .map(|l| l.split(':').next().unwrap().parse().unwrap())
+        .collect();
+    dup_lines.sort();
+    assert_eq!(dup_lines, [3, 2506, 2507], "{err}");
+    let summary = stdout(&out);
+    assert!(
+        summary.contains(
+            "added 2502 / updated 0 / unchanged 0 / skipped 1 / duplicates 3 (2506 rows read)"
+        ),
+        "{summary}"
+    );
+}
+
+// ------------------------------------------------------------ --sync
+
+fn members(env: &Env, list: &str) -> Vec<String> {
+    let mut c = env.conn();
+    let ids = member_ids(env, list);
+    let mut emails: Vec<String> = recipients::load(&mut c, &ids)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.email)
+        .collect();
+    emails.sort();
+    emails
+}
+
+/// After `--sync` the list's members are exactly the file's rows; the
+/// others leave the list and nothing else.
+fn sync_removes_members_not_in_the_file(kind: Kind) {
+    let env = env(kind);
+    let first = csv(
+        &env,
+        "first.csv",
+        "email,name
+a@example.test,A
+b@example.test,B
+c@example.test,C
+d@example.test,D
+",
+    );
+    import(&env, &first, "shop", &[]);
+    let other = csv(
+        &env,
+        "other.csv",
+        "email
+c@example.test
+",
+    );
+    import(&env, &other, "other", &[]);
+    env.create_campaign("spring", "shop", &[]);
+    env.sql(
+        "INSERT INTO deliveries (campaign_id, recipient_id, state, attempts, updated_at) \
+         SELECT c.id, r.id, 'sent', 1, 1 FROM campaigns c, recipients r \
+         WHERE c.name = 'spring' AND r.email = 'c@example.test'",
+    );
+    let sync = csv(
+        &env,
+        "sync.csv",
+        "email,name
+A@example.test,Ada
+b@example.test,B
+e@example.test,E
+nope,X
+b@example.test,B2
+",
+    );
+    let out = import(&env, &sync, "shop", &["--sync"]);
+    assert_eq!(
+        members(&env, "shop"),
+        ["a@example.test", "b@example.test", "e@example.test"]
+    );
+    assert_eq!(members(&env, "other"), ["c@example.test"]);
+    assert_eq!(recipient(&env, "d@example.test").name, "D");
+    assert_eq!(recipient(&env, "a@example.test").name, "Ada");
+    let mut c = env.conn();
+    let spring = mailsplit::store::campaigns::find(&mut c, "spring").unwrap();
+    let ledger = mailsplit::store::deliveries::ledger_counts(&mut c, spring.id).unwrap();
+    assert_eq!(
+        ledger.get(&mailsplit::store::DeliveryState::Sent),
+        Some(&1),
+        "the ledger keeps c's delivery"
+    );
+    assert!(
+        out.contains(
+            "added 1 / updated 1 / unchanged 1 / removed 2 / skipped 1 / duplicates 1 (5 rows read)"
+        ),
+        "{out}"
+    );
+    // Again: nothing to do.
+    let out = import(&env, &sync, "shop", &["--sync"]);
+    assert!(
+        out.contains("added 0 / updated 0 / unchanged 3 / removed 0 / skipped 1"),
+        "{out}"
+    );
+}
+
+// ------------------------------------------------------- list ls|rm|delete
+
+/// `list ls` counts, `list rm` takes recipients off one list only, and
+/// `list delete` is refused while a campaign of the list is sending.
+fn lists_are_managed(kind: Kind) {
+    let env = env(kind);
+    let shop = csv(
+        &env,
+        "shop.csv",
+        "email,name
+a@example.test,A
+b@example.test,B
+c@example.test,C
+",
+    );
+    import(&env, &shop, "shop", &[]);
+    let other = csv(
+        &env,
+        "other.csv",
+        "email
+b@example.test
+",
+    );
+    import(&env, &other, "other", &[]);
+    env.sql("UPDATE recipients SET status = 'unsubscribed' WHERE email = 'c@example.test'");
+    let ls = env.ok(&["list", "ls"]);
+    let rows: Vec<Vec<&str>> = ls
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [vec!["other", "1", "1"], vec!["shop", "3", "2"]],
+        "{ls}"
+    );
+
+    let out = env.run(&[
+        "list",
+        "rm",
+        "shop",
+        "B@EXAMPLE.test",
+        "nobody@example.test",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("removed 1 of 2"), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("nobody@example.test is not on list"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(members(&env, "shop"), ["a@example.test", "c@example.test"]);
+    assert_eq!(members(&env, "other"), ["b@example.test"]);
+    assert_eq!(recipient(&env, "b@example.test").name, "B");
+    let out = env.run(&["list", "rm", "nosuch", "a@example.test"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+
+    env.create_campaign("spring", "shop", &[]);
+    env.sql(
+        "UPDATE campaigns SET state = 'queued' WHERE name = 'spring'; \
+         UPDATE campaign_counters SET recipients = 2",
+    );
+    let out = env.run(&["list", "delete", "shop"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("campaign \"spring\" is sending"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(members(&env, "shop").len(), 2);
+    env.sql("UPDATE campaigns SET state = 'cancelled' WHERE name = 'spring'");
+    let out = env.ok(&["list", "delete", "shop"]);
+    assert!(out.contains("2 members removed"), "{out}");
+    assert!(members(&env, "shop").is_empty());
+    let out = env.ok(&["list", "delete", "other"]);
+    assert!(out.contains("list \"other\" deleted"), "{out}");
+    let ls = env.ok(&["list", "ls"]);
+    assert!(!ls.contains("other"), "{ls}");
+    assert_eq!(
+        recipient(&env, "b@example.test").status,
+        RecipientStatus::Active
+    );
+}
+
+// ----------------------------------------------------------------- optouts
+
+/// Unsubscribes, bounces and complaints flow back: email, what, when,
+/// campaign, as CSV or JSON lines, incrementally by `--since`.
+fn optouts_lists_everyone_who_left(kind: Kind) {
+    use mailsplit::store::bounces::{self, Action, BounceKind, BounceSource, NewBounce};
+    let env = env(kind);
+    let people = csv(
+        &env,
+        "people.csv",
+        "email,status\na@example.test,\nb@example.test,\nc@example.test,\n\
+         d@example.test,\ne@example.test,unsubscribed\n",
+    );
+    import(&env, &people, "shop", &[]);
+    env.create_campaign("spring", "shop", &[]);
+    let mut c = env.conn();
+    let spring = mailsplit::store::campaigns::find(&mut c, "spring")
+        .unwrap()
+        .id;
+    let id = |c: &mut mailsplit::store::Conn, e: &str| {
+        recipients::find_by_email(c, &format!("{e}@example.test"))
+            .unwrap()
+            .unwrap()
+    };
+    let a = id(&mut c, "a");
+    let reason = format!("one-click unsubscribe (campaign {spring})");
+    mailsplit::store::optouts::unsubscribe(&mut c, a, &reason).unwrap();
+    for (who, kind, action) in [
+        (
+            "b",
+            BounceKind::Hard,
+            Action::Bounce("5.1.1 no such user".into()),
+        ),
+        (
+            "c",
+            BounceKind::Complaint,
+            Action::Unsubscribe("complaint: abuse (arf)".into()),
+        ),
+    ] {
+        let event = NewBounce {
+            recipient_id: id(&mut c, who),
+            campaign_id: Some(spring),
+            email: "x@example.test",
+            kind,
+            status: None,
+            reason: "test",
+            source: BounceSource::Report,
+            fingerprint: who,
+        };
+        bounces::record(&mut c, &event, &action).unwrap();
+    }
+    // January for a and b, June for c and e.
+    env.sql(
+        "UPDATE recipients SET status_at = 1767225600000 WHERE email IN ('a@example.test', 'b@example.test'); \
+         UPDATE recipients SET status_at = 1780272000000 WHERE email IN ('c@example.test', 'e@example.test')",
+    );
+    let all = env.ok(&["optouts"]);
+    assert_eq!(
+        all.lines().collect::<Vec<_>>(),
+        [
+            "email,what,when,campaign",
+            "a@example.test,unsubscribed,2026-01-01T00:00:00Z,spring",
+            "b@example.test,bounced,2026-01-01T00:00:00Z,spring",
+            "c@example.test,complained,2026-06-01T00:00:00Z,spring",
+            "e@example.test,unsubscribed,2026-06-01T00:00:00Z,",
+        ],
+        "{all}"
+    );
+    let recent = env.ok(&[
+        "optouts",
+        "--since",
+        "2026-03-01T00:00:00+01:00",
+        "--format",
+        "json",
+    ]);
+    let rows: Vec<serde_json::Value> = recent
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            serde_json::json!({"email": "c@example.test", "what": "complained",
+                "when": "2026-06-01T00:00:00Z", "campaign": "spring"}),
+            serde_json::json!({"email": "e@example.test", "what": "unsubscribed",
+                "when": "2026-06-01T00:00:00Z", "campaign": null}),
+        ]
+    );
+    let bad = env.run(&["optouts", "--since", "last week"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+}
+
+// ------------------------------------------------------- --from-sql sources
+
+/// The shop's own database: a `customers` table in a SQLite file or a
+/// PostgreSQL database of its own; returns the source URL.
+fn shop_database(env: &Env, kind: Kind) -> (String, Option<TestDb>) {
+    use diesel::connection::SimpleConnection;
+    use diesel::Connection;
+    let (url, db) = match kind {
+        Kind::Sqlite => (
+            format!("sqlite://{}", env.dir.path().join("shop.db").display()),
+            None,
+        ),
+        Kind::Postgres => {
+            let db = TestDb::new(Kind::Postgres);
+            (db.url.clone(), Some(db))
+        }
+    };
+    let (bool_type, time_type) = match kind {
+        Kind::Sqlite => ("BOOLEAN", "TEXT"),
+        Kind::Postgres => ("BOOLEAN", "TIMESTAMPTZ"),
+    };
+    let sql = format!(
+        "CREATE TABLE customers (email TEXT, name TEXT, opted_in {bool_type}, orders INTEGER, \
+         last_order_at {time_type}, coupon TEXT); \
+         INSERT INTO customers VALUES \
+         ('ada@example.test', 'Ada Lovelace', TRUE, 3, '2026-01-02T03:04:05Z', NULL), \
+         ('bob@example.test', 'Zoë Ünïcode', FALSE, 0, NULL, 'X1'), \
+         ('bad-address', 'Bad', TRUE, 1, NULL, NULL)"
+    );
+    match kind {
+        Kind::Sqlite => {
+            let path = env.dir.path().join("shop.db");
+            let mut c =
+                diesel::sqlite::SqliteConnection::establish(path.to_str().unwrap()).unwrap();
+            c.batch_execute(&sql).unwrap();
+        }
+        Kind::Postgres => {
+            let mut c = diesel::pg::PgConnection::establish(&url).unwrap();
+            c.batch_execute(&sql).unwrap();
+        }
+    }
+    (url, db)
+}
+
+fn from_sql(env: &Env, url: &str, query: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "import",
+        "--list",
+        "shop",
+        "--from-sql",
+        query,
+        "--source",
+        url,
+    ];
+    args.extend_from_slice(extra);
+    env.run(&args)
+}
+
+/// Rows from the shop's database keep their types; NULL leaves the
+/// attribute out; bad rows are reported by row number; a query without
+/// `email` or one that writes is refused (exit 2) and changes nothing.
+fn import_from_sql(kind: Kind) {
+    let env = env(kind);
+    let (url, _db) = shop_database(&env, kind);
+    let out = from_sql(
+        &env,
+        &url,
+        "SELECT email, name, opted_in, orders, last_order_at, coupon FROM customers",
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out)
+            .contains("added 2 / updated 0 / unchanged 0 / skipped 1 / duplicates 0 (3 rows read)"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stderr(&out).contains("query: row 3: invalid email"),
+        "{}",
+        stderr(&out)
+    );
+    let ada = recipient(&env, "ada@example.test");
+    assert_eq!(ada.name, "Ada Lovelace");
+    let attrs = attributes(&ada);
+    assert_eq!(attrs["orders"], 3);
+    assert!(attrs.get("coupon").is_none(), "{attrs}");
+    let when = attrs["last_order_at"].as_str().unwrap();
+    assert!(when.starts_with("2026-01-02T03:04:05"), "{attrs}");
+    match kind {
+        Kind::Postgres => assert_eq!(attrs["opted_in"], true),
+        Kind::Sqlite => assert_eq!(attrs["opted_in"], 1),
+    }
+    let bob = recipient(&env, "bob@example.test");
+    assert_eq!(bob.name, "Zoë Ünïcode");
+    assert_eq!(attributes(&bob)["coupon"], "X1");
+
+    // --sync from a narrower query.
+    let out = from_sql(
+        &env,
+        &url,
+        "SELECT email FROM customers WHERE opted_in",
+        &["--sync"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("removed 1"), "{}", stdout(&out));
+    assert_eq!(members(&env, "shop"), ["ada@example.test"]);
+    assert_eq!(recipient(&env, "ada@example.test").name, "Ada Lovelace");
+
+    let out = from_sql(&env, &url, "SELECT name FROM customers", &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no `email` column"),
+        "{}",
+        stderr(&out)
+    );
+    let mut writes = vec!["DELETE FROM customers"];
+    if kind == Kind::Postgres {
+        writes.push("WITH d AS (DELETE FROM customers RETURNING email) SELECT email FROM d");
+    }
+    for query in writes {
+        let out = from_sql(&env, &url, query, &[]);
+        assert_eq!(out.status.code(), Some(2), "{query}: {}", stderr(&out));
+    }
+    let again = from_sql(&env, &url, "SELECT email FROM customers", &[]);
+    assert!(
+        stdout(&again).contains("(3 rows read)"),
+        "nothing was deleted: {}",
+        stdout(&again)
+    );
+}
+
+/// A source that refuses the login: exit 1, and the password is never shown.
+#[test]
+fn from_sql_login_failure_hides_the_password() {
+    let env = env(Kind::Sqlite);
+    let url = format!("{}/postgres", pg_base()).replace("://root@", "://nobody_here:S3cretPw@");
+    let out = from_sql(&env, &url, "SELECT 'a@example.test' AS email", &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("S3cretPw"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot open source database"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+both!(
+    import_from_sql,
+    optouts_lists_everyone_who_left,
+    lists_are_managed,
+    sync_removes_members_not_in_the_file,
+    import_never_resubscribes,
+    import_changes_only_its_columns,
+    import_counts_duplicates,
+);
