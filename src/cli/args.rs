@@ -247,19 +247,35 @@ pub enum DkimCommand {
 /// `dkim keygen`'s selector when none is given.
 pub const DEFAULT_DKIM_SELECTOR: &str = "mailsplit";
 
+// Parsed once per run: the size of `Create` costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum CampaignCommand {
     /// Create a campaign for a list
+    ///
+    /// The content is exactly one of --html FILE [--text FILE],
+    /// --markdown FILE or --template NAME.
+    #[command(group = clap::ArgGroup::new("content").required(true).multiple(false))]
     Create {
         /// Unique campaign name
         name: String,
         /// Recipient list (from `mailsplit import --list`)
         #[arg(long)]
         list: String,
-        /// Template name (see `mailsplit templates`)
-        #[arg(long)]
-        template: String,
-        /// Subject line
+        /// HTML file: a Jinja template (name, email, attributes.KEY,
+        /// unsubscribe_url, campaign.name); its <style> CSS is inlined
+        #[arg(long, value_name = "FILE", group = "content")]
+        html: Option<PathBuf>,
+        /// Text part for --html (default: derived from the HTML)
+        #[arg(long, value_name = "FILE", requires = "html")]
+        text: Option<PathBuf>,
+        /// Markdown file (a Jinja template too): both parts are made from it
+        #[arg(long, value_name = "FILE", group = "content")]
+        markdown: Option<PathBuf>,
+        /// A built-in starter template (see `mailsplit templates`)
+        #[arg(long, value_name = "NAME", group = "content")]
+        template: Option<String>,
+        /// Subject line, a Jinja template too ("Hi {{ name }}")
         #[arg(long)]
         subject: String,
         /// Sender address, e.g. news@example.com or "Shop <news@example.com>"

@@ -15,6 +15,7 @@ pub mod autopause;
 pub mod bounces;
 pub mod campaigns;
 pub mod connections;
+pub mod content;
 pub mod db;
 pub mod deliveries;
 pub mod dkim_keys;

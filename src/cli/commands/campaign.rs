@@ -1,6 +1,8 @@
 //! `mailsplit campaign create|list` and `mailsplit preview`.
 
-use crate::campaign::{self, CreateRequest, Created};
+use std::path::PathBuf;
+
+use crate::campaign::{self, ContentSource, CreateRequest, Created};
 use crate::cli::args::{CampaignCommand, Global};
 use crate::cli::out::{self, error_line, outln};
 use crate::compose;
@@ -13,6 +15,9 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
         CampaignCommand::Create {
             name,
             list,
+            html,
+            text,
+            markdown,
             template,
             subject,
             from,
@@ -25,7 +30,7 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
             CreateRequest {
                 name,
                 list,
-                template,
+                content: content_source(html, text, markdown, template),
                 subject,
                 from,
                 priority,
@@ -35,6 +40,20 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
             },
         ),
         CampaignCommand::List => list(g),
+    }
+}
+
+/// The one content option clap let through.
+fn content_source(
+    html: Option<PathBuf>,
+    text: Option<PathBuf>,
+    markdown: Option<PathBuf>,
+    template: Option<String>,
+) -> ContentSource {
+    match (html, markdown, template) {
+        (Some(html), _, _) => ContentSource::Html { html, text },
+        (_, Some(md), _) => ContentSource::Markdown(md),
+        (_, _, name) => ContentSource::Template(name.unwrap_or_default()),
     }
 }
 
@@ -50,7 +69,7 @@ fn create(g: &Global, request: CreateRequest) -> Result {
 
 fn print_created(c: &Created) -> Result {
     outln!(
-        "created campaign {:?} (id {}) for list {:?}: {} recipients, template {}, priority {}",
+        "created campaign {:?} (id {}) for list {:?}: {} recipients, content {}, priority {}",
         c.campaign.name,
         c.campaign.id,
         c.list,
