@@ -348,7 +348,7 @@ fn render(
     unsubscribe_url: &str,
 ) -> Result<(String, Rendered), Unsendable> {
     let invalid = |e: &dyn std::fmt::Display| Unsendable::Invalid(format!("{e:#}"));
-    let vars = Vars::new(
+    let mut vars = Vars::new(
         &r.name,
         &r.email,
         attributes,
@@ -356,10 +356,11 @@ fn render(
         &campaign.name,
     );
     let (subject, body) = match &campaign.content {
-        Some(c) => (
-            c.subject(&vars).map_err(|e| invalid(&e))?,
-            c.body(&vars).map_err(|e| invalid(&e))?,
-        ),
+        Some(c) => {
+            let subject = c.subject(&vars).map_err(|e| invalid(&e))?;
+            vars.campaign.subject = Some(subject.clone());
+            (subject, c.body(&vars).map_err(|e| invalid(&e))?)
+        }
         None => (campaign.subject.clone(), None),
     };
     let rendered = match body {

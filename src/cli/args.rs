@@ -75,8 +75,11 @@ pub enum Command {
     /// Create and list campaigns
     #[command(subcommand)]
     Campaign(CampaignCommand),
-    /// List the templates compiled into this binary
-    Templates,
+    /// List the built-in starter templates, or show one's source
+    Templates {
+        #[command(subcommand)]
+        command: Option<TemplatesCommand>,
+    },
     /// Put a campaign's recipients into beanstalkd, one job per batch
     ///
     /// Safe to run again after a crash: it continues where it stopped and
@@ -185,6 +188,22 @@ pub enum Command {
         /// One JSON object per campaign, one per line
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TemplatesCommand {
+    /// Print a built-in starter's source (HTML and text, Jinja syntax), to
+    /// copy into your own files for `campaign create --html FILE --text FILE`
+    Show {
+        /// Template name (see `mailsplit templates`)
+        name: String,
+        /// Only the HTML part
+        #[arg(long, conflicts_with = "text")]
+        html: bool,
+        /// Only the text part
+        #[arg(long)]
+        text: bool,
     },
 }
 

@@ -58,7 +58,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Migrate => c::migrate::migrate(g)?,
         Command::Import { file, list } => c::import::import(g, &file, &list)?,
         Command::Campaign(cmd) => c::campaign::campaign(g, cmd)?,
-        Command::Templates => c::templates::templates()?,
+        Command::Templates { command } => c::templates::templates(command)?,
         Command::Enqueue {
             campaign,
             batch_size,

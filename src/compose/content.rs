@@ -39,7 +39,7 @@ pub struct TemplateProblem {
 #[derive(Serialize)]
 pub struct Vars<'a> {
     /// Left out when empty, so `{{ name | default("friend") }}` works.
-    #[serde(skip_serializing_if = "str::is_empty")]
+    #[serde(skip_serializing_if = "is_blank")]
     pub name: &'a str,
     pub email: &'a str,
     /// Empty values are left out too: a missing attribute renders empty.
@@ -48,9 +48,17 @@ pub struct Vars<'a> {
     pub campaign: CampaignVars<'a>,
 }
 
+fn is_blank(s: &&str) -> bool {
+    s.trim().is_empty()
+}
+
 #[derive(Serialize)]
 pub struct CampaignVars<'a> {
     pub name: &'a str,
+    /// The rendered subject, for the HTML and text parts (the starters
+    /// put it in `<title>`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
 }
 
 impl<'a> Vars<'a> {
@@ -71,7 +79,10 @@ impl<'a> Vars<'a> {
             email,
             attributes,
             unsubscribe_url,
-            campaign: CampaignVars { name: campaign },
+            campaign: CampaignVars {
+                name: campaign,
+                subject: None,
+            },
         }
     }
 
@@ -154,7 +165,8 @@ impl Compiled {
         self.render_one(SUBJECT, vars)
     }
 
-    /// The HTML and text parts; `None` for a built-in starter.
+    /// The HTML and text parts; `None` for a built-in starter. Set
+    /// `vars.campaign.subject` first.
     pub fn body(&self, vars: &Vars) -> Result<Option<(String, String)>, minijinja::Error> {
         if !self.has_body {
             return Ok(None);
@@ -266,6 +278,57 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `templates show` prints sources that render what the built-in
+    /// templates render.
+    #[test]
+    fn starters_render_as_the_built_in_templates() {
+        let mut attrs = Map::new();
+        attrs.insert("city".into(), Value::String("Lyon <Rhône>".into()));
+        attrs.insert("plan".into(), Value::String("Gold".into()));
+        let none = Map::new();
+        let norm = |s: &str| {
+            [
+                ("&#x2f;", "/"),
+                ("&#38;", "&amp;"),
+                ("&#60;", "&lt;"),
+                ("&#62;", "&gt;"),
+                ("&#34;", "&quot;"),
+                ("&#x27;", "&#39;"),
+            ]
+            .iter()
+            .fold(s.to_string(), |s, (a, b)| s.replace(a, b))
+            .trim_end()
+            .to_string()
+        };
+        for name in crate::templates::TEMPLATES {
+            let (html, text) = crate::templates::starter(name).unwrap();
+            let c = Compiled::new(
+                &Sources {
+                    subject: ("--subject", "News & more"),
+                    body: Some([("h", html), ("t", text)]),
+                },
+                "c",
+            )
+            .unwrap();
+            for (who, a) in [("Ada", &attrs), ("", &none)] {
+                let url = "https://x.test/u/1?a=b";
+                let mut vars = Vars::new(who, "ada@x.test", a, url, "c");
+                vars.campaign.subject = Some("News & more".into());
+                let (h, t) = c.body(&vars).unwrap().unwrap();
+                let ctx = crate::templates::Context {
+                    subject: "News & more",
+                    name: who,
+                    email: "ada@x.test",
+                    attributes: a,
+                    unsubscribe_url: url,
+                };
+                let built = crate::templates::render(name, &ctx).unwrap();
+                assert_eq!(norm(&h), norm(&built.html), "{name} html");
+                assert_eq!(norm(&t), norm(&built.text), "{name} text");
+            }
+        }
+    }
 
     fn compile(html: &str, text: &str) -> Result<Compiled, TemplateProblem> {
         Compiled::new(

@@ -296,3 +296,58 @@ fn a_template_reads_no_file() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("inc.html:2:"), "{}", stderr(&out));
 }
+
+/// `templates show` prints a starter that, copied into files, makes the
+/// same message as the built-in template.
+#[test]
+fn a_shown_starter_copied_into_files_sends_the_same_message() {
+    let env = Env::new(Kind::Sqlite, "127.0.0.1:1");
+    import(
+        &env,
+        "news",
+        "email,name,city\nada@example.test,Ada,Lyon & Co\n",
+    );
+    let both = env.ok(&["templates", "show", "announcement"]);
+    assert!(both.starts_with("==> announcement.html <=="), "{both}");
+    assert!(both.contains("==> announcement.txt <=="), "{both}");
+    let html = file(
+        &env,
+        "a.html",
+        &env.ok(&["templates", "show", "announcement", "--html"]),
+    );
+    let text = file(
+        &env,
+        "a.txt",
+        &env.ok(&["templates", "show", "announcement", "--text"]),
+    );
+    let out = create(
+        &env,
+        "own",
+        &["--html", &html, "--text", &text],
+        "Plan change",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = create(
+        &env,
+        "builtin",
+        &["--template", "announcement"],
+        "Plan change",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let own = parts(&env.ok(&["preview", "own"]));
+    let builtin = parts(&env.ok(&["preview", "builtin"]));
+    assert_eq!(own.text.trim_end(), builtin.text.trim_end());
+    assert!(own.html.contains("Dear Ada,"), "{}", own.html);
+    assert!(
+        own.html.contains("<strong>Plan change</strong>"),
+        "{}",
+        own.html
+    );
+    let out = env.run(&["templates", "show", "nope"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("newsletter, announcement"),
+        "{}",
+        stderr(&out)
+    );
+}
