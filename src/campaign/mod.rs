@@ -33,6 +33,9 @@ pub enum CampaignError {
     Compose(#[from] compose::ComposeError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// `campaign delete` of a campaign that is past its draft.
+    #[error("campaign {name:?} is {state}: only a draft (nothing enqueued, nothing sent) can be deleted; `mailsplit cancel {name}` stops it")]
+    NotDraft { name: String, state: String },
 }
 
 /// `campaign create`'s options, as typed.
@@ -205,6 +208,23 @@ pub fn statuses(conn: &mut Conn, name: Option<&str>) -> Result<Vec<CampaignStatu
         .iter()
         .map(|(c, counters)| CampaignStatus::new(c, counters))
         .collect())
+}
+
+/// `campaign delete`: the campaign and its content, counters and ledger,
+/// while it is a draft. Returns its name.
+pub fn delete(conn: &mut Conn, name_or_id: &str) -> Result<String, CampaignError> {
+    let c = campaigns::find(conn, name_or_id)?;
+    match crate::store::drafts::delete_draft(conn, name_or_id)? {
+        None => Ok(c.name),
+        Some(now) => {
+            let counters = campaigns::counters(conn, now.id)?;
+            let state = CampaignStatus::new(&now, &counters).state.to_string();
+            Err(CampaignError::NotDraft {
+                name: now.name,
+                state,
+            })
+        }
+    }
 }
 
 /// Whether a campaign of exactly this name exists (not an id, not another

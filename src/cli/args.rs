@@ -322,6 +322,12 @@ pub enum CampaignCommand {
     },
     /// One line per campaign
     List,
+    /// Delete a campaign made by mistake: only a draft (nothing enqueued
+    /// or sent); exit 2 naming the state otherwise
+    Delete {
+        /// Campaign name or id
+        name: String,
+    },
 }
 
 /// `Debug` shows the SMTP URL through [`redact`].

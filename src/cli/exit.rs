@@ -181,7 +181,9 @@ impl ExitKind for KeygenError {
 impl ExitKind for CampaignError {
     fn exit_kind(&self) -> Exit {
         match self {
-            CampaignError::Bad(_) | CampaignError::Content(_) => Exit::Usage,
+            CampaignError::Bad(_) | CampaignError::Content(_) | CampaignError::NotDraft { .. } => {
+                Exit::Usage
+            }
             CampaignError::Config(e) => e.exit_kind(),
             CampaignError::Template(e) => e.exit_kind(),
             CampaignError::Compose(e) => e.exit_kind(),

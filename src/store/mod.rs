@@ -19,6 +19,7 @@ pub mod content;
 pub mod db;
 pub mod deliveries;
 pub mod dkim_keys;
+pub mod drafts;
 pub mod installation;
 pub mod optouts;
 mod plans;

@@ -351,3 +351,37 @@ fn a_shown_starter_copied_into_files_sends_the_same_message() {
         stderr(&out)
     );
 }
+
+fn delete_takes_a_draft_only(kind: Kind) {
+    let (_tmp, _bs, env) = env_with_beanstalkd(kind);
+    import(&env, "news", "email\nada@example.test\nbob@example.test\n");
+    let page = file(&env, "p.html", "<p>Hi {{ name }}</p>");
+    let out = create(&env, "oops", &["--html", &page], "Hi");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(env
+        .ok(&["campaign", "delete", "oops"])
+        .contains("deleted campaign \"oops\""));
+    let out = env.run(&["status", "oops"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    // Nothing of it is left: the name is free again, its content too.
+    let out = create(&env, "oops", &["--template", "newsletter"], "Again");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(env.ok(&["preview", "oops"]).contains("Subject: Again"));
+
+    env.ok(&["enqueue", "oops"]);
+    let out = env.run(&["campaign", "delete", "oops"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("\"oops\" is sending"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(env.status("oops")["recipients"], 2);
+    let out = env.run(&["campaign", "delete", "nope"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+mod delete {
+    use super::*;
+    both!(delete_takes_a_draft_only);
+}

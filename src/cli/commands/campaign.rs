@@ -40,6 +40,10 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
             },
         ),
         CampaignCommand::List => list(g),
+        CampaignCommand::Delete { name } => {
+            let deleted = campaign::delete(&mut open_migrated(g)?, &name)?;
+            Ok(outln!("deleted campaign {deleted:?}")?)
+        }
     }
 }
 
