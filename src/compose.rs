@@ -309,12 +309,54 @@ fn build(campaign: &CampaignMail, r: &Recipient) -> Result<Composed, Unsendable>
     if r.status != RecipientStatus::Active {
         return Err(Unsendable::Inactive(r.status));
     }
+    build_for(campaign, r, None)
+}
+
+/// Recipient id the links, Message-ID and VERP sender of a test message
+/// name: a valid token that names nobody.
+pub const TEST_RECIPIENT: i64 = 0;
+
+/// `campaign test`: the message `r` would get, rendered for `r` but
+/// addressed to `to`, subject prefixed `[TEST] `, signed like the real
+/// ones; its tokens name recipient [`TEST_RECIPIENT`], so its unsubscribe
+/// link unsubscribes nobody and a bounce of it changes nobody.
+pub fn compose_test(
+    campaign: &CampaignMail,
+    r: &Recipient,
+    to: &str,
+) -> Result<Composed, Unsendable> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        build_for(campaign, r, Some(to))
+    }))
+    .unwrap_or_else(|_| Err(Unsendable::Invalid("internal error while composing".into())))
+}
+
+/// One message: to `r`, or (a test) rendered for `r` and sent to `test_to`.
+fn build_for(
+    campaign: &CampaignMail,
+    r: &Recipient,
+    test_to: Option<&str>,
+) -> Result<Composed, Unsendable> {
+    let rid = if test_to.is_some() {
+        TEST_RECIPIENT
+    } else {
+        r.id
+    };
     let attributes: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(&r.attributes).unwrap_or_default();
-    let (unsubscribe_url, one_click) = unsubscribe(campaign, r.id, &attributes);
-    let (subject, rendered) = render(campaign, r, &attributes, &unsubscribe_url)?;
+    // A test never carries the recipient's own unsubscribe link.
+    let own = if test_to.is_some() {
+        &Default::default()
+    } else {
+        &attributes
+    };
+    let (unsubscribe_url, one_click) = unsubscribe(campaign, rid, own);
+    let (mut subject, rendered) = render(campaign, r, &attributes, &unsubscribe_url)?;
+    if test_to.is_some() {
+        subject = format!("[TEST] {subject}");
+    }
     let database = &campaign.identity.database_id;
-    let message_id = message_id_of(&campaign.identity, campaign.id, r.id, &campaign.domain);
+    let message_id = message_id_of(&campaign.identity, campaign.id, rid, &campaign.domain);
     let mut extra = vec![
         headers::list_id(&campaign.list_name, campaign.list_id, &campaign.domain),
         headers::feedback_id(
@@ -330,13 +372,13 @@ fn build(campaign: &CampaignMail, r: &Recipient) -> Result<Composed, Unsendable>
         &subject,
         message_id,
         &r.name,
-        &r.email,
+        test_to.unwrap_or(&r.email),
         rendered,
         extra,
     )?;
     message.bytes = dkim::sign(&campaign.dkim, message.bytes)
         .map_err(|e| Unsendable::Invalid(e.to_string()))?;
-    with_sender(message, envelope_sender(campaign, r.id))
+    with_sender(message, envelope_sender(campaign, rid))
 }
 
 /// The subject and both parts of one recipient's message: the stored

@@ -6,6 +6,7 @@
 //! public URL; then the list, in the database).
 
 pub mod content;
+pub mod test_send;
 
 use crate::compose;
 use crate::config::{self, ConfigError};
@@ -33,6 +34,9 @@ pub enum CampaignError {
     Compose(#[from] compose::ComposeError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// `campaign test`: the relay could not be reached or refused.
+    #[error("test send failed: {0}")]
+    Send(String),
     /// `campaign delete` of a campaign that is past its draft.
     #[error("campaign {name:?} is {state}: only a draft (nothing enqueued, nothing sent) can be deleted; `mailsplit cancel {name}` stops it")]
     NotDraft { name: String, state: String },

@@ -322,12 +322,42 @@ pub enum CampaignCommand {
     },
     /// One line per campaign
     List,
+    /// Send test messages now: rendered for one list member, subject
+    /// "[TEST] …", through the workers' relay; the ledger is untouched
+    Test(TestArgs),
     /// Delete a campaign made by mistake: only a draft (nothing enqueued
     /// or sent); exit 2 naming the state otherwise
     Delete {
         /// Campaign name or id
         name: String,
     },
+}
+
+/// `campaign test`'s options. `Debug` shows the SMTP URL through [`redact`].
+#[derive(Args, Clone)]
+pub struct TestArgs {
+    /// Campaign name or id
+    pub name: String,
+    /// Where the test messages go (comma-separated or repeated)
+    #[arg(long, required = true, value_delimiter = ',')]
+    pub to: Vec<String>,
+    /// The list member the message is rendered for (default: the first active one)
+    #[arg(long)]
+    pub recipient: Option<String>,
+    /// SMTP relay, as for `worker`
+    #[arg(long, env = "SMTP_URL", hide_env_values = true, default_value = config::DEFAULT_SMTP_URL)]
+    pub smtp: String,
+}
+
+impl std::fmt::Debug for TestArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestArgs")
+            .field("name", &self.name)
+            .field("to", &self.to)
+            .field("recipient", &self.recipient)
+            .field("smtp", &redact::Url(&self.smtp))
+            .finish()
+    }
 }
 
 /// `Debug` shows the SMTP URL through [`redact`].

@@ -184,6 +184,7 @@ impl ExitKind for CampaignError {
             CampaignError::Bad(_) | CampaignError::Content(_) | CampaignError::NotDraft { .. } => {
                 Exit::Usage
             }
+            CampaignError::Send(_) => Exit::Runtime,
             CampaignError::Config(e) => e.exit_kind(),
             CampaignError::Template(e) => e.exit_kind(),
             CampaignError::Compose(e) => e.exit_kind(),

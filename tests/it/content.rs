@@ -385,3 +385,69 @@ mod delete {
     use super::*;
     both!(delete_takes_a_draft_only);
 }
+
+fn test_send_reaches_the_relay_and_leaves_the_ledger(kind: Kind) {
+    let (_tmp, _bs, peer, mut env) = setup(
+        kind,
+        Script {
+            keep_data: true,
+            reject: Some("@refused.test".into()),
+            ..Script::default()
+        },
+    );
+    env.smtp = peer.url();
+    import(
+        &env,
+        "news",
+        "email,name,status\nzed@example.test,Zed,unsubscribed\nada@example.test,Ada,active\n",
+    );
+    let page = file(&env, "p.html", "<p>Hi {{ name }} &lt;{{ email }}&gt;</p>");
+    let out = create(&env, "t", &["--html", &page], "News for {{ name }}");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let before = env.status("t");
+    let out = env.ok(&[
+        "campaign",
+        "test",
+        "t",
+        "--to",
+        "qa@test.example,boss@test.example",
+    ]);
+    assert!(
+        out.contains("sent a test message to boss@test.example"),
+        "{out}"
+    );
+    let got = peer.messages.lock().unwrap().clone();
+    assert_eq!(got.len(), 2, "{got:?}");
+    for (to, message) in &got {
+        assert!(to[0].ends_with("@test.example"), "{to:?}");
+        let m = parts(message);
+        // Rendered for the first active member, subject marked.
+        assert_eq!(m.subject, "[TEST] News for Ada");
+        assert!(m.text.contains("Hi Ada <ada@example.test>"), "{}", m.text);
+    }
+    assert!(!got
+        .iter()
+        .any(|(to, _)| to.iter().any(|a| a.contains("example.test"))));
+    // For another member, and a refusal is exit 1 naming the address.
+    let out = env.run(&[
+        "campaign",
+        "test",
+        "t",
+        "--to",
+        "x@refused.test",
+        "--recipient",
+        "zed@example.test",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("x@refused.test"), "{}", stderr(&out));
+    // Nothing in the ledger or the counters.
+    assert_eq!(env.status("t"), before);
+    assert_eq!(env.status("t")["sent"], 0);
+    let out = env.run(&["campaign", "test", "nope", "--to", "a@b.test"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+mod test_send {
+    use super::*;
+    both!(test_send_reaches_the_relay_and_leaves_the_ledger);
+}

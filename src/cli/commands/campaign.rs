@@ -40,6 +40,7 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
             },
         ),
         CampaignCommand::List => list(g),
+        CampaignCommand::Test(a) => test(g, &a.name, &a.to, a.recipient.as_deref(), &a.smtp),
         CampaignCommand::Delete { name } => {
             let deleted = campaign::delete(&mut open_migrated(g)?, &name)?;
             Ok(outln!("deleted campaign {deleted:?}")?)
@@ -85,6 +86,31 @@ fn print_created(c: &Created) -> Result {
         outln!("one-click unsubscribe links: {url}/u/TOKEN (serve them with `mailsplit serve`)")?;
     }
     Ok(())
+}
+
+/// `campaign test`: one line per address; exit 1 if any was refused.
+fn test(g: &Global, name: &str, to: &[String], recipient: Option<&str>, smtp: &str) -> Result {
+    let url = crate::config::SmtpUrl::parse(smtp)?;
+    let mut conn = open_read_only(g)?;
+    let outcomes = campaign::test_send::send_test(
+        &mut conn,
+        name,
+        recipient,
+        to,
+        url,
+        crate::config::DEFAULT_SMTP_TIMEOUT,
+    )?;
+    let mut refused = Vec::new();
+    for (address, outcome) in outcomes {
+        match outcome {
+            Ok(()) => outln!("sent a test message to {address}")?,
+            Err(reply) => refused.push(format!("{address}: {reply}")),
+        }
+    }
+    if refused.is_empty() {
+        return Ok(());
+    }
+    Err(campaign::CampaignError::Send(refused.join("; ")).into())
 }
 
 /// One line per campaign.
