@@ -341,6 +341,21 @@ mod tests {
     }
 
     #[test]
+    fn the_cache_compiles_each_version_once() {
+        let cache = Cache::default();
+        let mut compiled = 0;
+        for key in [(1, 1), (1, 1), (1, 1), (1, 2), (2, 1), (1, 2)] {
+            cache
+                .get_or_compile(key, || {
+                    compiled += 1;
+                    compile("<p>{{ name }}</p>", "{{ name }}")
+                })
+                .unwrap();
+        }
+        assert_eq!((compiled, cache.len()), (3, 3));
+    }
+
+    #[test]
     fn escapes_html_only_and_leaves_missing_values_empty() {
         let c = compile(
             "<p>{{ name }} {{ attributes.city }}|{{ attributes.zip }}|{{ campaign.name }}</p>",
