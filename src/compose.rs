@@ -8,8 +8,10 @@
 //! both call [`compose`], so a preview is the real message.
 
 pub mod align;
+pub mod content;
 pub mod fold;
 pub mod headers;
+pub mod source;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -21,6 +23,7 @@ use lettre::{Address, Message};
 
 use crate::dkim::{self, DkimError, SigningKey};
 use crate::mail::Composed;
+use crate::store::content::{self as stored, Content, ContentKind};
 use crate::store::{
     campaigns, dkim_keys, installation, recipients, Campaign, Conn, Recipient, RecipientStatus,
     StoreError,
@@ -29,6 +32,8 @@ use crate::templates::{self, Context, Rendered};
 use crate::tokens::Identity;
 
 pub use headers::{ascii_domain, safe_link};
+
+use content::{Cache, Compiled, Sources, TemplateProblem, Vars};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ComposeError {
@@ -44,6 +49,8 @@ pub enum ComposeError {
     BadReturnPath(String),
     #[error(transparent)]
     Dkim(#[from] DkimError),
+    #[error("the stored content does not compile: {0}")]
+    Content(#[from] TemplateProblem),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -53,7 +60,9 @@ impl ComposeError {
     pub fn is_usage(&self) -> bool {
         match self {
             ComposeError::Store(e) => e.is_usage(),
-            ComposeError::Unsendable { .. } | ComposeError::Dkim(_) => false,
+            ComposeError::Unsendable { .. } | ComposeError::Dkim(_) | ComposeError::Content(_) => {
+                false
+            }
             _ => true,
         }
     }
@@ -188,6 +197,11 @@ pub struct CampaignMail {
     pub dkim: Arc<[SigningKey]>,
     /// The VERP return path (`campaign create --return-path`).
     pub verp: Option<Verp>,
+    /// The stored content version, compiled; `None` for a campaign made
+    /// before content was stored (literal subject, built-in template).
+    pub content: Option<Arc<Compiled>>,
+    /// Its version number (0: none stored).
+    pub content_version: i64,
 }
 
 impl CampaignMail {
@@ -198,6 +212,22 @@ impl CampaignMail {
         c: &Campaign,
         identity: &Identity,
     ) -> Result<CampaignMail, ComposeError> {
+        Self::load_cached(conn, c, identity, &Cache::default())
+    }
+
+    /// [`CampaignMail::load`], taking the compiled content from `cache`
+    /// (compiling it there on first use).
+    pub fn load_cached(
+        conn: &mut Conn,
+        c: &Campaign,
+        identity: &Identity,
+        cache: &Cache,
+    ) -> Result<CampaignMail, ComposeError> {
+        let stored = stored::latest(conn, c.id)?;
+        let content_version = stored.as_ref().map_or(0, |s| s.version);
+        let compiled = stored
+            .map(|s| cache.get_or_compile((c.id, s.version), || compile_stored(&s, &c.name)))
+            .transpose()?;
         let from = parse_from(&c.from_addr)?;
         let domain = from_domain(&from);
         let keys = dkim_keys::for_domain(conn, &domain)?
@@ -217,8 +247,25 @@ impl CampaignMail {
             identity: identity.clone(),
             dkim: keys.into(),
             verp: c.return_path.as_deref().map(Verp::parse).transpose()?,
+            content: compiled,
+            content_version,
         })
     }
+}
+
+/// Compile a stored content version (checked when it was stored).
+fn compile_stored(s: &Content, campaign: &str) -> Result<Compiled, TemplateProblem> {
+    let body = (s.kind != ContentKind::Builtin).then_some([
+        ("HTML part", s.html.as_str()),
+        ("text part", s.text.as_str()),
+    ]);
+    Compiled::new(
+        &Sources {
+            subject: ("subject", &s.subject),
+            body,
+        },
+        campaign,
+    )
 }
 
 /// `mailbox` with its domain as an A-label (`news@exämple.com` →
@@ -262,20 +309,54 @@ fn build(campaign: &CampaignMail, r: &Recipient) -> Result<Composed, Unsendable>
     if r.status != RecipientStatus::Active {
         return Err(Unsendable::Inactive(r.status));
     }
+    build_for(campaign, r, None)
+}
+
+/// Recipient id the links, Message-ID and VERP sender of a test message
+/// name: a valid token that names nobody.
+pub const TEST_RECIPIENT: i64 = 0;
+
+/// `campaign test`: the message `r` would get, rendered for `r` but
+/// addressed to `to`, subject prefixed `[TEST] `, signed like the real
+/// ones; its tokens name recipient [`TEST_RECIPIENT`], so its unsubscribe
+/// link unsubscribes nobody and a bounce of it changes nobody.
+pub fn compose_test(
+    campaign: &CampaignMail,
+    r: &Recipient,
+    to: &str,
+) -> Result<Composed, Unsendable> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        build_for(campaign, r, Some(to))
+    }))
+    .unwrap_or_else(|_| Err(Unsendable::Invalid("internal error while composing".into())))
+}
+
+/// One message: to `r`, or (a test) rendered for `r` and sent to `test_to`.
+fn build_for(
+    campaign: &CampaignMail,
+    r: &Recipient,
+    test_to: Option<&str>,
+) -> Result<Composed, Unsendable> {
+    let rid = if test_to.is_some() {
+        TEST_RECIPIENT
+    } else {
+        r.id
+    };
     let attributes: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(&r.attributes).unwrap_or_default();
-    let (unsubscribe_url, one_click) = unsubscribe(campaign, r.id, &attributes);
-    let ctx = Context {
-        subject: &campaign.subject,
-        name: &r.name,
-        email: &r.email,
-        attributes: &attributes,
-        unsubscribe_url: &unsubscribe_url,
+    // A test never carries the recipient's own unsubscribe link.
+    let own = if test_to.is_some() {
+        &Default::default()
+    } else {
+        &attributes
     };
-    let rendered = templates::render(&campaign.template, &ctx)
-        .map_err(|e| Unsendable::Invalid(format!("{e:#}")))?;
+    let (unsubscribe_url, one_click) = unsubscribe(campaign, rid, own);
+    let (mut subject, rendered) = render(campaign, r, &attributes, &unsubscribe_url)?;
+    if test_to.is_some() {
+        subject = format!("[TEST] {subject}");
+    }
     let database = &campaign.identity.database_id;
-    let message_id = message_id_of(&campaign.identity, campaign.id, r.id, &campaign.domain);
+    let message_id = message_id_of(&campaign.identity, campaign.id, rid, &campaign.domain);
     let mut extra = vec![
         headers::list_id(&campaign.list_name, campaign.list_id, &campaign.domain),
         headers::feedback_id(
@@ -288,16 +369,56 @@ fn build(campaign: &CampaignMail, r: &Recipient) -> Result<Composed, Unsendable>
     extra.extend(headers::list_unsubscribe(&unsubscribe_url, one_click));
     let mut message = mime(
         &campaign.from,
-        &campaign.subject,
+        &subject,
         message_id,
         &r.name,
-        &r.email,
+        test_to.unwrap_or(&r.email),
         rendered,
         extra,
     )?;
     message.bytes = dkim::sign(&campaign.dkim, message.bytes)
         .map_err(|e| Unsendable::Invalid(e.to_string()))?;
-    with_sender(message, envelope_sender(campaign, r.id))
+    with_sender(message, envelope_sender(campaign, rid))
+}
+
+/// The subject and both parts of one recipient's message: the stored
+/// content rendered with minijinja, or the built-in starter (askama).
+fn render(
+    campaign: &CampaignMail,
+    r: &Recipient,
+    attributes: &serde_json::Map<String, serde_json::Value>,
+    unsubscribe_url: &str,
+) -> Result<(String, Rendered), Unsendable> {
+    let invalid = |e: &dyn std::fmt::Display| Unsendable::Invalid(format!("{e:#}"));
+    let mut vars = Vars::new(
+        &r.name,
+        &r.email,
+        attributes,
+        unsubscribe_url,
+        &campaign.name,
+    );
+    let (subject, body) = match &campaign.content {
+        Some(c) => {
+            let subject = c.subject(&vars).map_err(|e| invalid(&e))?;
+            vars.campaign.subject = Some(subject.clone());
+            (subject, c.body(&vars).map_err(|e| invalid(&e))?)
+        }
+        None => (campaign.subject.clone(), None),
+    };
+    let rendered = match body {
+        Some((html, text)) => Rendered { html, text },
+        None => {
+            let ctx = Context {
+                subject: &subject,
+                name: &r.name,
+                email: &r.email,
+                attributes,
+                unsubscribe_url,
+            };
+            templates::render(&campaign.template, &ctx).map_err(|e| invalid(&e))?
+        }
+    };
+    Ok((subject, rendered))
 }
 
 /// Longest link of a recipient's own taken into List-Unsubscribe: a URL
@@ -456,136 +577,4 @@ pub fn preview(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn header_injection_stays_in_its_header() {
-        let from = parse_from("Shop <news@example.test>").unwrap();
-        let parts = || Rendered {
-            html: "<p>hi</p>".into(),
-            text: "hi".into(),
-        };
-        let msg = mime(
-            &from,
-            "Hi",
-            "<1.2@mailsplit>".into(),
-            "x\r\nBcc: victim@evil.test",
-            "ada@example.test",
-            parts(),
-            Vec::new(),
-        )
-        .unwrap();
-        let text = String::from_utf8(msg.bytes).unwrap();
-        assert!(!text.contains("\r\nBcc:"), "{text}");
-        assert_eq!(msg.envelope.to().len(), 1);
-        assert!(mime(
-            &from,
-            "s",
-            "<x@y>".into(),
-            "",
-            "not an address",
-            parts(),
-            Vec::new()
-        )
-        .is_err());
-        assert!(parse_from("bad\r\nBcc: x@y").is_err());
-    }
-
-    #[test]
-    fn return_paths_and_verp_senders() {
-        assert_eq!(
-            parse_return_path("bounces@Bounce.Example.test").unwrap(),
-            "bounces@bounce.example.test"
-        );
-        for bad in [
-            "bounces+x@b.test",
-            "no-at",
-            &format!("{}@b.test", "x".repeat(33)),
-        ] {
-            assert!(parse_return_path(bad).is_err(), "{bad}");
-        }
-        let identity = Identity {
-            database_id: "db-0123456789abcdef".into(),
-            signer: crate::tokens::Signer::new(&[3u8; 32]),
-        };
-        let from = parse_from("Shop <news@example.test>").unwrap();
-        let mut campaign = CampaignMail {
-            id: 2_000_000,
-            name: "c".into(),
-            template: "newsletter".into(),
-            subject: "s".into(),
-            domain: from_domain(&from),
-            from,
-            list_id: 1,
-            list_name: "l".into(),
-            public_url: None,
-            identity: identity.clone(),
-            dkim: Vec::new().into(),
-            verp: None,
-        };
-        assert_eq!(
-            envelope_sender(&campaign, 5).to_string(),
-            "news@example.test"
-        );
-        campaign.verp =
-            Some(Verp::parse(&format!("{}@Bounce.example.test", "x".repeat(32))).unwrap());
-        // The largest ids the limit is made for still fit in 64 octets.
-        let sender = envelope_sender(&campaign, (1 << 35) - 1);
-        assert!(sender.user().len() <= 64, "{sender}");
-        assert_eq!(sender.domain(), "bounce.example.test");
-        let token = sender.user().split_once('+').unwrap().1;
-        assert_eq!(token, token.to_ascii_lowercase());
-        assert_eq!(
-            identity.signer.read_verp(token),
-            Some((2_000_000, (1 << 35) - 1))
-        );
-        // Message-IDs: ours (this database) only.
-        let id = message_id_of(&identity, 3, 77, "example.test");
-        assert!(id.contains(&identity.database_id), "{id}");
-        assert_eq!(read_message_id(&id, &identity), Some((3, 77)));
-        let other = Identity {
-            database_id: identity.database_id.clone(),
-            signer: crate::tokens::Signer::new(b"another secret"),
-        };
-        assert_eq!(read_message_id(&id, &other), None);
-        // The sequential ids of old: anybody could write one.
-        let old = format!("<3.77.{}@example.test>", identity.database_id);
-        assert_eq!(read_message_id(&old, &identity), None);
-        assert_eq!(read_message_id("<x.77.y@example.test>", &identity), None);
-    }
-
-    /// RFC 5322: no line over 998 characters, whatever the name holds.
-    #[test]
-    fn long_names_keep_every_line_within_the_limit() {
-        let from = parse_from("Shop <news@example.test>").unwrap();
-        let names = [
-            "a".repeat(2_000),
-            "ü".repeat(2_000),
-            "\"".repeat(2_000),
-            format!("{}x", "a".repeat(30)).repeat(60),
-            format!("Ada {}", "\\".repeat(1_999)),
-        ];
-        for name in names {
-            let msg = mime(
-                &from,
-                "Hi",
-                "<1.2@m>".into(),
-                &name,
-                "ada@example.test",
-                Rendered {
-                    html: "h".into(),
-                    text: "t".into(),
-                },
-                Vec::new(),
-            )
-            .unwrap();
-            let text = String::from_utf8(msg.bytes).unwrap();
-            let longest = text.split("\r\n").map(str::len).max().unwrap();
-            assert!(longest <= 998, "a {longest}-character line for {name:.20}…");
-            assert!(text.contains("ada@example.test>"), "{text}");
-        }
-        assert_eq!(display_name(&"x".repeat(500)).len(), MAX_DISPLAY_NAME);
-        assert_eq!(display_name(" Ada\r\nLovelace "), "Ada  Lovelace");
-    }
-}
+mod tests;

@@ -109,6 +109,23 @@ pub fn check(name: &str) -> Result<(), TemplateError> {
     }
 }
 
+/// A built-in template as a starter for the user's own content: its HTML
+/// and text parts in Jinja syntax (`campaign create --html/--text`), which
+/// render exactly what the compiled-in template renders (a test checks).
+pub fn starter(name: &str) -> Result<(&'static str, &'static str), TemplateError> {
+    match name {
+        "newsletter" => Ok((
+            include_str!("../templates/starters/newsletter.html"),
+            include_str!("../templates/starters/newsletter.txt"),
+        )),
+        "announcement" => Ok((
+            include_str!("../templates/starters/announcement.html"),
+            include_str!("../templates/starters/announcement.txt"),
+        )),
+        other => Err(TemplateError::Unknown(other.to_string())),
+    }
+}
+
 /// Render both parts of the named template.
 pub fn render(name: &str, ctx: &Context) -> Result<Rendered, TemplateError> {
     let err = |source| TemplateError::Render {

@@ -90,8 +90,11 @@ pub enum Command {
         #[arg(long, default_value = "csv", value_parser = ["csv", "json"])]
         format: String,
     },
-    /// List the templates compiled into this binary
-    Templates,
+    /// List the built-in starter templates, or show one's source
+    Templates {
+        #[command(subcommand)]
+        command: Option<TemplatesCommand>,
+    },
     /// Put a campaign's recipients into beanstalkd, one job per batch
     ///
     /// Safe to run again after a crash: it continues where it stopped and
@@ -268,6 +271,22 @@ pub enum ListCommand {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum TemplatesCommand {
+    /// Print a built-in starter's source (HTML and text, Jinja syntax), to
+    /// copy into your own files for `campaign create --html FILE --text FILE`
+    Show {
+        /// Template name (see `mailsplit templates`)
+        name: String,
+        /// Only the HTML part
+        #[arg(long, conflicts_with = "text")]
+        html: bool,
+        /// Only the text part
+        #[arg(long)]
+        text: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 pub enum RateCommand {
     /// Create or change a rate group shared by every worker
     ///
@@ -326,19 +345,35 @@ pub enum DkimCommand {
 /// `dkim keygen`'s selector when none is given.
 pub const DEFAULT_DKIM_SELECTOR: &str = "mailsplit";
 
+// Parsed once per run: the size of `Create` costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum CampaignCommand {
     /// Create a campaign for a list
+    ///
+    /// The content is exactly one of --html FILE [--text FILE],
+    /// --markdown FILE or --template NAME.
+    #[command(group = clap::ArgGroup::new("content").required(true).multiple(false))]
     Create {
         /// Unique campaign name
         name: String,
         /// Recipient list (from `mailsplit import --list`)
         #[arg(long)]
         list: String,
-        /// Template name (see `mailsplit templates`)
-        #[arg(long)]
-        template: String,
-        /// Subject line
+        /// HTML file: a Jinja template (name, email, attributes.KEY,
+        /// unsubscribe_url, campaign.name); its <style> CSS is inlined
+        #[arg(long, value_name = "FILE", group = "content")]
+        html: Option<PathBuf>,
+        /// Text part for --html (default: derived from the HTML)
+        #[arg(long, value_name = "FILE", requires = "html")]
+        text: Option<PathBuf>,
+        /// Markdown file (a Jinja template too): both parts are made from it
+        #[arg(long, value_name = "FILE", group = "content")]
+        markdown: Option<PathBuf>,
+        /// A built-in starter template (see `mailsplit templates`)
+        #[arg(long, value_name = "NAME", group = "content")]
+        template: Option<String>,
+        /// Subject line, a Jinja template too ("Hi {{ name }}")
         #[arg(long)]
         subject: String,
         /// Sender address, e.g. news@example.com or "Shop <news@example.com>"
@@ -366,6 +401,42 @@ pub enum CampaignCommand {
     },
     /// One line per campaign
     List,
+    /// Send test messages now: rendered for one list member, subject
+    /// "[TEST] …", through the workers' relay; the ledger is untouched
+    Test(TestArgs),
+    /// Delete a campaign made by mistake: only a draft (nothing enqueued
+    /// or sent); exit 2 naming the state otherwise
+    Delete {
+        /// Campaign name or id
+        name: String,
+    },
+}
+
+/// `campaign test`'s options. `Debug` shows the SMTP URL through [`redact`].
+#[derive(Args, Clone)]
+pub struct TestArgs {
+    /// Campaign name or id
+    pub name: String,
+    /// Where the test messages go (comma-separated or repeated)
+    #[arg(long, required = true, value_delimiter = ',')]
+    pub to: Vec<String>,
+    /// The list member the message is rendered for (default: the first active one)
+    #[arg(long)]
+    pub recipient: Option<String>,
+    /// SMTP relay, as for `worker`
+    #[arg(long, env = "SMTP_URL", hide_env_values = true, default_value = config::DEFAULT_SMTP_URL)]
+    pub smtp: String,
+}
+
+impl std::fmt::Debug for TestArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestArgs")
+            .field("name", &self.name)
+            .field("to", &self.to)
+            .field("recipient", &self.recipient)
+            .field("smtp", &redact::Url(&self.smtp))
+            .finish()
+    }
 }
 
 /// `Debug` shows the SMTP URL through [`redact`].

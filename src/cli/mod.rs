@@ -62,7 +62,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Optouts { since, format } => {
             c::lists::optouts(g, since.as_deref(), format == "json")?
         }
-        Command::Templates => c::templates::templates()?,
+        Command::Templates { command } => c::templates::templates(command)?,
         Command::Enqueue {
             campaign,
             batch_size,

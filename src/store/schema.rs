@@ -237,3 +237,16 @@ diesel::table! {
         until -> BigInt,
     }
 }
+
+diesel::table! {
+    /// Migration 40: each content version of a campaign (issue 24).
+    campaign_content (campaign_id, version) {
+        campaign_id -> BigInt,
+        version -> BigInt,
+        kind -> Text,
+        subject -> Text,
+        html -> Text,
+        text -> Text,
+        created_at -> BigInt,
+    }
+}

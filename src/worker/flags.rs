@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use tokio::sync::RwLock;
 
+use crate::compose::content::Cache;
 use crate::compose::{CampaignMail, ComposeError};
 use crate::dkim::SigningKey;
 use crate::queue;
@@ -45,6 +46,10 @@ fn load_error(e: ComposeError, from: &str) -> StoreError {
             what: "DKIM key",
             value: e.to_string(),
         },
+        ComposeError::Content(e) => StoreError::BadValue {
+            what: "campaign content",
+            value: e.to_string(),
+        },
         _ => StoreError::BadValue {
             what: "sender address",
             value: from.to_string(),
@@ -63,6 +68,8 @@ pub struct FlagState {
 #[derive(Default)]
 pub struct Campaigns {
     info: Mutex<HashMap<i64, Arc<CampaignInfo>>>,
+    /// Compiled content by (campaign, version): once per worker.
+    content: Arc<Cache>,
     flags: RwLock<HashMap<i64, FlagState>>,
 }
 
@@ -78,12 +85,13 @@ impl Campaigns {
             return Ok(Some(Arc::clone(found)));
         }
         let identity = identity.clone();
+        let cache = Arc::clone(&self.content);
         let loaded = db
             .run(move |conn| {
                 let Some(c) = campaigns::get(conn, id)? else {
                     return Ok(None);
                 };
-                let mail = CampaignMail::load(conn, &c, &identity)
+                let mail = CampaignMail::load_cached(conn, &c, &identity, &cache)
                     .map_err(|e| load_error(e, &c.from_addr))?;
                 let keys = key_versions(dkim_keys::for_domain(conn, &mail.domain)?.iter());
                 Ok(Some((c, mail, keys)))

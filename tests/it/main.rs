@@ -23,6 +23,7 @@ mod bounce;
 mod cli;
 mod closed_pipe;
 mod connections;
+mod content;
 mod dashboard;
 mod delay_proxy;
 mod dkim;

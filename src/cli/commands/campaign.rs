@@ -1,6 +1,8 @@
 //! `mailsplit campaign create|list` and `mailsplit preview`.
 
-use crate::campaign::{self, CreateRequest, Created};
+use std::path::PathBuf;
+
+use crate::campaign::{self, ContentSource, CreateRequest, Created};
 use crate::cli::args::{CampaignCommand, Global};
 use crate::cli::out::{self, error_line, outln};
 use crate::compose;
@@ -13,6 +15,9 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
         CampaignCommand::Create {
             name,
             list,
+            html,
+            text,
+            markdown,
             template,
             subject,
             from,
@@ -25,7 +30,7 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
             CreateRequest {
                 name,
                 list,
-                template,
+                content: content_source(html, text, markdown, template),
                 subject,
                 from,
                 priority,
@@ -35,6 +40,25 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
             },
         ),
         CampaignCommand::List => list(g),
+        CampaignCommand::Test(a) => test(g, &a.name, &a.to, a.recipient.as_deref(), &a.smtp),
+        CampaignCommand::Delete { name } => {
+            let deleted = campaign::delete(&mut open_migrated(g)?, &name)?;
+            Ok(outln!("deleted campaign {deleted:?}")?)
+        }
+    }
+}
+
+/// The one content option clap let through.
+fn content_source(
+    html: Option<PathBuf>,
+    text: Option<PathBuf>,
+    markdown: Option<PathBuf>,
+    template: Option<String>,
+) -> ContentSource {
+    match (html, markdown, template) {
+        (Some(html), _, _) => ContentSource::Html { html, text },
+        (_, Some(md), _) => ContentSource::Markdown(md),
+        (_, _, name) => ContentSource::Template(name.unwrap_or_default()),
     }
 }
 
@@ -50,7 +74,7 @@ fn create(g: &Global, request: CreateRequest) -> Result {
 
 fn print_created(c: &Created) -> Result {
     outln!(
-        "created campaign {:?} (id {}) for list {:?}: {} recipients, template {}, priority {}",
+        "created campaign {:?} (id {}) for list {:?}: {} recipients, content {}, priority {}",
         c.campaign.name,
         c.campaign.id,
         c.list,
@@ -62,6 +86,31 @@ fn print_created(c: &Created) -> Result {
         outln!("one-click unsubscribe links: {url}/u/TOKEN (serve them with `mailsplit serve`)")?;
     }
     Ok(())
+}
+
+/// `campaign test`: one line per address; exit 1 if any was refused.
+fn test(g: &Global, name: &str, to: &[String], recipient: Option<&str>, smtp: &str) -> Result {
+    let url = crate::config::SmtpUrl::parse(smtp)?;
+    let mut conn = open_read_only(g)?;
+    let outcomes = campaign::test_send::send_test(
+        &mut conn,
+        name,
+        recipient,
+        to,
+        url,
+        crate::config::DEFAULT_SMTP_TIMEOUT,
+    )?;
+    let mut refused = Vec::new();
+    for (address, outcome) in outcomes {
+        match outcome {
+            Ok(()) => outln!("sent a test message to {address}")?,
+            Err(reply) => refused.push(format!("{address}: {reply}")),
+        }
+    }
+    if refused.is_empty() {
+        return Ok(());
+    }
+    Err(campaign::CampaignError::Send(refused.join("; ")).into())
 }
 
 /// One line per campaign.

@@ -5,12 +5,18 @@
 //! order (name, template, From, return path, failure rate, subject,
 //! public URL; then the list, in the database).
 
+pub mod content;
+pub mod test_send;
+
 use crate::compose;
 use crate::config::{self, ConfigError};
 use crate::status::CampaignStatus;
 use crate::store::campaigns::{self, NewCampaign};
+use crate::store::content as stored;
 use crate::store::{dkim_keys, recipients, Campaign, Conn, StoreError};
-use crate::templates::{self, TemplateError};
+use crate::templates::TemplateError;
+
+pub use content::{ContentError, ContentSource, Prepared};
 
 /// Why a campaign could not be created.
 #[derive(Debug, thiserror::Error)]
@@ -23,9 +29,17 @@ pub enum CampaignError {
     #[error(transparent)]
     Template(#[from] TemplateError),
     #[error(transparent)]
+    Content(#[from] ContentError),
+    #[error(transparent)]
     Compose(#[from] compose::ComposeError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// `campaign test`: the relay could not be reached or refused.
+    #[error("test send failed: {0}")]
+    Send(String),
+    /// `campaign delete` of a campaign that is past its draft.
+    #[error("campaign {name:?} is {state}: only a draft (nothing enqueued, nothing sent) can be deleted; `mailsplit cancel {name}` stops it")]
+    NotDraft { name: String, state: String },
 }
 
 /// `campaign create`'s options, as typed.
@@ -33,7 +47,8 @@ pub enum CampaignError {
 pub struct CreateRequest {
     pub name: String,
     pub list: String,
-    pub template: String,
+    /// `--html`/`--text`, `--markdown` or `--template`.
+    pub content: ContentSource,
     pub subject: String,
     pub from: String,
     pub priority: Option<u32>,
@@ -48,6 +63,7 @@ pub struct CreateRequest {
 #[derive(Debug, Clone)]
 pub struct Checked {
     request: CreateRequest,
+    content: Prepared,
     from: lettre::message::Mailbox,
     return_path: Option<String>,
     public_url: Option<String>,
@@ -99,7 +115,9 @@ impl std::fmt::Display for Warning {
 /// Check everything that needs no database, in the documented order.
 pub fn check(request: CreateRequest) -> Result<Checked, CampaignError> {
     config::check_campaign_name(&request.name)?;
-    templates::check(&request.template)?;
+    if let ContentSource::Template(name) = &request.content {
+        crate::templates::check(name)?;
+    }
     let from = compose::parse_from(&request.from)?;
     let return_path = request
         .return_path
@@ -114,6 +132,7 @@ pub fn check(request: CreateRequest) -> Result<Checked, CampaignError> {
             "--subject must be one non-empty line".into(),
         ));
     }
+    let content = content::prepare(&request.name, subject, &request.content)?;
     let public_url = request
         .public_url
         .as_deref()
@@ -122,6 +141,7 @@ pub fn check(request: CreateRequest) -> Result<Checked, CampaignError> {
         .transpose()?;
     Ok(Checked {
         request,
+        content,
         from,
         return_path,
         public_url,
@@ -136,21 +156,25 @@ pub fn create(conn: &mut Conn, checked: Checked) -> Result<Created, CampaignErro
     let list_id = recipients::find_list(conn, &r.list)?;
     let size = recipients::list_size(conn, list_id)?;
     let priority = r.priority.map_or_else(|| default_priority(size), i64::from);
-    let campaign = campaigns::create(
-        conn,
-        &NewCampaign {
-            name: &r.name,
-            list_id,
-            template: &r.template,
-            subject: &r.subject,
-            from_addr: &checked.from.to_string(),
-            priority,
-            recipients: size,
-            public_url: checked.public_url.as_deref(),
-            return_path: checked.return_path.as_deref(),
-            max_failure_rate: checked.max_failure_rate,
-        },
-    )?;
+    let c = &checked.content;
+    let from_addr = checked.from.to_string();
+    let new = NewCampaign {
+        name: &r.name,
+        list_id,
+        template: &c.label,
+        subject: &r.subject,
+        from_addr: &from_addr,
+        priority,
+        recipients: size,
+        public_url: checked.public_url.as_deref(),
+        return_path: checked.return_path.as_deref(),
+        max_failure_rate: checked.max_failure_rate,
+    };
+    let campaign = conn.transaction(|conn| {
+        let campaign = campaigns::create(conn, &new)?;
+        stored::add(conn, campaign.id, c.kind, &c.subject, &c.html, &c.text)?;
+        Ok::<_, StoreError>(campaign)
+    })?;
     let mut warnings = Vec::new();
     if checked.public_url.is_none() {
         warnings.push(Warning::NoPublicUrl);
@@ -166,7 +190,7 @@ pub fn create(conn: &mut Conn, checked: Checked) -> Result<Created, CampaignErro
         campaign,
         list: checked.request.list,
         recipients: size,
-        template: checked.request.template,
+        template: checked.content.label,
         priority,
         public_url: checked.public_url,
         warnings,
@@ -188,6 +212,23 @@ pub fn statuses(conn: &mut Conn, name: Option<&str>) -> Result<Vec<CampaignStatu
         .iter()
         .map(|(c, counters)| CampaignStatus::new(c, counters))
         .collect())
+}
+
+/// `campaign delete`: the campaign and its content, counters and ledger,
+/// while it is a draft. Returns its name.
+pub fn delete(conn: &mut Conn, name_or_id: &str) -> Result<String, CampaignError> {
+    let c = campaigns::find(conn, name_or_id)?;
+    match crate::store::drafts::delete_draft(conn, name_or_id)? {
+        None => Ok(c.name),
+        Some(now) => {
+            let counters = campaigns::counters(conn, now.id)?;
+            let state = CampaignStatus::new(&now, &counters).state.to_string();
+            Err(CampaignError::NotDraft {
+                name: now.name,
+                state,
+            })
+        }
+    }
 }
 
 /// Whether a campaign of exactly this name exists (not an id, not another

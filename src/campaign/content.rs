@@ -1,0 +1,133 @@
+//! What `campaign create` does with the content the user gives: read the
+//! files, check each as a Jinja template (file, line and problem on
+//! error), convert (Markdown to HTML, CSS inlined, text derived from the
+//! HTML when none was given) and check the result once more, so what is
+//! stored always compiles.
+
+use std::path::{Path, PathBuf};
+
+use crate::compose::content::{Compiled, Sources, TemplateProblem};
+use crate::compose::source;
+use crate::store::content::ContentKind;
+use crate::templates::{self, TemplateError};
+
+/// Exactly one of `--html FILE [--text FILE]`, `--markdown FILE`,
+/// `--template NAME`.
+#[derive(Debug, Clone)]
+pub enum ContentSource {
+    Html {
+        html: PathBuf,
+        text: Option<PathBuf>,
+    },
+    Markdown(PathBuf),
+    Template(String),
+}
+
+impl Default for ContentSource {
+    fn default() -> Self {
+        ContentSource::Template(String::new())
+    }
+}
+
+/// Why the content cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ContentError {
+    #[error("cannot read {file}: {source}")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Template(#[from] TemplateProblem),
+    #[error(transparent)]
+    Builtin(#[from] TemplateError),
+    #[error("{file}: {problem}")]
+    Convert { file: String, problem: String },
+}
+
+/// The templates to store, converted and checked.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub kind: ContentKind,
+    pub subject: String,
+    pub html: String,
+    pub text: String,
+    /// What `campaign list` and Feedback-ID call the content: the built-in
+    /// template's name, or `html` / `markdown`.
+    pub label: String,
+}
+
+fn read(path: &Path) -> Result<(String, String), ContentError> {
+    let file = path.display().to_string();
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok((file, text)),
+        Err(source) => Err(ContentError::Read { file, source }),
+    }
+}
+
+/// Read, check and convert the content of a campaign named `campaign`.
+pub fn prepare(
+    campaign: &str,
+    subject: &str,
+    content: &ContentSource,
+) -> Result<Prepared, ContentError> {
+    let check = |body: Option<[(&str, &str); 2]>| {
+        Compiled::new(
+            &Sources {
+                subject: ("--subject", subject),
+                body,
+            },
+            campaign,
+        )
+    };
+    let convert = |file: &str| {
+        let file = file.to_string();
+        move |problem| ContentError::Convert { file, problem }
+    };
+    let (kind, html, text) = match content {
+        ContentSource::Template(name) => {
+            templates::check(name)?;
+            check(None)?;
+            (ContentKind::Builtin, String::new(), String::new())
+        }
+        ContentSource::Html { html, text } => {
+            let (html_file, html) = read(html)?;
+            let text = text.as_deref().map(read).transpose()?;
+            // The user's own files first: line numbers are theirs.
+            let own_text = text.as_ref().map_or(("", ""), |(f, t)| (f, t));
+            check(Some([(&html_file, &html), own_text]))?;
+            let derived = match text {
+                Some((_, text)) => text,
+                None => source::html_to_text(&html).map_err(convert(&html_file))?,
+            };
+            let inlined = source::inline_css(&html).map_err(convert(&html_file))?;
+            (ContentKind::Html, inlined, derived)
+        }
+        ContentSource::Markdown(path) => {
+            let (file, markdown) = read(path)?;
+            check(Some([(&file, &markdown), ("", "")]))?;
+            let html = source::markdown_to_html(&markdown);
+            let text = source::html_to_text(&html).map_err(convert(&file))?;
+            let html = source::inline_css(&html).map_err(convert(&file))?;
+            (ContentKind::Markdown, html, text)
+        }
+    };
+    let body = (kind != ContentKind::Builtin)
+        .then_some([("HTML part", html.as_str()), ("text part", text.as_str())]);
+    // The converted parts compile too (a converter that broke a tag).
+    if body.is_some() {
+        check(body)?;
+    }
+    let label = match content {
+        ContentSource::Template(name) => name.clone(),
+        _ => kind.to_string(),
+    };
+    Ok(Prepared {
+        kind,
+        subject: subject.to_string(),
+        html,
+        text,
+        label,
+    })
+}

@@ -1,0 +1,387 @@
+//! The user's own content, rendered at run time with minijinja (Jinja
+//! syntax). A campaign's subject, HTML and text templates are compiled once
+//! per content version per process ([`Cache`], keyed by campaign id and
+//! version) and rendered per message. The engine is built without
+//! `include`/`import`/`extends` (minijinja's `multi_template` feature is
+//! off, so those tags do not even parse), without a loader and without any
+//! function that reaches files, the environment or the network. The HTML
+//! part is auto-escaped; the subject and text parts are not.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use minijinja::{AutoEscape, Environment, UndefinedBehavior};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// The names a template may use at the top level.
+pub const VARIABLES: &[&str] = &["name", "email", "attributes", "unsubscribe_url", "campaign"];
+
+/// minijinja's own globals (with the `builtins` feature, without `debug`).
+const GLOBALS: &[&str] = &["range", "dict", "namespace", "loop"];
+
+/// Template names inside one [`Compiled`] environment.
+const SUBJECT: &str = "subject";
+const HTML: &str = "html";
+const TEXT: &str = "text";
+
+/// A template the user wrote that cannot be used, with where and why.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{file}{}: {problem}", line.map(|l| format!(":{l}")).unwrap_or_default())]
+pub struct TemplateProblem {
+    /// The file (or `--subject`) the template came from.
+    pub file: String,
+    pub line: Option<usize>,
+    pub problem: String,
+}
+
+/// What one message's templates see.
+#[derive(Serialize)]
+pub struct Vars<'a> {
+    /// Left out when empty, so `{{ name | default("friend") }}` works.
+    #[serde(skip_serializing_if = "is_blank")]
+    pub name: &'a str,
+    pub email: &'a str,
+    /// Empty values are left out too: a missing attribute renders empty.
+    pub attributes: Map<String, Value>,
+    pub unsubscribe_url: &'a str,
+    pub campaign: CampaignVars<'a>,
+}
+
+fn is_blank(s: &&str) -> bool {
+    s.trim().is_empty()
+}
+
+#[derive(Serialize)]
+pub struct CampaignVars<'a> {
+    pub name: &'a str,
+    /// The rendered subject, for the HTML and text parts (the starters
+    /// put it in `<title>`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+}
+
+impl<'a> Vars<'a> {
+    pub fn new(
+        name: &'a str,
+        email: &'a str,
+        attributes: &Map<String, Value>,
+        unsubscribe_url: &'a str,
+        campaign: &'a str,
+    ) -> Vars<'a> {
+        let attributes = attributes
+            .iter()
+            .filter(|(_, v)| !matches!(v, Value::Null) && v.as_str() != Some(""))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Vars {
+            name,
+            email,
+            attributes,
+            unsubscribe_url,
+            campaign: CampaignVars {
+                name: campaign,
+                subject: None,
+            },
+        }
+    }
+
+    /// A made-up recipient the templates are tried on when they are stored.
+    pub fn sample(campaign: &'a str) -> Vars<'a> {
+        Vars::new(
+            "Sample Recipient",
+            "sample@example.com",
+            &Map::new(),
+            "https://example.com/u/sample",
+            campaign,
+        )
+    }
+}
+
+/// One content version's templates, compiled.
+pub struct Compiled {
+    env: Environment<'static>,
+    /// Whether the HTML and text parts are ours (else: a built-in starter).
+    has_body: bool,
+}
+
+impl std::fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compiled")
+            .field("has_body", &self.has_body)
+            .finish()
+    }
+}
+
+/// A fresh engine: lenient about undefined values (they render empty),
+/// HTML-escaping the `html` template only.
+fn engine() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_undefined_behavior(UndefinedBehavior::Lenient);
+    env.set_auto_escape_callback(|name| {
+        if name == HTML {
+            AutoEscape::Html
+        } else {
+            AutoEscape::None
+        }
+    });
+    env
+}
+
+/// The parts of a content version: the subject and, unless the campaign
+/// uses a built-in starter, the HTML and text templates, each with the
+/// file it came from (for error messages).
+pub struct Sources<'a> {
+    pub subject: (&'a str, &'a str),
+    pub body: Option<[(&'a str, &'a str); 2]>,
+}
+
+impl Compiled {
+    /// Compile and check every part: syntax, top-level names, and a trial
+    /// render for a sample recipient (an unknown filter shows there).
+    pub fn new(sources: &Sources, campaign: &str) -> Result<Compiled, TemplateProblem> {
+        let mut env = engine();
+        let mut parts = vec![(SUBJECT, sources.subject)];
+        if let Some([html, text]) = sources.body {
+            parts.push((HTML, html));
+            parts.push((TEXT, text));
+        }
+        for (key, (file, source)) in &parts {
+            add(&mut env, key, file, source)?;
+        }
+        let compiled = Compiled {
+            env,
+            has_body: sources.body.is_some(),
+        };
+        for (key, (file, _)) in &parts {
+            compiled
+                .render_one(key, &Vars::sample(campaign))
+                .map_err(|e| problem(file, &e))?;
+        }
+        Ok(compiled)
+    }
+
+    pub fn subject(&self, vars: &Vars) -> Result<String, minijinja::Error> {
+        self.render_one(SUBJECT, vars)
+    }
+
+    /// The HTML and text parts; `None` for a built-in starter. Set
+    /// `vars.campaign.subject` first.
+    pub fn body(&self, vars: &Vars) -> Result<Option<(String, String)>, minijinja::Error> {
+        if !self.has_body {
+            return Ok(None);
+        }
+        Ok(Some((
+            self.render_one(HTML, vars)?,
+            self.render_one(TEXT, vars)?,
+        )))
+    }
+
+    fn render_one(&self, key: &str, vars: &Vars) -> Result<String, minijinja::Error> {
+        self.env
+            .get_template(key)?
+            .render(minijinja::value::Serde(vars))
+    }
+}
+
+/// Parse one template into `env` and check that it names only
+/// [`VARIABLES`] at the top level.
+fn add(
+    env: &mut Environment<'static>,
+    key: &str,
+    file: &str,
+    source: &str,
+) -> Result<(), TemplateProblem> {
+    env.add_template_owned(key.to_string(), source.to_string())
+        .map_err(|e| problem(file, &e))?;
+    let template = env.get_template(key).map_err(|e| problem(file, &e))?;
+    let unknown: BTreeSet<String> = template
+        .undeclared_variables(false)
+        .into_iter()
+        .filter(|v| !VARIABLES.contains(&v.as_str()) && !GLOBALS.contains(&v.as_str()))
+        .collect();
+    match unknown.first() {
+        None => Ok(()),
+        Some(name) => Err(TemplateProblem {
+            file: file.to_string(),
+            line: line_of(source, name),
+            problem: format!(
+                "unknown variable `{name}`; a template can use {} (extra CSV columns are attributes.COLUMN)",
+                VARIABLES.join(", ")
+            ),
+        }),
+    }
+}
+
+fn problem(file: &str, e: &minijinja::Error) -> TemplateProblem {
+    TemplateProblem {
+        file: file.to_string(),
+        line: e.line(),
+        problem: match e.detail() {
+            Some(detail) => format!("{}: {detail}", e.kind()),
+            None => e.kind().to_string(),
+        },
+    }
+}
+
+/// The first line on which `word` appears as a whole word.
+fn line_of(source: &str, word: &str) -> Option<usize> {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    source
+        .lines()
+        .position(|line| {
+            line.match_indices(word).any(|(at, _)| {
+                let before = line[..at].chars().next_back();
+                let after = line[at + word.len()..].chars().next();
+                !before.is_some_and(ident) && !after.is_some_and(ident)
+            })
+        })
+        .map(|i| i + 1)
+}
+
+/// Compiled content versions by (campaign id, version): each is compiled
+/// once per process, never per message.
+#[derive(Default)]
+pub struct Cache {
+    compiled: Mutex<HashMap<(i64, i64), Arc<Compiled>>>,
+}
+
+impl Cache {
+    /// The compiled version, compiling it on first use.
+    pub fn get_or_compile(
+        &self,
+        key: (i64, i64),
+        compile: impl FnOnce() -> Result<Compiled, TemplateProblem>,
+    ) -> Result<Arc<Compiled>, TemplateProblem> {
+        if let Some(found) = self.lock().get(&key) {
+            return Ok(Arc::clone(found));
+        }
+        let compiled = Arc::new(compile()?);
+        self.lock().insert(key, Arc::clone(&compiled));
+        Ok(compiled)
+    }
+
+    /// How many versions were compiled (tests).
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(i64, i64), Arc<Compiled>>> {
+        self.compiled.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `templates show` prints sources that render what the built-in
+    /// templates render.
+    #[test]
+    fn starters_render_as_the_built_in_templates() {
+        let mut attrs = Map::new();
+        attrs.insert("city".into(), Value::String("Lyon <Rhône>".into()));
+        attrs.insert("plan".into(), Value::String("Gold".into()));
+        let none = Map::new();
+        let norm = |s: &str| {
+            [
+                ("&#x2f;", "/"),
+                ("&#38;", "&amp;"),
+                ("&#60;", "&lt;"),
+                ("&#62;", "&gt;"),
+                ("&#34;", "&quot;"),
+                ("&#x27;", "&#39;"),
+            ]
+            .iter()
+            .fold(s.to_string(), |s, (a, b)| s.replace(a, b))
+            .trim_end()
+            .to_string()
+        };
+        for name in crate::templates::TEMPLATES {
+            let (html, text) = crate::templates::starter(name).unwrap();
+            let c = Compiled::new(
+                &Sources {
+                    subject: ("--subject", "News & more"),
+                    body: Some([("h", html), ("t", text)]),
+                },
+                "c",
+            )
+            .unwrap();
+            for (who, a) in [("Ada", &attrs), ("", &none)] {
+                let url = "https://x.test/u/1?a=b";
+                let mut vars = Vars::new(who, "ada@x.test", a, url, "c");
+                vars.campaign.subject = Some("News & more".into());
+                let (h, t) = c.body(&vars).unwrap().unwrap();
+                let ctx = crate::templates::Context {
+                    subject: "News & more",
+                    name: who,
+                    email: "ada@x.test",
+                    attributes: a,
+                    unsubscribe_url: url,
+                };
+                let built = crate::templates::render(name, &ctx).unwrap();
+                assert_eq!(norm(&h), norm(&built.html), "{name} html");
+                assert_eq!(norm(&t), norm(&built.text), "{name} text");
+            }
+        }
+    }
+
+    fn compile(html: &str, text: &str) -> Result<Compiled, TemplateProblem> {
+        Compiled::new(
+            &Sources {
+                subject: ("--subject", "Hi {{ name | default(\"friend\") }}"),
+                body: Some([("a.html", html), ("a.txt", text)]),
+            },
+            "spring",
+        )
+    }
+
+    #[test]
+    fn the_cache_compiles_each_version_once() {
+        let cache = Cache::default();
+        let mut compiled = 0;
+        for key in [(1, 1), (1, 1), (1, 1), (1, 2), (2, 1), (1, 2)] {
+            cache
+                .get_or_compile(key, || {
+                    compiled += 1;
+                    compile("<p>{{ name }}</p>", "{{ name }}")
+                })
+                .unwrap();
+        }
+        assert_eq!((compiled, cache.len()), (3, 3));
+    }
+
+    #[test]
+    fn escapes_html_only_and_leaves_missing_values_empty() {
+        let c = compile(
+            "<p>{{ name }} {{ attributes.city }}|{{ attributes.zip }}|{{ campaign.name }}</p>",
+            "{{ name }} {{ attributes.city | default(\"nowhere\") }}",
+        )
+        .unwrap();
+        let mut attrs = Map::new();
+        attrs.insert("city".into(), Value::String("A&B".into()));
+        let vars = Vars::new("<b>Bob</b>", "b@x.test", &attrs, "u", "spring");
+        let (html, text) = c.body(&vars).unwrap().unwrap();
+        assert_eq!(html, "<p>&lt;b&gt;Bob&lt;&#x2f;b&gt; A&amp;B||spring</p>");
+        assert_eq!(text, "<b>Bob</b> A&B");
+        let nobody = Vars::new("", "b@x.test", &Map::new(), "u", "spring");
+        assert_eq!(c.subject(&nobody).unwrap(), "Hi friend");
+    }
+
+    #[test]
+    fn refuses_syntax_errors_unknown_names_and_includes_with_the_line() {
+        let e = compile("<p>\n{{ name </p>", "t").unwrap_err();
+        assert_eq!((e.file.as_str(), e.line), ("a.html", Some(2)), "{e}");
+        let e = compile("<p>\n\n{{ nmae }}</p>", "t").unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        assert!(e.problem.contains("nmae"), "{e}");
+        let e = compile("x", "{% include \"/etc/passwd\" %}").unwrap_err();
+        assert_eq!(e.file, "a.txt", "{e}");
+        let e = compile("{{ name | nosuchfilter }}", "t").unwrap_err();
+        assert!(e.problem.contains("nosuchfilter"), "{e}");
+    }
+}
