@@ -110,6 +110,10 @@ fn every_printing_command_exits_0_on_a_closed_pipe() {
     quiet(&env, &["workers"]);
     quiet(&env, &["workers", "--json"]);
     quiet(&env, &["preview", "news"]);
+    quiet(&env, &["templates", "show", "newsletter"]);
+    quiet(&env, &["list", "ls"]);
+    quiet(&env, &["optouts"]);
+    quiet(&env, &["optouts", "--format", "json"]);
 
     let maildir = env.dir.path().join("Maildir");
     for sub in ["new", "cur", "tmp"] {
@@ -121,4 +125,5 @@ fn every_printing_command_exits_0_on_a_closed_pipe() {
     quiet(&env, &["dkim", "delete", "example.test"]);
     quiet(&env, &["cancel", "news"]);
     assert_eq!(env.status("news")["state"], "cancelled");
+    quiet(&env, &["list", "delete", "news"]);
 }
