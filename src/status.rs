@@ -78,6 +78,10 @@ pub struct CampaignStatus {
     pub complaint_rate: f64,
     /// Why the workers paused the campaign (auto-pause), while it is paused.
     pub pause_reason: Option<String>,
+    /// The newest content version (`campaign edit` adds one; 0: none
+    /// stored), and how many recipients were sent each, by version.
+    pub content_version: i64,
+    pub versions: std::collections::BTreeMap<String, i64>,
 }
 
 /// The complaint rate Gmail and Yahoo hold bulk senders to (0.3 %).
@@ -137,7 +141,31 @@ impl CampaignStatus {
                 .pause_reason
                 .clone()
                 .filter(|_| state == Phase::Paused),
+            content_version: 0,
+            versions: Default::default(),
         }
+    }
+
+    /// With its content version and the recipients sent each version.
+    pub fn with_versions(mut self, current: i64, sent: &[(i64, i64)]) -> CampaignStatus {
+        self.content_version = current;
+        self.versions = sent.iter().map(|(v, n)| (v.to_string(), *n)).collect();
+        self
+    }
+
+    /// `content version 2 (sent: v1 40, v2 60)`.
+    fn versions_line(&self) -> String {
+        let sent: Vec<String> = self
+            .versions
+            .iter()
+            .map(|(v, n)| format!("v{v} {n}"))
+            .collect();
+        let sent = if sent.is_empty() {
+            String::new()
+        } else {
+            format!(" (sent: {})", sent.join(", "))
+        };
+        format!("content version {}{sent}", self.content_version)
     }
 
     /// `complaints 3 (0.15 % of sent; limit 0.3 %)`, flagged above the limit.
@@ -170,8 +198,9 @@ impl CampaignStatus {
             None => String::new(),
         };
         format!(
-            "{name} (id {id}): {state}{why}\n  recipients {recipients}  enqueued {enqueued} in {jobs} jobs\n  sent {sent}  failed {failed}  skipped {skipped}  pending {pending}\n  {complaints}\n  rate {rate:.1} msg/s (average {avg:.1})  eta {eta}",
+            "{name} (id {id}): {state}{why}\n  recipients {recipients}  enqueued {enqueued} in {jobs} jobs\n  sent {sent}  failed {failed}  skipped {skipped}  pending {pending}\n  {versions}\n  {complaints}\n  rate {rate:.1} msg/s (average {avg:.1})  eta {eta}",
             complaints = self.complaint_line(),
+            versions = self.versions_line(),
             name = self.name,
             id = self.id,
             state = self.state,

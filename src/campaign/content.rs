@@ -58,7 +58,8 @@ pub struct Prepared {
     pub label: String,
 }
 
-fn read(path: &Path) -> Result<(String, String), ContentError> {
+/// A file's name (as shown in errors) and text.
+pub(crate) fn read_file(path: &Path) -> Result<(String, String), ContentError> {
     let file = path.display().to_string();
     match std::fs::read_to_string(path) {
         Ok(text) => Ok((file, text)),
@@ -92,8 +93,8 @@ pub fn prepare(
             (ContentKind::Builtin, String::new(), String::new())
         }
         ContentSource::Html { html, text } => {
-            let (html_file, html) = read(html)?;
-            let text = text.as_deref().map(read).transpose()?;
+            let (html_file, html) = read_file(html)?;
+            let text = text.as_deref().map(read_file).transpose()?;
             // The user's own files first: line numbers are theirs.
             let own_text = text.as_ref().map_or(("", ""), |(f, t)| (f, t));
             check(Some([(&html_file, &html), own_text]))?;
@@ -105,7 +106,7 @@ pub fn prepare(
             (ContentKind::Html, inlined, derived)
         }
         ContentSource::Markdown(path) => {
-            let (file, markdown) = read(path)?;
+            let (file, markdown) = read_file(path)?;
             check(Some([(&file, &markdown), ("", "")]))?;
             let html = source::markdown_to_html(&markdown);
             let text = source::html_to_text(&html).map_err(convert(&file))?;

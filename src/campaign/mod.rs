@@ -6,6 +6,7 @@
 //! public URL; then the list, in the database).
 
 pub mod content;
+pub mod edit;
 pub mod test_send;
 
 use crate::compose;
@@ -17,6 +18,7 @@ use crate::store::{dkim_keys, recipients, Campaign, Conn, StoreError};
 use crate::templates::TemplateError;
 
 pub use content::{ContentError, ContentSource, Prepared};
+pub use edit::{EditRequest, Edited};
 
 /// Why a campaign could not be created.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +42,9 @@ pub enum CampaignError {
     /// `campaign delete` of a campaign that is past its draft.
     #[error("campaign {name:?} is {state}: only a draft (nothing enqueued, nothing sent) can be deleted; `mailsplit cancel {name}` stops it")]
     NotDraft { name: String, state: String },
+    /// `campaign edit` of a campaign that is sending, done or cancelled.
+    #[error("cannot edit campaign {name:?}: {why}")]
+    NotEditable { name: String, why: String },
 }
 
 /// `campaign create`'s options, as typed.
@@ -127,11 +132,7 @@ pub fn check(request: CreateRequest) -> Result<Checked, CampaignError> {
         .transpose()?;
     let max_failure_rate = parse_failure_rate(&request.max_failure_rate)?;
     let subject = &request.subject;
-    if subject.trim().is_empty() || subject.chars().any(char::is_control) {
-        return Err(CampaignError::Bad(
-            "--subject must be one non-empty line".into(),
-        ));
-    }
+    check_subject(subject)?;
     let content = content::prepare(&request.name, subject, &request.content)?;
     let public_url = request
         .public_url
@@ -147,6 +148,16 @@ pub fn check(request: CreateRequest) -> Result<Checked, CampaignError> {
         public_url,
         max_failure_rate,
     })
+}
+
+/// `--subject` is one non-empty line.
+fn check_subject(subject: &str) -> Result<(), CampaignError> {
+    if subject.trim().is_empty() || subject.chars().any(char::is_control) {
+        return Err(CampaignError::Bad(
+            "--subject must be one non-empty line".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Create the campaign for its list (which must exist), with the default
@@ -208,10 +219,16 @@ pub fn statuses(conn: &mut Conn, name: Option<&str>) -> Result<Vec<CampaignStatu
         }
         None => campaigns::list(conn)?,
     };
-    Ok(rows
-        .iter()
-        .map(|(c, counters)| CampaignStatus::new(c, counters))
-        .collect())
+    let ids: Vec<i64> = rows.iter().map(|(c, _)| c.id).collect();
+    let current: std::collections::HashMap<i64, i64> =
+        stored::latest_versions(conn, &ids)?.into_iter().collect();
+    rows.iter()
+        .map(|(c, counters)| {
+            let sent = stored::sent_by_version(conn, c.id)?;
+            let now = current.get(&c.id).copied().unwrap_or(0);
+            Ok(CampaignStatus::new(c, counters).with_versions(now, &sent))
+        })
+        .collect()
 }
 
 /// `campaign delete`: the campaign and its content, counters and ledger,

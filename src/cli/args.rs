@@ -399,6 +399,29 @@ pub enum CampaignCommand {
         #[arg(long, default_value = "20%")]
         max_failure_rate: String,
     },
+    /// Change a draft or paused campaign: each edit is a new content
+    /// version, checked as `create` checks it; workers send the new one
+    /// from the first message after `resume`
+    #[command(group = clap::ArgGroup::new("body").multiple(false))]
+    Edit {
+        /// Campaign name or id
+        name: String,
+        /// New subject line (a Jinja template)
+        #[arg(long)]
+        subject: Option<String>,
+        /// New HTML file (as for create)
+        #[arg(long, value_name = "FILE", group = "body")]
+        html: Option<PathBuf>,
+        /// New text part (with --html, or alone for --html content)
+        #[arg(long, value_name = "FILE")]
+        text: Option<PathBuf>,
+        /// New Markdown file (as for create)
+        #[arg(long, value_name = "FILE", group = "body", conflicts_with = "text")]
+        markdown: Option<PathBuf>,
+        /// New sender address
+        #[arg(long)]
+        from: Option<String>,
+    },
     /// One line per campaign
     List,
     /// Send test messages now: rendered for one list member, subject

@@ -189,9 +189,10 @@ impl ExitKind for KeygenError {
 impl ExitKind for CampaignError {
     fn exit_kind(&self) -> Exit {
         match self {
-            CampaignError::Bad(_) | CampaignError::Content(_) | CampaignError::NotDraft { .. } => {
-                Exit::Usage
-            }
+            CampaignError::Bad(_)
+            | CampaignError::Content(_)
+            | CampaignError::NotDraft { .. }
+            | CampaignError::NotEditable { .. } => Exit::Usage,
             CampaignError::Send(_) => Exit::Runtime,
             CampaignError::Config(e) => e.exit_kind(),
             CampaignError::Template(e) => e.exit_kind(),

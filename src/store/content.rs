@@ -83,3 +83,93 @@ pub fn delete(conn: &mut Conn, campaign_id: i64) -> Result<usize> {
     )
     .execute(c))?)
 }
+
+/// The newest content version of each of `ids` that has one.
+pub fn latest_versions(conn: &mut Conn, ids: &[i64]) -> Result<Vec<(i64, i64)>> {
+    let rows: Vec<(i64, Option<i64>)> = on!(conn, |c| cc::table
+        .filter(cc::campaign_id.eq_any(ids))
+        .group_by(cc::campaign_id)
+        .select((cc::campaign_id, diesel::dsl::max(cc::version)))
+        .load(c))?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(id, v)| v.map(|v| (id, v)))
+        .collect())
+}
+
+/// How many recipients were sent each content version, by version (the
+/// ledger's `content_version` of its `sent` rows; rows sent before it was
+/// recorded are not counted).
+pub fn sent_by_version(conn: &mut Conn, campaign_id: i64) -> Result<Vec<(i64, i64)>> {
+    use super::schema::deliveries as d;
+    use super::DeliveryState;
+    let rows: Vec<(Option<i64>, i64)> = on!(conn, |c| d::table
+        .filter(d::campaign_id.eq(campaign_id))
+        .filter(d::state.eq(DeliveryState::Sent))
+        .filter(d::content_version.is_not_null())
+        .group_by(d::content_version)
+        .select((d::content_version, diesel::dsl::count_star()))
+        .load(c))?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(v, n)| v.map(|v| (v, n)))
+        .collect())
+}
+
+/// What `campaign edit` changes besides the content.
+pub struct EditedCampaign<'a> {
+    pub subject: &'a str,
+    pub from_addr: &'a str,
+    /// What `campaign list` calls the content (see `campaigns.template`).
+    pub template: &'a str,
+}
+
+/// Store an edit: the campaign's subject, sender and content label, and
+/// the content as its next version, in one transaction, if the campaign
+/// is still a draft or paused (checked in the same statement, so a
+/// `resume` or `enqueue` that came first wins). `Ok(None)`: it is not,
+/// nothing changed; otherwise the new version.
+pub fn edit(
+    conn: &mut Conn,
+    campaign_id: i64,
+    fields: &EditedCampaign,
+    kind: ContentKind,
+    parts: (&str, &str),
+) -> Result<Option<i64>> {
+    use super::schema::campaigns as c;
+    use super::CampaignState;
+    conn.transaction(|conn| {
+        let editable = c::paused
+            .eq(true)
+            .or(c::state.eq(CampaignState::Draft))
+            .and(c::state.ne(CampaignState::Cancelled));
+        let changed = on!(conn, |x| diesel::update(
+            c::table.filter(c::id.eq(campaign_id)).filter(editable)
+        )
+        .set((
+            c::subject.eq(fields.subject),
+            c::from_addr.eq(fields.from_addr),
+            c::template.eq(fields.template),
+            c::updated_at.eq(now_ms()),
+        ))
+        .execute(x))?;
+        if changed == 0 {
+            return Ok(None);
+        }
+        add(conn, campaign_id, kind, fields.subject, parts.0, parts.1).map(Some)
+    })
+}
+
+/// Each sent recipient's address with the content version it got, by
+/// address (what the ledger says; for checks and audits).
+pub fn sent_versions(conn: &mut Conn, campaign_id: i64) -> Result<Vec<(String, Option<i64>)>> {
+    use super::schema::{deliveries as d, recipients as r};
+    use super::DeliveryState;
+    Ok(on!(conn, |c| d::table
+        .inner_join(r::table.on(r::id.eq(d::recipient_id)))
+        .filter(d::campaign_id.eq(campaign_id))
+        .filter(d::state.eq(DeliveryState::Sent))
+        .order(r::email)
+        .select((r::email, d::content_version))
+        .load(c))?)
+}

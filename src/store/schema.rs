@@ -102,6 +102,8 @@ diesel::table! {
         updated_at -> BigInt,
         bounced_at -> Nullable<BigInt>,
         complained_at -> Nullable<BigInt>,
+        /// Migration 45: the content version a sent message had.
+        content_version -> Nullable<BigInt>,
     }
 }
 

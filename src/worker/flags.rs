@@ -16,6 +16,7 @@ use crate::compose::{CampaignMail, ComposeError};
 use crate::dkim::SigningKey;
 use crate::queue;
 use crate::store::campaigns::{self, Flags};
+use crate::store::content as stored;
 use crate::store::dkim_keys::{self, StoredKey};
 use crate::store::{CampaignState, Db, StoreError};
 use crate::tokens::Identity;
@@ -71,6 +72,34 @@ pub struct Campaigns {
     /// Compiled content by (campaign, version): once per worker.
     content: Arc<Cache>,
     flags: RwLock<HashMap<i64, FlagState>>,
+    /// The newest content version of each campaign, as of the last
+    /// refresh: a message composed with an older one is not sent.
+    versions: Mutex<HashMap<i64, i64>>,
+}
+
+/// A campaign as [`Campaigns::info`] loads it.
+type Loaded = (crate::store::Campaign, CampaignMail, Vec<(String, i64)>);
+
+/// Load a campaign's settings, its current content compiled (from `cache`)
+/// and its DKIM keys; `None` if it does not exist.
+async fn load(
+    db: &Arc<Db>,
+    identity: &Identity,
+    cache: &Arc<Cache>,
+    id: i64,
+) -> Result<Option<Loaded>, StoreError> {
+    let identity = identity.clone();
+    let cache = Arc::clone(cache);
+    db.run(move |conn| {
+        let Some(c) = campaigns::get(conn, id)? else {
+            return Ok(None);
+        };
+        let mail = CampaignMail::load_cached(conn, &c, &identity, &cache)
+            .map_err(|e| load_error(e, &c.from_addr))?;
+        let keys = key_versions(dkim_keys::for_domain(conn, &mail.domain)?.iter());
+        Ok(Some((c, mail, keys)))
+    })
+    .await
 }
 
 impl Campaigns {
@@ -84,20 +113,7 @@ impl Campaigns {
         if let Some(found) = self.info.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
             return Ok(Some(Arc::clone(found)));
         }
-        let identity = identity.clone();
-        let cache = Arc::clone(&self.content);
-        let loaded = db
-            .run(move |conn| {
-                let Some(c) = campaigns::get(conn, id)? else {
-                    return Ok(None);
-                };
-                let mail = CampaignMail::load_cached(conn, &c, &identity, &cache)
-                    .map_err(|e| load_error(e, &c.from_addr))?;
-                let keys = key_versions(dkim_keys::for_domain(conn, &mail.domain)?.iter());
-                Ok(Some((c, mail, keys)))
-            })
-            .await?;
-        let Some((c, mail, keys)) = loaded else {
+        let Some((c, mail, keys)) = load(db, identity, &self.content, id).await? else {
             return Ok(None);
         };
         let info = Arc::new(CampaignInfo {
@@ -136,16 +152,73 @@ impl Campaigns {
         );
     }
 
-    /// Reload the flags of every campaign this worker has seen.
+    /// Reload the flags of every campaign this worker has seen, and the
+    /// settings of those edited since (`campaign edit`). The content
+    /// versions are read after the flags and in use before the flags are:
+    /// an edit is only stored while the campaign is paused, so the refresh
+    /// that first sees it resumed sends the new version from its first
+    /// message.
     pub async fn refresh(&self, db: &Arc<Db>) -> Result<(), StoreError> {
         let ids: Vec<i64> = self.flags.read().await.keys().copied().collect();
         if ids.is_empty() {
             return Ok(());
         }
-        for (id, flags) in db.run(move |c| campaigns::flags(c, &ids)).await? {
+        let asked = ids.clone();
+        let flags = db.run(move |c| campaigns::flags(c, &asked)).await?;
+        let versions = db.run(move |c| stored::latest_versions(c, &ids)).await?;
+        for (id, version) in versions {
+            self.versions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id, version);
+            self.reload_if_edited(db, id, version).await;
+        }
+        for (id, flags) in flags {
             self.set_flags(id, flags).await;
         }
         Ok(())
+    }
+
+    /// Load the campaign again if its content is newer than this worker's.
+    async fn reload_if_edited(&self, db: &Arc<Db>, id: i64, version: i64) {
+        let Some(old) = self.current(id) else {
+            return;
+        };
+        if old.mail.content_version >= version {
+            return;
+        }
+        match load(db, &old.mail.identity, &self.content, id).await {
+            Ok(Some((c, mail, keys))) => {
+                tracing::info!(
+                    campaign = %mail.name,
+                    version = mail.content_version,
+                    "campaign edited; sending its new content version from now on"
+                );
+                let fresh = Arc::new(CampaignInfo {
+                    mail,
+                    priority: queue::priority(c.priority),
+                    keys,
+                });
+                self.info
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(id, fresh);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(campaign = id, error = %e, "cannot load an edited campaign; its messages wait until it loads");
+            }
+        }
+    }
+
+    /// Whether a message composed with content `version` is older than the
+    /// campaign's newest version as of the last refresh.
+    pub fn outdated(&self, id: i64, version: i64) -> bool {
+        self.versions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .is_some_and(|&newest| version < newest)
     }
 
     /// The campaign's settings as this worker knows them now (with the

@@ -245,6 +245,7 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
                     tracker: Arc::clone(&tracker),
                     recipient_id: rid,
                     attempt,
+                    content_version: info.mail.content_version,
                     composed,
                 })
             }
@@ -262,6 +263,7 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
                     recipient_id: rid,
                     attempt,
                     kind,
+                    content_version: None,
                     unrecorded: None,
                 })
                 .await

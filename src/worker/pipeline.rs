@@ -22,6 +22,10 @@ pub struct Msg {
     /// Which try this is (1 for the first).
     pub attempt: i32,
     pub composed: Composed,
+    /// The content version it was composed with (0: none stored): a
+    /// message of an older version than the campaign's now is handed back
+    /// unsent, and composed anew.
+    pub content_version: i64,
     /// Rate groups the message counts against, and its weight in tokens.
     pub rate_groups: Vec<String>,
     pub weight: u32,
@@ -38,6 +42,9 @@ pub struct SendOutcome {
     pub recipient_id: i64,
     pub attempt: i32,
     pub kind: OutcomeKind,
+    /// The content version of the message that went out (see
+    /// [`crate::store::Outcome::content_version`]).
+    pub content_version: Option<i64>,
     /// For a message that went to the relay: one of the worker's
     /// `concurrency` "unrecorded" permits, held until the outcome is
     /// committed. So at any moment at most `concurrency` messages are on the

@@ -184,6 +184,7 @@ pub async fn reporter(
                     recipient_id: r.recipient_id,
                     token: r.tracker.token,
                     kind: r.kind.clone(),
+                    content_version: r.content_version,
                 })
                 .collect(),
         );

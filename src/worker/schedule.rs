@@ -481,6 +481,7 @@ impl Scheduler {
             recipient_id: msg.recipient_id,
             attempt: msg.attempt,
             kind: OutcomeKind::Unclaim,
+            content_version: None,
             unrecorded: None,
         };
         // A closed reporter means shutdown: the claim lapses after the TTR.

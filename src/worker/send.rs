@@ -102,6 +102,7 @@ pub async fn sender(
                 recipient_id: msg.recipient_id,
                 attempt: msg.attempt,
                 kind,
+                content_version: (msg.content_version > 0).then_some(msg.content_version),
                 unrecorded: Some(permit),
             };
             if outbox.send(report).await.is_err() {
@@ -189,6 +190,14 @@ async fn deliver(
     abort: &CancellationToken,
 ) -> (OutcomeKind, bool) {
     if abort.is_cancelled() || shared.campaigns.blocked(msg.tracker.campaign_id).await {
+        return (OutcomeKind::Unclaim, false);
+    }
+    // Composed before a `campaign edit` this worker has seen since: handed
+    // back, and composed with the new version when its job comes back.
+    if shared
+        .campaigns
+        .outdated(msg.tracker.campaign_id, msg.content_version)
+    {
         return (OutcomeKind::Unclaim, false);
     }
     let Some(conn) = conn else {

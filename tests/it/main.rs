@@ -27,6 +27,7 @@ mod content;
 mod dashboard;
 mod delay_proxy;
 mod dkim;
+mod edit;
 mod fleet;
 mod hardening;
 mod hardening_serve;

@@ -200,6 +200,7 @@ fn outcome(f: &Fixture, rid: i64, token: i64, kind: OutcomeKind) -> Outcome {
         recipient_id: rid,
         token,
         kind,
+        content_version: None,
     }
 }
 
@@ -1707,6 +1708,7 @@ fn concurrent_claims_send_each_recipient_once(kind: Kind) {
                                 recipient_id: rid,
                                 token,
                                 kind: OutcomeKind::Sent,
+                                content_version: None,
                             })
                             .collect();
                         let rec = deliveries::record(&mut conn, &outcomes, 3)
@@ -1801,6 +1803,7 @@ fn a_batch_of_successes_counts_each_campaign_and_ends_a_failure_streak(kind: Kin
         recipient_id: rid,
         token,
         kind: OutcomeKind::Sent,
+        content_version: None,
     };
     let batch = vec![
         on(promo, ids[0], 7),

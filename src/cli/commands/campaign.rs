@@ -1,4 +1,4 @@
-//! `mailsplit campaign create|list` and `mailsplit preview`.
+//! `mailsplit campaign create|edit|list` and `mailsplit preview`.
 
 use std::path::PathBuf;
 
@@ -37,6 +37,24 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
                 public_url,
                 return_path,
                 max_failure_rate,
+            },
+        ),
+        CampaignCommand::Edit {
+            name,
+            subject,
+            html,
+            text,
+            markdown,
+            from,
+        } => edit(
+            g,
+            &campaign::EditRequest {
+                name,
+                subject,
+                html,
+                text,
+                markdown,
+                from,
             },
         ),
         CampaignCommand::List => list(g),
@@ -85,6 +103,20 @@ fn print_created(c: &Created) -> Result {
     if let Some(url) = &c.public_url {
         outln!("one-click unsubscribe links: {url}/u/TOKEN (serve them with `mailsplit serve`)")?;
     }
+    Ok(())
+}
+
+/// `campaign edit`: store the new version and say which it is.
+fn edit(g: &Global, request: &campaign::EditRequest) -> Result {
+    let edited = campaign::edit::edit(&mut open_migrated(g)?, request)?;
+    for warning in &edited.warnings {
+        error_line(&format!("mailsplit: warning: {warning}"));
+    }
+    outln!(
+        "campaign {:?} now has content version {}; workers send it from the first message after `mailsplit resume`",
+        edited.name,
+        edited.version
+    )?;
     Ok(())
 }
 

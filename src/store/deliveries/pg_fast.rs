@@ -106,8 +106,9 @@ static RECORD_SENT_PG: LazyLock<String> = LazyLock::new(|| {
         "WITH p AS (SELECT ?::bigint AS now, ?::bigint AS campaign), \
          done AS ( \
            UPDATE deliveries AS d \
-           SET state = '{sent}', claim_token = NULL, last_error = NULL, updated_at = p.now \
-           FROM p, unnest(?::bigint[], ?::bigint[], ?::bigint[]) AS o(cid, rid, tok) \
+           SET state = '{sent}', claim_token = NULL, last_error = NULL, updated_at = p.now, \
+               content_version = NULLIF(o.ver, 0) \
+           FROM p, unnest(?::bigint[], ?::bigint[], ?::bigint[], ?::bigint[]) AS o(cid, rid, tok, ver) \
            WHERE d.campaign_id = o.cid AND d.recipient_id = o.rid \
              AND d.claim_token = o.tok AND d.state = '{claimed}' \
            RETURNING d.recipient_id AS rid, o.tok AS tok), \
@@ -149,6 +150,11 @@ pub(super) fn record_sent_pg(
         let cids: Vec<i64> = vec![campaign_id; idx.len()];
         let rids: Vec<i64> = idx.iter().map(|&i| outcomes[i].recipient_id).collect();
         let toks: Vec<i64> = idx.iter().map(|&i| outcomes[i].token).collect();
+        // 0: not known (NULL in the ledger).
+        let vers: Vec<i64> = idx
+            .iter()
+            .map(|&i| outcomes[i].content_version.unwrap_or(0))
+            .collect();
         let marked: Vec<Marked> = Prepared::new(
             &RECORD_SENT_PG,
             vec![
@@ -157,6 +163,7 @@ pub(super) fn record_sent_pg(
                 Bind::Ints(&cids),
                 Bind::Ints(&rids),
                 Bind::Ints(&toks),
+                Bind::Ints(&vers),
             ],
         )
         .load(c)?;

@@ -31,6 +31,9 @@ pub struct Outcome {
     pub recipient_id: i64,
     pub token: i64,
     pub kind: OutcomeKind,
+    /// The content version of the message sent (recorded with `sent`;
+    /// `None`: not known, as for messages of campaigns without content).
+    pub content_version: Option<i64>,
 }
 
 /// What recording an outcome did to the ledger row.
@@ -111,13 +114,14 @@ fn record_successes(
     results: &mut [Recorded],
     deltas: &mut BTreeMap<i64, Delta>,
 ) -> Result<()> {
-    let mut sent: BTreeMap<(i64, i64), Vec<usize>> = BTreeMap::new();
+    let mut sent: BTreeMap<(i64, i64, Option<i64>), Vec<usize>> = BTreeMap::new();
     for (i, o) in outcomes.iter().enumerate() {
         if o.kind == OutcomeKind::Sent {
-            sent.entry((o.campaign_id, o.token)).or_default().push(i);
+            let key = (o.campaign_id, o.token, o.content_version);
+            sent.entry(key).or_default().push(i);
         }
     }
-    for ((campaign_id, token), idx) in sent {
+    for ((campaign_id, token, version), idx) in sent {
         let ids: Vec<i64> = idx.iter().map(|&i| outcomes[i].recipient_id).collect();
         let done: Vec<i64> = on!(conn, |c| diesel::update(owned_rows!(
             campaign_id,
@@ -129,6 +133,7 @@ fn record_successes(
             d::claim_token.eq(None::<i64>),
             d::last_error.eq(None::<String>),
             d::updated_at.eq(now),
+            d::content_version.eq(version),
         ))
         .returning(d::recipient_id)
         .get_results(c))?;
