@@ -121,6 +121,16 @@ fn a_bad_template_in_an_edit_changes_nothing(kind: Kind) {
 }
 
 fn pause_edit_resume_sends_the_rest_the_new_version(kind: Kind) {
+    pause_edit_resume(kind, false);
+}
+
+/// The worker killed with -9 once the pause has taken effect (it holds no
+/// claim any more); a new worker sends the rest, in the new version.
+fn a_worker_killed_while_paused_is_replaced_by_one_sending_the_new_version(kind: Kind) {
+    pause_edit_resume(kind, true);
+}
+
+fn pause_edit_resume(kind: Kind, kill: bool) {
     const N: usize = 60;
     let (_tmp, _bs, peer, mut env) = setup(
         kind,
@@ -134,11 +144,22 @@ fn pause_edit_resume_sends_the_rest_the_new_version(kind: Kind) {
     import(&env, N);
     create(&env, "weekly");
     env.ok(&["enqueue", "weekly"]);
-    let w = env.worker(&["--concurrency", "2"]);
+    let mut w = env.worker(&["--concurrency", "2"]);
     wait_for(60, "a first part sent", || {
         env.status("weekly")["sent"].as_i64().unwrap_or(0) >= 10
     });
     env.ok(&["pause", "weekly"]);
+    if kill {
+        let id = env.status("weekly")["id"].as_i64().unwrap();
+        wait_for(60, "every claim handed back", || {
+            let counts = mailsplit::store::deliveries::ledger_counts(&mut env.conn(), id).unwrap();
+            !counts.contains_key(&mailsplit::store::DeliveryState::Claimed)
+        });
+        // SIGKILL: nothing of it runs after this.
+        w.0.kill().unwrap();
+        w.0.wait().unwrap();
+        w = env.worker(&["--concurrency", "2"]);
+    }
     let v2 = file(&env, "v2.html", "<p>Version two for {{ email }}</p>\n");
     let out = env.ok(&[
         "campaign",
@@ -205,5 +226,8 @@ mod bad_template {
 
 mod pause_resume {
     use super::*;
-    both!(pause_edit_resume_sends_the_rest_the_new_version);
+    both!(
+        pause_edit_resume_sends_the_rest_the_new_version,
+        a_worker_killed_while_paused_is_replaced_by_one_sending_the_new_version
+    );
 }
