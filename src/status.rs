@@ -5,7 +5,25 @@ use serde::Serialize;
 
 use crate::store::deliveries::RATE_WINDOW_MS;
 use crate::store::rates::{RateGroup, Usage};
-use crate::store::{now_ms, Campaign, CampaignState, Counters};
+use crate::store::{content, now_ms, Campaign, CampaignState, Conn, Counters, StoreError};
+
+/// Each campaign's status with its content version and the recipients
+/// sent each version: what `status --json` and the admin API show.
+pub fn with_versions(
+    conn: &mut Conn,
+    rows: &[(Campaign, Counters)],
+) -> Result<Vec<CampaignStatus>, StoreError> {
+    let ids: Vec<i64> = rows.iter().map(|(c, _)| c.id).collect();
+    let current: std::collections::HashMap<i64, i64> =
+        content::latest_versions(conn, &ids)?.into_iter().collect();
+    rows.iter()
+        .map(|(c, counters)| {
+            let sent = content::sent_by_version(conn, c.id)?;
+            let now = current.get(&c.id).copied().unwrap_or(0);
+            Ok(CampaignStatus::new(c, counters).with_versions(now, &sent))
+        })
+        .collect()
+}
 
 /// What a campaign is doing, as `status` shows it: the stored state with
 /// the pause flag and the counters folded in.

@@ -219,16 +219,7 @@ pub fn statuses(conn: &mut Conn, name: Option<&str>) -> Result<Vec<CampaignStatu
         }
         None => campaigns::list(conn)?,
     };
-    let ids: Vec<i64> = rows.iter().map(|(c, _)| c.id).collect();
-    let current: std::collections::HashMap<i64, i64> =
-        stored::latest_versions(conn, &ids)?.into_iter().collect();
-    rows.iter()
-        .map(|(c, counters)| {
-            let sent = stored::sent_by_version(conn, c.id)?;
-            let now = current.get(&c.id).copied().unwrap_or(0);
-            Ok(CampaignStatus::new(c, counters).with_versions(now, &sent))
-        })
-        .collect()
+    crate::status::with_versions(conn, &rows)
 }
 
 /// `campaign delete`: the campaign and its content, counters and ledger,

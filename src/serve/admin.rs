@@ -56,13 +56,12 @@ fn unavailable(e: &StoreError) -> Response {
 
 /// Every campaign as `status --json` prints it.
 async fn api_campaigns(Extract(state): Extract<State>) -> Response {
-    match state.admin.db(campaigns::list).await {
-        Ok(rows) => Json(
-            rows.iter()
-                .map(|(c, counters)| CampaignStatus::new(c, counters))
-                .collect::<Vec<_>>(),
-        )
-        .into_response(),
+    let all = |c: &mut Conn| {
+        let rows = campaigns::list(c)?;
+        crate::status::with_versions(c, &rows)
+    };
+    match state.admin.db(all).await {
+        Ok(all) => Json(all).into_response(),
         Err(e) => unavailable(&e),
     }
 }
