@@ -59,23 +59,63 @@ pub(super) fn plain(msg: &Message, body: &str, report: &mut ParsedReport) {
     if !daemon && failed_header.is_empty() {
         return;
     }
+    let head = report_head(body);
+    let head_lower = head.to_lowercase();
+    let delayed = is_delay(msg, &head_lower);
+    let failed = FAILURE_PHRASES.iter().any(|p| head_lower.contains(p));
+    if !delayed && !failed && failed_header.is_empty() {
+        return;
+    }
+    report.format = "plain";
+    let rcpts = failed_recipients(msg, head, failed_header);
+    let diagnostic = unfold(head);
+    let (kind, code) = if delayed {
+        (BounceKind::Delayed, classify::enhanced_in(head))
+    } else {
+        classify::failure(None, head)
+    };
+    let reason = diagnostic_line(head).unwrap_or_else(|| one_line_prefix(&diagnostic, 300));
+    let status = code.map(|c| c.to_string());
+    if rcpts.is_empty() {
+        report.findings.push(Finding {
+            address: None,
+            kind,
+            status,
+            reason,
+        });
+        return;
+    }
+    report.findings.extend(rcpts.into_iter().map(|a| Finding {
+        address: Some(a),
+        kind,
+        status: status.clone(),
+        reason: reason.clone(),
+    }));
+}
+
+/// The part of a plain report before it starts quoting the returned
+/// message.
+fn report_head(body: &str) -> &str {
     let lower = body.to_lowercase();
     let end = QUOTE_MARKERS
         .iter()
         .filter_map(|m| lower.find(m))
         .min()
         .unwrap_or(body.len());
-    let head = &body[..floor_char_boundary(body, end)];
-    let head_lower = head.to_lowercase();
+    &body[..floor_char_boundary(body, end)]
+}
+
+/// A warning that delivery is still being tried, by its phrasing or subject.
+fn is_delay(msg: &Message, head_lower: &str) -> bool {
     let subject = header_values(msg, "subject").join(" ").to_lowercase();
-    let delayed = DELAY_PHRASES.iter().any(|p| head_lower.contains(p))
+    DELAY_PHRASES.iter().any(|p| head_lower.contains(p))
         || subject.contains("(delay)")
-        || (subject.starts_with("warning:") && subject.contains("delayed"));
-    let failed = FAILURE_PHRASES.iter().any(|p| head_lower.contains(p));
-    if !delayed && !failed && failed_header.is_empty() {
-        return;
-    }
-    report.format = "plain";
+        || (subject.starts_with("warning:") && subject.contains("delayed"))
+}
+
+/// The failed recipients: `X-Failed-Recipients` when given, else the
+/// addresses the report part names.
+fn failed_recipients(msg: &Message, head: &str, failed_header: Vec<String>) -> Vec<String> {
     // The bounce's own parties are never the failed recipient (a quoted
     // "To:" line in the summary is the original sender).
     let own: Vec<String> = [
@@ -104,29 +144,7 @@ pub(super) fn plain(msg: &Message, body: &str, report: &mut ParsedReport) {
             .collect();
         rcpts.dedup_by(|a, b| a.eq_ignore_ascii_case(b));
     }
-    let diagnostic = unfold(head);
-    let (kind, code) = if delayed {
-        (BounceKind::Delayed, classify::enhanced_in(head))
-    } else {
-        classify::failure(None, head)
-    };
-    let reason = diagnostic_line(head).unwrap_or_else(|| one_line_prefix(&diagnostic, 300));
-    let status = code.map(|c| c.to_string());
-    if rcpts.is_empty() {
-        report.findings.push(Finding {
-            address: None,
-            kind,
-            status,
-            reason,
-        });
-        return;
-    }
-    report.findings.extend(rcpts.into_iter().map(|a| Finding {
-        address: Some(a),
-        kind,
-        status: status.clone(),
-        reason: reason.clone(),
-    }));
+    rcpts
 }
 
 /// The line of a plain report that carries the remote server's answer.
