@@ -126,44 +126,10 @@ impl Relay {
         // A relay at its process limit accepts the connection but never
         // greets it: a shorter bound than a message's exchange.
         let greeting = self.timeout.min(crate::config::CONNECT_TIMEOUT);
-        let tls = || {
-            self.tls
-                .clone()
-                .ok_or_else(|| MailError::NoStartTls(self.shown.clone()))
-        };
-        let mut conn = match self.url.tls {
-            Tls::Implicit => AsyncSmtpConnection::connect_tokio1(
-                (self.url.host.as_str(), self.url.port),
-                Some(greeting),
-                &self.hello,
-                Some(tls()?),
-                None,
-            )
-            .await
-            .map_err(self.connect_err())?,
-            Tls::None | Tls::StartTls { .. } => {
-                let stream = tokio::time::timeout(
-                    greeting,
-                    TcpStream::connect((self.url.host.as_str(), self.url.port)),
-                )
-                .await
-                .map_err(self.connect_err())?
-                .map_err(self.connect_err())?;
-                stream.set_nodelay(true).map_err(self.connect_err())?;
-                timed(
-                    greeting,
-                    AsyncSmtpConnection::connect_with_transport(
-                        Box::new(WriteBehind::new(stream)),
-                        &self.hello,
-                    ),
-                )
-                .await
-                .map_err(self.connect_err())?
-            }
-        };
+        let mut conn = self.open(greeting).await?;
         if let Tls::StartTls { required } = self.url.tls {
             if conn.can_starttls() {
-                timed(self.timeout, conn.starttls(tls()?, &self.hello))
+                timed(self.timeout, conn.starttls(self.tls_params()?, &self.hello))
                     .await
                     .map_err(self.connect_err())?;
             } else if required {
@@ -209,6 +175,49 @@ impl Relay {
             broken: false,
             dirty: false,
         })
+    }
+
+    /// The TLS settings, which only a relay URL asking for TLS has.
+    fn tls_params(&self) -> Result<TlsParameters, MailError> {
+        self.tls
+            .clone()
+            .ok_or_else(|| MailError::NoStartTls(self.shown.clone()))
+    }
+
+    /// The connection up to the greeting: TLS from the first byte
+    /// (`smtps://`), or plain TCP with TCP_NODELAY behind a write buffer.
+    async fn open(&self, greeting: Duration) -> Result<AsyncSmtpConnection, MailError> {
+        let conn = match self.url.tls {
+            Tls::Implicit => AsyncSmtpConnection::connect_tokio1(
+                (self.url.host.as_str(), self.url.port),
+                Some(greeting),
+                &self.hello,
+                Some(self.tls_params()?),
+                None,
+            )
+            .await
+            .map_err(self.connect_err())?,
+            Tls::None | Tls::StartTls { .. } => {
+                let stream = tokio::time::timeout(
+                    greeting,
+                    TcpStream::connect((self.url.host.as_str(), self.url.port)),
+                )
+                .await
+                .map_err(self.connect_err())?
+                .map_err(self.connect_err())?;
+                stream.set_nodelay(true).map_err(self.connect_err())?;
+                timed(
+                    greeting,
+                    AsyncSmtpConnection::connect_with_transport(
+                        Box::new(WriteBehind::new(stream)),
+                        &self.hello,
+                    ),
+                )
+                .await
+                .map_err(self.connect_err())?
+            }
+        };
+        Ok(conn)
     }
 }
 

@@ -101,160 +101,181 @@ struct Scrape(Snapshot);
 impl Collector for Scrape {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), FmtError> {
         let s = &self.0;
-        let campaign = |c: &CampaignStatus| vec![("campaign", c.name.clone())];
-        family(
-            &mut e,
-            "recipients",
-            "Recipients of the campaign.",
-            s.campaigns
-                .iter()
-                .map(|c| (campaign(c), gauge(c.recipients as f64))),
-        )?;
-        family(
-            &mut e,
-            "messages",
-            "Recipients with a final outcome, by outcome.",
-            s.campaigns.iter().flat_map(|c| {
-                OUTCOMES.iter().map(move |(outcome, value)| {
-                    (
-                        vec![
-                            ("campaign", c.name.clone()),
-                            ("outcome", outcome.to_string()),
-                        ],
-                        counter(value(c)),
-                    )
-                })
-            }),
-        )?;
-        for (name, help, value) in AFTER_SENDING {
-            family(
-                &mut e,
-                name,
-                help,
-                s.campaigns.iter().map(|c| (campaign(c), counter(value(c)))),
-            )?;
-        }
-        family(
-            &mut e,
-            "messages_pending",
-            "Recipients without a final outcome yet.",
-            s.campaigns
-                .iter()
-                .map(|c| (campaign(c), gauge(c.pending as f64))),
-        )?;
-        family(
-            &mut e,
-            "enqueued",
-            "Recipients put into beanstalkd jobs.",
-            s.campaigns
-                .iter()
-                .map(|c| (campaign(c), counter(c.enqueued))),
-        )?;
-        family(
-            &mut e,
-            "campaign_state",
-            "1 for the campaign's current state, 0 for the others.",
-            s.campaigns.iter().flat_map(|c| {
-                Phase::ALL.iter().map(move |&p| {
-                    (
-                        vec![
-                            ("campaign", c.name.clone()),
-                            ("state", p.as_str().to_string()),
-                        ],
-                        gauge(if c.state == p { 1.0 } else { 0.0 }),
-                    )
-                })
-            }),
-        )?;
-        family(
-            &mut e,
-            "campaign_send_rate",
-            "Messages finished per second over the last few seconds.",
-            s.campaigns.iter().map(|c| (campaign(c), gauge(c.rate))),
-        )?;
-
-        let group = |name: &str| vec![("group", name.to_string())];
-        family(
-            &mut e,
-            "rate_group_limit",
-            "Configured tokens per second of the rate group.",
-            s.rates.iter().map(|g| (group(&g.name), gauge(g.limit))),
-        )?;
-        family(
-            &mut e,
-            "rate_group_burst",
-            "Configured burst (tokens) of the rate group.",
-            s.rates
-                .iter()
-                .map(|g| (group(&g.name), gauge(g.burst as f64))),
-        )?;
-        family(
-            &mut e,
-            "rate_group_observed",
-            "Tokens per second the rate group granted lately.",
-            s.rates.iter().map(|g| (group(&g.name), gauge(g.observed))),
-        )?;
-        family(
-            &mut e,
-            "rate_group_granted",
-            "Tokens the rate group has granted.",
-            s.rates.iter().map(|g| (group(&g.name), counter(g.granted))),
-        )?;
-
-        let server = |q: &super::snapshot::QueueView| {
-            vec![("server", q.server.to_string()), ("tube", q.tube.clone())]
-        };
-        family(
-            &mut e,
-            "queue_up",
-            "1 when the beanstalkd server answered this scrape.",
-            s.queues
-                .iter()
-                .map(|q| (server(q), gauge(if q.counts.is_some() { 1.0 } else { 0.0 }))),
-        )?;
-        family(
-            &mut e,
-            "queue_jobs",
-            "Jobs in the tube on the beanstalkd server, by state.",
-            s.queues.iter().flat_map(|q| {
-                q.counts.iter().flat_map(move |counts| {
-                    counts.by_state().map(|(state, n)| {
-                        let mut labels = server(q);
-                        labels.push(("state", state.to_string()));
-                        (labels, gauge(n as f64))
-                    })
-                })
-            }),
-        )?;
-        family(
-            &mut e,
-            "queue_watching",
-            "Connections watching the tube (workers attached).",
-            s.queues.iter().flat_map(|q| {
-                q.counts
-                    .iter()
-                    .map(move |c| (server(q), gauge(c.watching as f64)))
-            }),
-        )?;
-
-        family(
-            &mut e,
-            "workers",
-            "Workers by what their heartbeat says; lost = silent too long.",
-            Liveness::ALL.iter().map(|&state| {
-                (
-                    vec![("state", state.as_str().to_string())],
-                    gauge(s.fleet.count(state) as f64),
-                )
-            }),
-        )?;
-        let on_newest = gauge(s.fleet.on_newest as f64);
-        on_newest.encode(e.encode_descriptor(
-            "workers_on_newest_binary",
-            "Live workers running the newest binary of the fleet.",
-            None,
-            ConstGauge::<f64>::TYPE,
-        )?)?;
+        campaign_families(&mut e, s)?;
+        rate_group_families(&mut e, s)?;
+        queue_families(&mut e, s)?;
+        fleet_families(&mut e, s)?;
         Ok(())
     }
+}
+
+/// The per-campaign families: sizes, outcomes, state, send rate.
+fn campaign_families(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), FmtError> {
+    let campaign = |c: &CampaignStatus| vec![("campaign", c.name.clone())];
+    family(
+        e,
+        "recipients",
+        "Recipients of the campaign.",
+        s.campaigns
+            .iter()
+            .map(|c| (campaign(c), gauge(c.recipients as f64))),
+    )?;
+    family(
+        e,
+        "messages",
+        "Recipients with a final outcome, by outcome.",
+        s.campaigns.iter().flat_map(|c| {
+            OUTCOMES.iter().map(move |(outcome, value)| {
+                (
+                    vec![
+                        ("campaign", c.name.clone()),
+                        ("outcome", outcome.to_string()),
+                    ],
+                    counter(value(c)),
+                )
+            })
+        }),
+    )?;
+    for (name, help, value) in AFTER_SENDING {
+        family(
+            e,
+            name,
+            help,
+            s.campaigns.iter().map(|c| (campaign(c), counter(value(c)))),
+        )?;
+    }
+    family(
+        e,
+        "messages_pending",
+        "Recipients without a final outcome yet.",
+        s.campaigns
+            .iter()
+            .map(|c| (campaign(c), gauge(c.pending as f64))),
+    )?;
+    family(
+        e,
+        "enqueued",
+        "Recipients put into beanstalkd jobs.",
+        s.campaigns
+            .iter()
+            .map(|c| (campaign(c), counter(c.enqueued))),
+    )?;
+    family(
+        e,
+        "campaign_state",
+        "1 for the campaign's current state, 0 for the others.",
+        s.campaigns.iter().flat_map(|c| {
+            Phase::ALL.iter().map(move |&p| {
+                (
+                    vec![
+                        ("campaign", c.name.clone()),
+                        ("state", p.as_str().to_string()),
+                    ],
+                    gauge(if c.state == p { 1.0 } else { 0.0 }),
+                )
+            })
+        }),
+    )?;
+    family(
+        e,
+        "campaign_send_rate",
+        "Messages finished per second over the last few seconds.",
+        s.campaigns.iter().map(|c| (campaign(c), gauge(c.rate))),
+    )?;
+    Ok(())
+}
+
+/// The rate groups: configured limits and what they granted.
+fn rate_group_families(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), FmtError> {
+    let group = |name: &str| vec![("group", name.to_string())];
+    family(
+        e,
+        "rate_group_limit",
+        "Configured tokens per second of the rate group.",
+        s.rates.iter().map(|g| (group(&g.name), gauge(g.limit))),
+    )?;
+    family(
+        e,
+        "rate_group_burst",
+        "Configured burst (tokens) of the rate group.",
+        s.rates
+            .iter()
+            .map(|g| (group(&g.name), gauge(g.burst as f64))),
+    )?;
+    family(
+        e,
+        "rate_group_observed",
+        "Tokens per second the rate group granted lately.",
+        s.rates.iter().map(|g| (group(&g.name), gauge(g.observed))),
+    )?;
+    family(
+        e,
+        "rate_group_granted",
+        "Tokens the rate group has granted.",
+        s.rates.iter().map(|g| (group(&g.name), counter(g.granted))),
+    )?;
+    Ok(())
+}
+
+/// Each beanstalkd server's tube.
+fn queue_families(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), FmtError> {
+    let server = |q: &super::snapshot::QueueView| {
+        vec![("server", q.server.to_string()), ("tube", q.tube.clone())]
+    };
+    family(
+        e,
+        "queue_up",
+        "1 when the beanstalkd server answered this scrape.",
+        s.queues
+            .iter()
+            .map(|q| (server(q), gauge(if q.counts.is_some() { 1.0 } else { 0.0 }))),
+    )?;
+    family(
+        e,
+        "queue_jobs",
+        "Jobs in the tube on the beanstalkd server, by state.",
+        s.queues.iter().flat_map(|q| {
+            q.counts.iter().flat_map(move |counts| {
+                counts.by_state().map(|(state, n)| {
+                    let mut labels = server(q);
+                    labels.push(("state", state.to_string()));
+                    (labels, gauge(n as f64))
+                })
+            })
+        }),
+    )?;
+    family(
+        e,
+        "queue_watching",
+        "Connections watching the tube (workers attached).",
+        s.queues.iter().flat_map(|q| {
+            q.counts
+                .iter()
+                .map(move |c| (server(q), gauge(c.watching as f64)))
+        }),
+    )?;
+    Ok(())
+}
+
+/// The workers, by liveness and binary.
+fn fleet_families(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), FmtError> {
+    family(
+        e,
+        "workers",
+        "Workers by what their heartbeat says; lost = silent too long.",
+        Liveness::ALL.iter().map(|&state| {
+            (
+                vec![("state", state.as_str().to_string())],
+                gauge(s.fleet.count(state) as f64),
+            )
+        }),
+    )?;
+    let on_newest = gauge(s.fleet.on_newest as f64);
+    on_newest.encode(e.encode_descriptor(
+        "workers_on_newest_binary",
+        "Live workers running the newest binary of the fleet.",
+        None,
+        ConstGauge::<f64>::TYPE,
+    )?)?;
+    Ok(())
 }

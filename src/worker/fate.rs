@@ -223,19 +223,7 @@ pub async fn finish(shared: &Shared, t: &Tracker) {
             (None, false, None) => Cmd::Delete(t.job_id),
         },
     };
-    let then = match &cmd {
-        Cmd::Delete(_) => "deleted".to_string(),
-        Cmd::Release { delay, .. } => format!("released for {delay:?}"),
-        Cmd::Defer { jobs, .. } => {
-            let due: Vec<String> = jobs.iter().map(|j| format!("{:?}", j.delay)).collect();
-            format!(
-                "deferred recipients put in {} new job(s) due in {}, job deleted",
-                jobs.len(),
-                due.join(", ")
-            )
-        }
-        other => format!("{other:?}"),
-    };
+    let then = what_then(&cmd);
     tracing::info!(
         job = t.job_id,
         campaign = t.campaign_id,
@@ -255,6 +243,22 @@ pub async fn finish(shared: &Shared, t: &Tracker) {
     drop(t.permit.lock().unwrap_or_else(|e| e.into_inner()).take());
 }
 
+/// What becomes of a finished job, for its log line.
+fn what_then(cmd: &Cmd) -> String {
+    match cmd {
+        Cmd::Delete(_) => "deleted".to_string(),
+        Cmd::Release { delay, .. } => format!("released for {delay:?}"),
+        Cmd::Defer { jobs, .. } => {
+            let due: Vec<String> = jobs.iter().map(|j| format!("{:?}", j.delay)).collect();
+            format!(
+                "deferred recipients put in {} new job(s) due in {}, job deleted",
+                jobs.len(),
+                due.join(", ")
+            )
+        }
+        other => format!("{other:?}"),
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -125,19 +125,7 @@ async fn beat(
     row.binary_hash = hash;
     row.binary_size = size;
     row.binary_mtime = mtime;
-    let cutoff = now_ms() - FORGET_LOST.as_millis() as i64;
-    match shared
-        .db
-        .run(move |c| {
-            rates::forget_usage_before(c, cutoff)?;
-            workers::forget_silent_since(c, cutoff)
-        })
-        .await
-    {
-        Ok(0) => {}
-        Ok(n) => tracing::info!(rows = n, "forgot workers lost for over a day"),
-        Err(e) => tracing::warn!(error = %e, "cannot prune lost workers' rows"),
-    }
+    forget_lost(&shared).await;
     let mut last = (Instant::now(), 0i64);
     let mut last_spent: (Instant, HashMap<String, u64>) = (Instant::now(), HashMap::new());
     let mut failing = false;
@@ -188,6 +176,23 @@ async fn beat(
             _ = stop.cancelled(), if !stopping => {}
             _ = tokio::time::sleep(HEARTBEAT) => {}
         }
+    }
+}
+
+/// Drop the rows of workers lost for longer than `FORGET_LOST`.
+async fn forget_lost(shared: &Shared) {
+    let cutoff = now_ms() - FORGET_LOST.as_millis() as i64;
+    match shared
+        .db
+        .run(move |c| {
+            rates::forget_usage_before(c, cutoff)?;
+            workers::forget_silent_since(c, cutoff)
+        })
+        .await
+    {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(rows = n, "forgot workers lost for over a day"),
+        Err(e) => tracing::warn!(error = %e, "cannot prune lost workers' rows"),
     }
 }
 

@@ -76,6 +76,52 @@ fn foreign(shared: &Shared, id: u64, db: String, body: &[u8]) -> Cmd {
     }
 }
 
+/// The campaign's state and pause flag decide first: a never-enqueued
+/// draft's job is buried, a cancelled campaign's deleted, a paused one's
+/// released with a delay.
+async fn check_flags(shared: &Shared, id: u64, info: &CampaignInfo) -> Result<(), Cmd> {
+    if let Some(f) = shared.campaigns.flag_state(info.mail.id).await {
+        if f.flags.state == CampaignState::Draft {
+            // The cache may predate `enqueue`: ask the database.
+            let fresh = shared
+                .campaigns
+                .fresh_flags(&shared.db, info.mail.id)
+                .await
+                .map_err(|e| {
+                    tracing::warn!(job = id, error = %e, "cannot read the campaign; job comes back in {DB_RETRY_DELAY:?}");
+                    Cmd::Release {
+                        id,
+                        priority: 0,
+                        delay: DB_RETRY_DELAY,
+                    }
+                })?;
+            if fresh.is_none_or(|f| f.state == CampaignState::Draft) {
+                tracing::warn!(
+                    job = id,
+                    campaign = %info.mail.name,
+                    "burying job: its campaign is a draft that was never enqueued, so `mailsplit enqueue` did not put this job"
+                );
+                return Err(Cmd::Bury {
+                    id,
+                    priority: BURY_PRIORITY,
+                });
+            }
+        }
+        if f.flags.state == CampaignState::Cancelled {
+            tracing::debug!(job = id, "campaign cancelled: deleting job");
+            return Err(Cmd::Delete(id));
+        }
+        if f.flags.paused {
+            return Err(Cmd::Release {
+                id,
+                priority: info.priority,
+                delay: pause_delay(f.paused_since),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Check a job and claim its recipients, or say what to do with the job
 /// instead (bury, delete, release).
 async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> {
@@ -115,35 +161,7 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
         }
         Err(e) => return Err(retry_later("cannot read the campaign", e)),
     };
-    if let Some(f) = shared.campaigns.flag_state(info.mail.id).await {
-        if f.flags.state == CampaignState::Draft {
-            // The cache may predate `enqueue`: ask the database.
-            let fresh = shared
-                .campaigns
-                .fresh_flags(&shared.db, info.mail.id)
-                .await
-                .map_err(|e| retry_later("cannot read the campaign", e))?;
-            if fresh.is_none_or(|f| f.state == CampaignState::Draft) {
-                tracing::warn!(
-                    job = id,
-                    campaign = %info.mail.name,
-                    "burying job: its campaign is a draft that was never enqueued, so `mailsplit enqueue` did not put this job"
-                );
-                return Err(bury);
-            }
-        }
-        if f.flags.state == CampaignState::Cancelled {
-            tracing::debug!(job = id, "campaign cancelled: deleting job");
-            return Err(Cmd::Delete(id));
-        }
-        if f.flags.paused {
-            return Err(Cmd::Release {
-                id,
-                priority: info.priority,
-                delay: pause_delay(f.paused_since),
-            });
-        }
-    }
+    check_flags(shared, id, &info).await?;
     let token = rand::random_range(1..i64::MAX);
     let lease = JOB_TTR.as_millis() as i64;
     let (campaign_id, list_id) = (info.mail.id, info.mail.list_id);

@@ -164,18 +164,7 @@ pub async fn reporter(
         if n == 0 {
             break;
         }
-        // Group commit: a few statements and one commit cost the same for
-        // 2 outcomes as for 50, and both workers queue for SQLite's one
-        // write lock. Gather a while (at most GATHER_WINDOW, so nothing waits
-        // long) before writing.
-        let deadline = tokio::time::Instant::now() + GATHER_WINDOW;
-        while batch.len() < gather {
-            let room = MAX_BATCH - batch.len();
-            match tokio::time::timeout_at(deadline, inbox.recv_many(&mut batch, room)).await {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-        }
+        gather_more(&mut inbox, &mut batch, gather).await;
         let outcomes: Arc<Vec<Outcome>> = Arc::new(
             batch
                 .iter()
@@ -188,26 +177,10 @@ pub async fn reporter(
                 })
                 .collect(),
         );
-        let mut backoff = Duration::from_millis(200);
         let deliveries::Recording {
             results: recorded,
             paused,
-        } = loop {
-            let todo = Arc::clone(&outcomes);
-            let max_attempts = shared.max_attempts;
-            match shared
-                .db
-                .run(move |c| deliveries::record_batch(c, &todo, max_attempts))
-                .await
-            {
-                Ok(r) => break r,
-                Err(e) => {
-                    tracing::error!(error = %e, outcomes = outcomes.len(), retry_in = ?backoff, "cannot record outcomes; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
-            }
-        };
+        } = record(&shared, &outcomes).await;
         let sent = batch
             .iter()
             .zip(&recorded)
@@ -238,6 +211,47 @@ pub async fn reporter(
             );
             if report.tracker.complete(&report.kind, state, report.attempt) {
                 finish(&shared, &report.tracker).await;
+            }
+        }
+    }
+}
+
+/// Group commit: a few statements and one commit cost the same for 2
+/// outcomes as for 50, and both workers queue for SQLite's one write lock.
+/// Gather up to `gather` outcomes for a while (at most GATHER_WINDOW, so
+/// nothing waits long) before writing.
+async fn gather_more(
+    inbox: &mut mpsc::Receiver<SendOutcome>,
+    batch: &mut Vec<SendOutcome>,
+    gather: usize,
+) {
+    let deadline = tokio::time::Instant::now() + GATHER_WINDOW;
+    while batch.len() < gather {
+        let room = MAX_BATCH - batch.len();
+        match tokio::time::timeout_at(deadline, inbox.recv_many(batch, room)).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Write a batch of outcomes to the ledger, retrying with a doubling,
+/// capped delay until the database takes them.
+async fn record(shared: &Shared, outcomes: &Arc<Vec<Outcome>>) -> deliveries::Recording {
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let todo = Arc::clone(outcomes);
+        let max_attempts = shared.max_attempts;
+        match shared
+            .db
+            .run(move |c| deliveries::record_batch(c, &todo, max_attempts))
+            .await
+        {
+            Ok(r) => return r,
+            Err(e) => {
+                tracing::error!(error = %e, outcomes = outcomes.len(), retry_in = ?backoff, "cannot record outcomes; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
             }
         }
     }

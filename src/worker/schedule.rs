@@ -248,16 +248,7 @@ impl Scheduler {
                 }
                 return Ok(self.input.recv().await.ok());
             }
-            let generation = shared.limiter.generation();
-            if generation != st.generation {
-                // Groups changed: look at every queue again, forget shares
-                // measured under the old rates.
-                st.generation = generation;
-                st.meters.clear();
-                for q in st.queues.values_mut() {
-                    q.due = None;
-                }
-            }
+            st.follow_generation(shared.limiter.generation());
             if let Some(m) = self.release_parked(&mut st, shared).await {
                 self.publish(&st);
                 return Ok(Some(m));
@@ -285,16 +276,7 @@ impl Scheduler {
             if deadline.is_some_and(|d| d <= now) {
                 return Err(Idle);
             }
-            let mut wake = now + MAX_SLEEP;
-            if let Some(d) = deadline {
-                wake = wake.min(d);
-            }
-            for q in st.queues.values().filter(|q| !q.msgs.is_empty()) {
-                wake = wake.min(q.due.unwrap_or(now));
-                if let Some(p) = q.msgs.front() {
-                    wake = wake.min(p.since + MAX_PARKED_FOR);
-                }
-            }
+            let wake = st.wake_at(now, deadline);
             let open = !self.input.is_closed();
             tokio::select! {
                 m = self.input.recv(), if open => {
@@ -509,6 +491,34 @@ impl Scheduler {
 }
 
 impl State {
+    /// Groups changed (rate generation `generation`): look at every queue
+    /// again, forget shares measured under the old rates.
+    fn follow_generation(&mut self, generation: u64) {
+        if generation != self.generation {
+            self.generation = generation;
+            self.meters.clear();
+            for q in self.queues.values_mut() {
+                q.due = None;
+            }
+        }
+    }
+
+    /// When the scheduler must look again: the next queue due, a parked
+    /// message's time limit, the caller's deadline, or `MAX_SLEEP` from now.
+    fn wake_at(&self, now: Instant, deadline: Option<Instant>) -> Instant {
+        let mut wake = now + MAX_SLEEP;
+        if let Some(d) = deadline {
+            wake = wake.min(d);
+        }
+        for q in self.queues.values().filter(|q| !q.msgs.is_empty()) {
+            wake = wake.min(q.due.unwrap_or(now));
+            if let Some(p) = q.msgs.front() {
+                wake = wake.min(p.since + MAX_PARKED_FOR);
+            }
+        }
+        wake
+    }
+
     fn take_head(&mut self, name: &str) -> Option<Parked> {
         let p = self.queues.get_mut(name)?.msgs.pop_front()?;
         self.parked -= 1;

@@ -19,61 +19,26 @@
 //! when its lease runs out (at once to a run on the same host, which sees
 //! its process gone), and the next run continues from the cursor.
 
-use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::queue::{self, JobBody, QueueError, Server};
-use crate::store::campaigns::{self, Confirm, Intent, LeaseHolder};
+use crate::store::campaigns::{self, Confirm, Intent};
 use crate::store::{
-    deliveries, installation, recipients, Campaign, CampaignState, Conn, RecipientStatus,
-    StoreError,
+    installation, recipients, Campaign, CampaignState, Conn, RecipientStatus, StoreError,
 };
 use crate::tokens::Identity;
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+mod doubt;
+mod lease;
 
-    #[test]
-    fn run_names_round_trip_and_tell_dead_local_runs() {
-        let me = RunName::this_run();
-        assert_eq!(RunName::parse(&me.to_string()), Some(me.clone()));
-        assert!(!me.is_dead_here() || me.pid == std::process::id());
-        let odd = RunName {
-            host: "a, run b".into(),
-            ..me.clone()
-        };
-        assert_eq!(RunName::parse(&odd.to_string()), Some(odd));
-        // Our parent is alive; a pid beyond pid_max never is.
-        let parent = RunName {
-            pid: std::os::unix::process::parent_id(),
-            ..me.clone()
-        };
-        assert!(!parent.is_dead_here());
-        let gone = RunName {
-            pid: 4_194_305,
-            ..me.clone()
-        };
-        assert!(gone.is_dead_here());
-        let elsewhere = RunName {
-            host: format!("not-{}", me.host),
-            ..gone
-        };
-        assert!(
-            !elsewhere.is_dead_here(),
-            "another machine's pids say nothing"
-        );
-        assert_eq!(RunName::parse("somebody"), None);
-    }
-}
+use doubt::resolve_in_doubt;
+use lease::{wait_for_lease, RunName};
 
 /// Recipients read per database round trip.
 pub const PAGE_SIZE: i64 = 10_000;
-/// The furthest an in-doubt search walks job ids on one server.
-const MAX_PEEK_SCAN: u64 = 1_000_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EnqueueError {
@@ -200,104 +165,12 @@ pub fn enqueue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Enqueued, 
     result
 }
 
-/// How a run names itself in the lease (and in another run's message):
-/// `pid 4242 on host-a, run 3f9c01d2`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct RunName {
-    pid: u32,
-    host: String,
-    run: u32,
-}
-
-impl RunName {
-    fn this_run() -> RunName {
-        RunName {
-            pid: std::process::id(),
-            host: crate::config::host_name(),
-            run: rand::random(),
-        }
-    }
-
-    fn parse(text: &str) -> Option<RunName> {
-        let rest = text.strip_prefix("pid ")?;
-        let (pid, rest) = rest.split_once(" on ")?;
-        let (host, run) = rest.rsplit_once(", run ")?;
-        Some(RunName {
-            pid: pid.parse().ok()?,
-            host: host.to_string(),
-            run: u32::from_str_radix(run, 16).ok()?,
-        })
-    }
-
-    /// A run on this machine whose process is gone (killed, crashed,
-    /// Ctrl-C): its campaign need not wait for the lease to run out.
-    fn is_dead_here(&self) -> bool {
-        self.host == crate::config::host_name()
-            && (self.pid == std::process::id()
-                || !std::path::Path::new(&format!("/proc/{}", self.pid)).exists())
-    }
-}
-
-impl std::fmt::Display for RunName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "pid {} on {}, run {:08x}", self.pid, self.host, self.run)
-    }
-}
-
-/// Take the campaign's enqueue lease, waiting up to `wait` while another
-/// live run holds it.
-fn wait_for_lease(
-    conn: &mut Conn,
-    campaign: &Campaign,
-    owner: &str,
-    wait: Duration,
-) -> Result<(), EnqueueError> {
-    let started = Instant::now();
-    let mut said: Option<String> = None;
-    loop {
-        let Some(LeaseHolder {
-            owner: holder,
-            until,
-        }) = campaigns::take_enqueue_lease(conn, campaign.id, owner)?
-        else {
-            if said.is_some() {
-                tracing::info!(campaign = %campaign.name, waited = ?started.elapsed(), "the other run is done; going on");
-            }
-            return Ok(());
-        };
-        if RunName::parse(&holder).is_some_and(|run| run.is_dead_here())
-            && campaigns::take_enqueue_lease_from(conn, campaign.id, owner, &holder)?
-        {
-            tracing::info!(campaign = %campaign.name, other = %holder, "the run that held the campaign is gone; going on where it stopped");
-            return Ok(());
-        }
-        if started.elapsed() >= wait {
-            return Err(EnqueueError::Busy {
-                campaign: campaign.name.clone(),
-                owner: holder,
-                waited: started.elapsed(),
-                lease_secs: campaigns::ENQUEUE_LEASE_MS / 1000,
-            });
-        }
-        if said.as_deref() != Some(holder.as_str()) {
-            tracing::warn!(
-                campaign = %campaign.name,
-                other = %holder,
-                lease_left = ?Duration::from_millis((until - crate::store::now_ms()).max(0) as u64),
-                "waiting: another `enqueue` run of this campaign is under way, and only one may run at a time (two would put recipients twice); it is given up when that run ends, or when its lease runs out if it died on another machine"
-            );
-            said = Some(holder);
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
-/// The run proper, holding the campaign's lease as `owner`.
 /// A campaign by its id (never by a name that happens to be digits).
 fn by_id(conn: &mut Conn, id: i64) -> Result<Campaign, StoreError> {
     campaigns::get(conn, id)?.ok_or_else(|| StoreError::UnknownCampaign(id.to_string()))
 }
 
+/// The run proper, holding the campaign's lease as `owner`.
 fn enqueue_leased(
     conn: &mut Conn,
     campaign_id: i64,
@@ -462,159 +335,6 @@ impl Run {
         }
         Ok(())
     }
-}
-
-/// A previous run died inside a window: after recording its intent and
-/// before confirming its puts. Every active member in the window is in one
-/// of its jobs still on a server (found above the job id the intent
-/// recorded), in the ledger (a worker already took the job), or never put.
-/// Put the last kind in jobs of `batch_size` (a remainder of less than a
-/// batch at the window's end is left to the run, as the killed run would
-/// have carried it into its next page) and confirm the window. The jobs
-/// put, and whether any of the window was found, go into `report`.
-fn resolve_in_doubt(
-    conn: &mut Conn,
-    campaign: &Campaign,
-    run: &mut Run,
-    opts: &Options,
-    report: &mut Enqueued,
-) -> Result<(), EnqueueError> {
-    let Some(intent) = campaign.pending_intent()? else {
-        return Ok(());
-    };
-    let after = campaign.enqueue_cursor;
-    let window = (after + 1)..=intent.upto;
-    let mut seen: HashSet<i64> = HashSet::new();
-    for (server_addr, after_job) in &intent.servers {
-        let queued = queued_in_window(
-            run,
-            campaign.id,
-            server_addr,
-            *after_job,
-            &window,
-            &opts.tube,
-        )?;
-        seen.extend(queued);
-        // A long search (many other jobs put since) must not lose the lease.
-        campaigns::renew_enqueue_lease(conn, campaign.id, &run.owner)?;
-    }
-    let in_queue = seen.len();
-    seen.extend(deliveries::recipients_in_range(
-        conn,
-        campaign.id,
-        after,
-        intent.upto,
-    )?);
-    let in_ledger = seen.len() - in_queue;
-    let last_seen = seen.iter().copied().max().unwrap_or(after);
-
-    // The jobs put from here on must be found by a later recovery too: every
-    // server of this run goes into the intent.
-    let mut wider = intent.clone();
-    for (addr, newest) in run.fanout.intent(intent.upto).servers {
-        if !wider.servers.iter().any(|(a, _)| *a == addr) {
-            wider.servers.push((addr, newest));
-        }
-    }
-    if wider != intent {
-        run.step(conn, campaign, None, Some(&wider))?;
-    }
-
-    let mut confirm = Confirm {
-        cursor: after,
-        ..Confirm::default()
-    };
-    let (mut found, mut put, mut put_jobs) = (0i64, 0i64, 0i64);
-    let mut batch: Vec<i64> = Vec::with_capacity(opts.batch_size);
-    let mut held_skips = Vec::new();
-    let mut pos = after;
-    'pages: loop {
-        let page = recipients::member_page(conn, campaign.list_id, pos, PAGE_SIZE)?;
-        if page.is_empty() {
-            break;
-        }
-        for (rid, status) in page {
-            if rid > intent.upto {
-                break 'pages;
-            }
-            pos = rid;
-            if status != RecipientStatus::Active {
-                held_skips.push(rid);
-            } else if seen.contains(&rid) {
-                found += 1;
-            } else {
-                batch.push(rid);
-                if batch.len() == opts.batch_size {
-                    put += batch.len() as i64;
-                    put_jobs += 1;
-                    let full = std::mem::replace(&mut batch, Vec::with_capacity(opts.batch_size));
-                    run.fanout.put(campaign.id, full, run.priority)?;
-                }
-            }
-            if batch.is_empty() {
-                confirm.cursor = rid;
-            }
-        }
-    }
-    // A remainder with found members after it (the window was not put in
-    // order: not from a run of ours) goes out now as a shorter job.
-    if batch.first().is_some_and(|&first| first < last_seen) {
-        put += batch.len() as i64;
-        put_jobs += 1;
-        run.fanout
-            .put(campaign.id, std::mem::take(&mut batch), run.priority)?;
-        confirm.cursor = pos;
-    }
-    confirm.enqueued = found + put;
-    confirm.jobs = put_jobs + (found as u64).div_ceil(opts.batch_size as u64) as i64;
-    confirm.skipped = take_covered(&mut held_skips, confirm.cursor);
-    tracing::info!(
-        window_upto = intent.upto,
-        found_in_queue = in_queue,
-        found_in_ledger = in_ledger,
-        put_again = put,
-        "interrupted run resolved: {found} recipients of its last window found in the queue or the ledger, {put} put again"
-    );
-    run.step(conn, campaign, Some(&confirm), None)?;
-    report.recovered = found > 0;
-    report.jobs += put_jobs as u64;
-    report.recipients += put as u64;
-    Ok(())
-}
-
-/// The window's recipients in jobs of `campaign` on `server_addr` above job
-/// id `after_job`.
-fn queued_in_window(
-    run: &mut Run,
-    campaign: i64,
-    server_addr: &str,
-    after_job: u64,
-    window: &std::ops::RangeInclusive<i64>,
-    tube: &str,
-) -> Result<Vec<i64>, EnqueueError> {
-    let in_doubt = || EnqueueError::InDoubt(server_addr.to_string());
-    let addr: SocketAddr = server_addr.parse().map_err(|_| in_doubt())?;
-    let mut own;
-    let server = match run.fanout.servers.iter_mut().find(|(s, _)| s.addr == addr) {
-        Some((s, _)) => s,
-        None => {
-            own = Server::connect(addr).map_err(|_| in_doubt())?;
-            &mut own
-        }
-    };
-    let newest = server.newest_job_id(tube)?;
-    let mut queued = Vec::new();
-    for id in (after_job + 1)..newest.min(after_job + MAX_PEEK_SCAN) {
-        let Some(body) = server.peek(id)? else {
-            continue;
-        };
-        if let Ok(job) = JobBody::decode(&body, &run.fanout.identity) {
-            if job.campaign == campaign {
-                queued.extend(job.recipients.into_iter().filter(|r| window.contains(r)));
-            }
-        }
-    }
-    Ok(queued)
 }
 
 fn progress_bar(enabled: bool, total: u64) -> ProgressBar {
