@@ -11,7 +11,7 @@ use crate::util::{header, stderr, stdout, wait_done, Beanstalkd, Env, Kind, Scri
 
 /// The `name:` and `value:` of the TXT record a `dkim keygen` or `dkim
 /// list` printed (the first one).
-fn txt_record(output: &str) -> (String, String) {
+pub(crate) fn txt_record(output: &str) -> (String, String) {
     let field = |key: &str| {
         output
             .lines()
@@ -25,7 +25,7 @@ fn txt_record(output: &str) -> (String, String) {
 
 /// dkimpy's verdict on each signature of `message`, looking keys up in
 /// `records` only.
-fn dkimpy(message: &str, records: &[(String, String)]) -> Vec<serde_json::Value> {
+pub(crate) fn dkimpy(message: &str, records: &[(String, String)]) -> Vec<serde_json::Value> {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("message.eml");
     std::fs::write(&file, message).unwrap();

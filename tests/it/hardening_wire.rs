@@ -6,6 +6,7 @@
 
 use std::process::Command;
 
+use crate::dkim::{dkimpy, txt_record};
 use crate::util::{header, stderr, stdout, wait_for, Beanstalkd, Env, Kind, Script, ScriptedSmtp};
 
 /// A beanstalkd, a peer keeping every message, and an environment (migrated)
@@ -39,37 +40,6 @@ fn captured(peer: &ScriptedSmtp) -> Vec<String> {
                 .collect()
         })
         .collect()
-}
-
-/// The `name:` and `value:` of the TXT record `dkim keygen` printed.
-fn txt_record(output: &str) -> (String, String) {
-    let field = |key: &str| {
-        output
-            .lines()
-            .find_map(|l| l.trim_start().strip_prefix(key))
-            .unwrap_or_else(|| panic!("no {key:?} in\n{output}"))
-            .trim()
-            .to_string()
-    };
-    (field("name:"), field("value:"))
-}
-
-/// dkimpy's verdict on each signature of `message` (an implementation
-/// independent of ours), its DNS look-ups answered from `records` only.
-fn dkimpy(message: &str, records: &[(String, String)]) -> Vec<serde_json::Value> {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("message.eml");
-    std::fs::write(&file, message).unwrap();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/dkim_verify.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(&file)
-        .args(records.iter().map(|(n, v)| format!("{n}={v}")))
-        .output()
-        .expect("python3 is missing: run scripts/install-deps.sh");
-    assert!(out.status.success(), "dkim_verify.py: {}", stderr(&out));
-    let v: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
-    v["results"].as_array().unwrap().clone()
 }
 
 /// `campaign create NAME` with every option spelled out.
