@@ -128,6 +128,8 @@ pub struct Tracker {
     pub permit: Mutex<Option<OwnedSemaphorePermit>>,
     /// Cancelled when the job is finished (stops its touch loop).
     pub done: CancellationToken,
+    /// Until when its messages may be started (see [`super::lease`]).
+    pub lease: super::lease::Lease,
 }
 
 impl Tracker {
@@ -238,6 +240,14 @@ pub async fn finish(shared: &Shared, t: &Tracker) {
         then = %then,
         "job finished"
     );
+    if tally.lost > 0 {
+        tracing::warn!(
+            job = t.job_id,
+            campaign = t.campaign_id,
+            lost = tally.lost,
+            "outcomes not recorded: their claims had lapsed and another worker holds these recipients (its outcome stands, ours is dropped)"
+        );
+    }
     shared.cmd(t.server, cmd);
     t.done.cancel();
     drop(t.permit.lock().unwrap_or_else(|e| e.into_inner()).take());

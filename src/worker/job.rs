@@ -6,12 +6,13 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
 use super::fate::{finish, pause_delay, Progress, Tracker};
 use super::flags::CampaignInfo;
+use super::lease::Lease;
 use super::pipeline::{Msg, SendOutcome, Shared};
 use super::reserve::{Cmd, Incoming};
 use super::touch::touch_loop;
@@ -34,6 +35,8 @@ const FOREIGN_DELAY: Duration = Duration::from_secs(30);
 struct Claimed {
     info: Arc<CampaignInfo>,
     token: i64,
+    /// When the claim was asked for: its lease counts from then.
+    asked: Instant,
     claim: deliveries::Claim,
     people: Vec<recipients::Recipient>,
 }
@@ -166,6 +169,7 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
     let lease = JOB_TTR.as_millis() as i64;
     let (campaign_id, list_id) = (info.mail.id, info.mail.list_id);
     let named = body.recipients.len();
+    let asked = Instant::now();
     let deliveries::JobClaim {
         claim,
         people,
@@ -191,6 +195,7 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
     Ok(Claimed {
         info,
         token,
+        asked,
         claim,
         people,
     })
@@ -207,6 +212,7 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
     let Claimed {
         info,
         token,
+        asked,
         claim,
         people,
     } = match prepare(&shared, id, &body).await {
@@ -227,6 +233,7 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
         progress: Mutex::new(Progress::new(people.len())),
         permit: Mutex::new(Some(permit)),
         done: CancellationToken::new(),
+        lease: Lease::new(asked),
     });
     if people.is_empty() {
         return finish(&shared, &tracker).await;

@@ -27,6 +27,7 @@ pub mod fate;
 pub mod flags;
 pub mod heartbeat;
 pub mod job;
+pub mod lease;
 pub mod optout;
 pub mod pipeline;
 pub mod report;

@@ -203,6 +203,11 @@ async fn deliver(
     let Some(conn) = conn else {
         return (OutcomeKind::Unclaim, false);
     };
+    // The claim may have lapsed (database unreachable): another worker may
+    // hold this recipient by now.
+    if !msg.tracker.lease.open(msg.tracker.job_id) {
+        return (OutcomeKind::Unclaim, false);
+    }
     // The message may have been parked for seconds.
     if let Some(status) = shared.optouts.left(msg.recipient_id) {
         return (OutcomeKind::Skipped(status.as_str().to_string()), false);

@@ -1,8 +1,13 @@
-//! Keeping a long job alive: touch it on our own clock (beanstalkd does not
-//! report DEADLINE_SOON while other jobs are ready, issue 646) and extend
-//! its ledger claims to match.
+//! Keeping a long job alive: extend its ledger claims, and only when the
+//! database confirmed them in time (see [`super::lease`]), touch the job on
+//! our own clock (beanstalkd does not report DEADLINE_SOON while other jobs
+//! are ready, issue 646). A worker cut from the database therefore stops
+//! touching: its job returns to the queue when its TTR runs out, at the
+//! time its claims lapse, and another worker carries on with it while this
+//! one sends nothing more of it.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::fate::Tracker;
 use super::pipeline::Shared;
@@ -10,23 +15,46 @@ use super::reserve::Cmd;
 use crate::queue::JOB_TTR;
 use crate::store::deliveries;
 
+/// After a failed extension, the next try comes this soon (the fence is
+/// at most `JOB_TTR - FENCE_MARGIN` away).
+const RETRY_EXTEND: Duration = Duration::from_secs(1);
+
 /// Runs until the job is finished.
 pub async fn touch_loop(shared: Arc<Shared>, t: Arc<Tracker>) {
     let every = JOB_TTR / 3;
+    let mut wait = every;
     loop {
         tokio::select! {
             _ = t.done.cancelled() => return,
-            _ = tokio::time::sleep(every) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
-        shared.cmd(t.server, Cmd::Touch(t.job_id));
+        if t.lease.is_fenced() {
+            // Its claims may be another worker's now: let the job go back.
+            return;
+        }
         let (campaign, token) = (t.campaign_id, t.token);
         let lease = JOB_TTR.as_millis() as i64;
-        if let Err(e) = shared
+        let asked = Instant::now();
+        let extended = shared
             .db
             .run(move |c| deliveries::extend_claims(c, campaign, token, lease))
-            .await
-        {
-            tracing::warn!(job = t.job_id, error = %e, "cannot extend claims");
-        }
+            .await;
+        wait = match extended {
+            Ok(_) if t.lease.extended(asked, Instant::now()) => {
+                shared.cmd(t.server, Cmd::Touch(t.job_id));
+                every
+            }
+            Ok(_) => {
+                tracing::warn!(
+                    job = t.job_id,
+                    "claims extended too late (after this worker's fence): the job is no longer touched and goes back to the queue"
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(job = t.job_id, error = %e, "cannot extend claims; not touching the job until they are");
+                RETRY_EXTEND
+            }
+        };
     }
 }

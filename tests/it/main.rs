@@ -28,6 +28,7 @@ mod dashboard;
 mod delay_proxy;
 mod dkim;
 mod edit;
+mod fencing;
 mod fleet;
 mod hardening;
 mod hardening_serve;

@@ -2,7 +2,7 @@
 //! recipient, so only one worker ever holds one, and a dead worker's claim
 //! is taken over once its lease runs out.
 
-use super::pg_fast::claim_pg;
+use super::pg_fast::{claim_pg, DB_NOW_MS};
 use super::*;
 
 /// recipient, state, claim token, claimed until, attempts.
@@ -236,13 +236,24 @@ pub fn extend_claims(
     token: i64,
     lease_ms: i64,
 ) -> Result<usize> {
-    let until = now_ms() + lease_ms;
-    Ok(on!(conn, |c| diesel::update(
+    use diesel::sql_types::{BigInt, Nullable};
+    let mine = || {
         d::table
             .filter(d::campaign_id.eq(campaign_id))
             .filter(d::claim_token.eq(Some(token)))
             .filter(d::state.eq(DeliveryState::Claimed))
-    )
-    .set(d::claimed_until.eq(Some(until)))
-    .execute(c))?)
+    };
+    Ok(match conn.inner_mut() {
+        // On the database's clock, like the claim (see `DB_NOW_MS`).
+        InnerMut::Pg(c) => {
+            let until = diesel::dsl::sql::<Nullable<BigInt>>(&format!("({DB_NOW_MS}) + "))
+                .bind::<BigInt, _>(lease_ms);
+            diesel::update(mine())
+                .set(d::claimed_until.eq(until))
+                .execute(c)?
+        }
+        InnerMut::Sqlite(c) => diesel::update(mine())
+            .set(d::claimed_until.eq(Some(now_ms() + lease_ms)))
+            .execute(c)?,
+    })
 }

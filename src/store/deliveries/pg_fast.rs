@@ -32,6 +32,11 @@ static CLAIM_PG_LIST: LazyLock<String> = LazyLock::new(|| {
 static CLAIM_PG_IDS: LazyLock<String> =
     LazyLock::new(|| claim_pg_sql("SELECT DISTINCT rid FROM unnest(?::bigint[]) AS u(rid)"));
 
+/// The database server's clock in ms. Leases on PostgreSQL are set and
+/// judged on it, not on each worker's: a worker whose clock is ahead (a
+/// step, a bad NTP source) would otherwise take over live claims early.
+pub(super) const DB_NOW_MS: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
 /// One `INSERT … ON CONFLICT DO UPDATE … WHERE <claimable> RETURNING` that
 /// inserts what is new and takes over rows waiting for a retry or left by a
 /// dead worker (lease over), and leaves anything else alone. Its result is
@@ -48,8 +53,8 @@ fn claim_pg_sql(members: &str) -> String {
          c AS ( \
            INSERT INTO deliveries AS d \
              (campaign_id, recipient_id, state, attempts, claim_token, claimed_until, updated_at) \
-           SELECT ?::bigint, m.rid, '{claimed}', 1, ?::bigint, ?::bigint, ?::bigint \
-             FROM m ORDER BY m.rid \
+           SELECT ?::bigint, m.rid, '{claimed}', 1, ?::bigint, t.now + ?::bigint, t.now \
+             FROM m, ({DB_NOW_MS}) AS t(now) ORDER BY m.rid \
            ON CONFLICT (campaign_id, recipient_id) DO UPDATE \
              SET state = '{claimed}', attempts = d.attempts + 1, \
                  claim_token = excluded.claim_token, claimed_until = excluded.claimed_until, \
@@ -71,7 +76,6 @@ pub(super) fn claim_pg(
     token: i64,
     lease_ms: i64,
 ) -> Result<Vec<ClaimRowPg>> {
-    let now = now_ms();
     let (sql, mut binds) = match list_id {
         Some(list) => (&*CLAIM_PG_LIST, vec![Bind::Int(list)]),
         None => (&*CLAIM_PG_IDS, vec![]),
@@ -80,8 +84,7 @@ pub(super) fn claim_pg(
         Bind::Ints(recipient_ids),
         Bind::Int(campaign_id),
         Bind::Int(token),
-        Bind::Int(now + lease_ms),
-        Bind::Int(now),
+        Bind::Int(lease_ms),
     ]);
     Ok(Prepared::new(sql, binds).load(c)?)
 }
