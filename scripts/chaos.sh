@@ -213,6 +213,14 @@ summary = (
 if rc != "0" and not failed_tests:
     summary += f"; cargo test exited {rc} (build failure or crash: see the log)"
 lines += ["", summary + ".", ""]
+# scripts/partition.sh's section (between its markers) is kept.
+try:
+    old = open(out, encoding="utf-8").read()
+except OSError:
+    old = ""
+begin, end = "<!-- partition.sh: begin -->", "<!-- partition.sh: end -->"
+if begin in old and end in old:
+    lines += [old[old.index(begin):old.index(end) + len(end)], ""]
 open(out, "w", encoding="utf-8").write("\n".join(lines))
 print(f"chaos.sh: {summary}; report written to {out}")
 PY

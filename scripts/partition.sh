@@ -204,18 +204,50 @@ for fault in "${list[@]}"; do
     run_fault "$fault" "$cut"
 done
 
-python3 - "$RESULTS" <<'EOF'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print("| fault | cut s | recipients | lost | duplicates | bound | finished after heal s | status exact | result |")
-print("|---|---|---|---|---|---|---|---|---|")
+# The table; a full run also writes it into RELIABILITY.md (between its
+# markers, which scripts/chaos.sh keeps).
+REPORT=""
+((SHORT)) || [[ -n $ONLY || -n $CUT ]] || REPORT=$ROOT/RELIABILITY.md
+python3 - "$RESULTS" "$REPORT" "$((SECONDS / 60))m$((SECONDS % 60))s" "$N" "$C" "$DELAY_MS" <<'EOF'
+import datetime, json, subprocess, sys
+results, report, took, n, c, delay = sys.argv[1:]
+rows = [json.loads(l) for l in open(results) if l.strip()]
+table = ["| fault | cut s | recipients | lost | duplicates | bound | finished after heal s | status exact | result |",
+         "|---|---:|---:|---:|---:|---:|---:|---|---|"]
 bad = 0
 for r in rows:
     ok = (r["lost"] == 0 and r["duplicates"] <= r["bound"]
           and r["finished_after_heal"] >= 0 and r["exact"])
     bad += not ok
     fin = r["finished_after_heal"] if r["finished_after_heal"] >= 0 else "never"
-    print(f"| {r['fault']} | {r['cut']} | {r['recipients']} | {r['lost']} | {r['duplicates']} "
-          f"| {r['bound']} | {fin} | {'yes' if r['exact'] else 'NO'} | {'ok' if ok else 'FAIL'} |")
+    table.append(f"| {r['fault']} | {r['cut']} | {r['recipients']} | {r['lost']} | {r['duplicates']} "
+                 f"| {r['bound']} | {fin} | {'yes' if r['exact'] else 'NO'} | {'ok' if ok else 'FAIL'} |")
+print("\n".join(table))
+if report:
+    commit = subprocess.run(["git", "log", "-1", "--format=%h"], capture_output=True, text=True).stdout.strip()
+    begin, end = "<!-- partition.sh: begin -->", "<!-- partition.sh: end -->"
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    section = "\n".join([
+        begin, "## Network partitions (scripts/partition.sh)", "",
+        "Produced by `scripts/partition.sh` (hosts of `scripts/cluster.sh`: network namespaces,",
+        "faults are nft DROP rules, healed after the cut), not by hand. PostgreSQL, two",
+        f"beanstalkd hosts, 3 worker hosts x --concurrency {c}, a relay answering each",
+        f"message after {delay} ms; each fault starts 8 s into a campaign of {n} recipients.",
+        "*lost* = recipients recorded sent that the relay never received + recipients",
+        "without an outcome; *duplicates* = recipients the relay received twice or more;",
+        "*bound* = what the design allows (README, \"Several machines\"); *finished after",
+        "heal* = seconds from the heal until nothing was pending (0: finished during the cut).",
+        "", f"- date: {when}; commit: {commit}; whole run {took}",
+        "- regenerate: `scripts/partition.sh` (`--short` for the quick form)", "",
+        *table, "", end])
+    try:
+        old = open(report, encoding="utf-8").read()
+    except OSError:
+        old = ""
+    if begin in old and end in old:
+        new = old[:old.index(begin)] + section + old[old.index(end) + len(end):]
+    else:
+        new = old.rstrip("\n") + "\n\n" + section + "\n"
+    open(report, "w", encoding="utf-8").write(new)
 sys.exit(1 if bad else 0)
 EOF
