@@ -65,6 +65,7 @@ install_deps() {
     command -v faketime >/dev/null || missing+=(faketime)
     if ((${#missing[@]})); then
         say "installing ${missing[*]}"
+        apt-get update -qq >/dev/null
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     fi
 }

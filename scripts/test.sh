@@ -26,6 +26,8 @@ Usage: scripts/test.sh [--help]
      Installs cargo-nextest if missing; MAILSPLIT_TEST_CARGO_TEST=1 runs
      `cargo test` instead (the ratelimit:: and connections:: areas last on
      one thread, then scripts/chaos.sh --short --debug --jobs 2)
+  8. scripts/partition.sh --short: network partitions between namespaced
+     hosts (its own PostgreSQL, two beanstalkd, a relay, three workers)
 
 Prints each step's duration when it ends and a table of them at the end.
 Exits non-zero at the first failure; the last line says PASSED or FAILED.
@@ -65,7 +67,7 @@ finish() {
     echo "test.sh: step durations:"
     printf '  %s\n' "${durations[@]}"
     if ((rc == 0)); then
-        echo "test.sh: PASSED (quickstart, fmt, clippy, tests, chaos short form) in $(mmss "$SECONDS")"
+        echo "test.sh: PASSED (quickstart, fmt, clippy, tests, chaos and partition short forms) in $(mmss "$SECONDS")"
     else
         echo "test.sh: FAILED at step: $current (exit $rc) after $(mmss "$SECONDS")" >&2
     fi
@@ -221,3 +223,8 @@ else
     # build; --jobs 2: each scenario waits mostly on its paced relay
     scripts/chaos.sh --short --debug --jobs 2
 fi
+
+step "partition suite, short form (scripts/partition.sh --short)"
+# why: network faults between hosts (namespaces, nft DROP) on the binary the
+# tests just built; its own PostgreSQL, beanstalkd and relay, torn down after
+MAILSPLIT="$PWD/target/debug/mailsplit" scripts/partition.sh --short
