@@ -19,6 +19,7 @@ mod util;
 
 mod admin;
 mod audience;
+mod audience_mysql;
 mod bounce;
 mod cli;
 mod closed_pipe;
