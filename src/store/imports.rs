@@ -303,6 +303,15 @@ fn mark_members(conn: &mut Conn, run: Run, keys: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// The list's members now.
+pub fn member_count(conn: &mut Conn, run: Run) -> Result<u64> {
+    let n: i64 = on!(conn, |c| m::table
+        .filter(m::list_id.eq(run.list_id))
+        .count()
+        .get_result(c))?;
+    Ok(n as u64)
+}
+
 /// After a complete `--sync` import: remove from the list every member
 /// the import did not name (their recipient rows, ledger and other lists
 /// stay). Returns the members removed.

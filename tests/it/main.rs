@@ -20,6 +20,7 @@ mod util;
 mod admin;
 mod audience;
 mod audience_mysql;
+mod audience_sync;
 mod bounce;
 mod cli;
 mod closed_pipe;
