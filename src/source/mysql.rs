@@ -87,10 +87,11 @@ impl Source {
             .collect();
         let result = self.conn.exec_iter(&self.statement, ()).map_err(fetch)?;
         for row in result {
-            let values = row.map_err(fetch)?.unwrap();
+            // `unwrap_raw` cannot panic (`unwrap` does on a taken value).
+            let values = row.map_err(fetch)?.unwrap_raw();
             let mut map = Map::with_capacity(values.len());
             for ((name, kind), value) in columns.iter().zip(values) {
-                map.insert(name.clone(), kind.json(value));
+                map.insert(name.clone(), kind.json(value.unwrap_or(My::NULL)));
             }
             each(map)?;
         }
