@@ -24,6 +24,9 @@ direction; these kernels have no netem):
 It prints each rate beside its ceiling and appends a section to
 BENCHMARKS.md.
 
+--import-compare times imports only (scripts/bench_import.py): N rows
+from CSV and from a PostgreSQL source table, into SQLite and PostgreSQL.
+
 --dkim-compare runs only step 4 (SQLite, smtp-sink) three times on fresh
 databases: unsigned, with an RSA 2048 key and with an ed25519 key for the
 From domain (`mailsplit dkim keygen`), and prints msg/s for each: the cost
@@ -262,6 +265,8 @@ def main():
                     help="--network: beanstalkd and PostgreSQL round trip (default 1)")
     ap.add_argument("--relay-n", type=int, default=10_000, help="--network: recipients for the relay runs (default 10,000)")
     ap.add_argument("--lan-n", type=int, default=100_000, help="--network: recipients for the LAN runs")
+    ap.add_argument("--import-compare", action="store_true",
+                    help="only imports: N rows from CSV vs a PostgreSQL source, into SQLite and PostgreSQL")
     ap.add_argument("--bin", default=BIN, help=f"mailsplit binary (default {BIN})")
     args = ap.parse_args()
     set_bin(args.bin)
@@ -269,6 +274,9 @@ def main():
         return dkim_compare(args)
     if args.network:
         return network(args)
+    if args.import_compare:
+        import bench_import
+        return bench_import.import_compare(sys.modules[__name__], args)
     skip = set(filter(None, args.skip.split(",")))
     tmp = tempfile.mkdtemp(prefix="mailsplit-bench-")
     svc = Services(tmp)

@@ -4,7 +4,7 @@
 //! one batch, however long the file.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::Read;
 use std::path::Path;
 use std::rc::Rc;
@@ -14,9 +14,12 @@ use serde_json::{Map, Value};
 
 use crate::compose;
 use crate::source::{SourceError, SqlSource};
-use crate::store::imports::{self, Row, Run};
+use crate::store::imports::Row;
 use crate::store::recipients::RecipientStatus;
 use crate::store::{Conn, StoreError};
+
+mod sink;
+use sink::Sink;
 
 /// Rows written per transaction.
 pub const BATCH_ROWS: usize = 2_000;
@@ -54,6 +57,12 @@ pub enum ImportError {
         #[source]
         source: csv::Error,
     },
+    #[error("the source named nobody ({read} rows read, none imported): --sync would take all {members} members off list {list:?}; check the source, or pass --allow-empty to empty the list")]
+    EmptySync {
+        list: String,
+        members: u64,
+        read: u64,
+    },
     #[error(transparent)]
     Source(#[from] SourceError),
     #[error(transparent)]
@@ -71,6 +80,7 @@ impl ImportError {
                 ImportError::NoHeader { .. }
                     | ImportError::NoEmailColumn { .. }
                     | ImportError::HeaderTooLong { .. }
+                    | ImportError::EmptySync { .. }
             ),
         }
     }
@@ -112,6 +122,8 @@ pub struct Options {
     pub sync: bool,
     /// Rows saying active make active again recipients who are not.
     pub resubscribe: bool,
+    /// `sync` may empty the list when the source names nobody.
+    pub allow_empty: bool,
 }
 
 /// What an import did. `read` = added + updated + unchanged + skipped +
@@ -134,7 +146,8 @@ pub struct Summary {
 
 /// Import `path` into `list`. `on_reject` hears about each skipped or
 /// duplicate row as it is found (the CLI prints it); `on_progress` gets
-/// the rows read so far.
+/// the rows read so far; `on_wait` hears that another import of the list
+/// is running, which this one waits for (one import of a list at a time).
 pub fn import_file(
     conn: &mut Conn,
     path: &Path,
@@ -142,21 +155,15 @@ pub fn import_file(
     options: Options,
     mut on_reject: impl FnMut(&Rejected),
     mut on_progress: impl FnMut(u64),
+    on_wait: &mut dyn FnMut(),
 ) -> Result<Summary, ImportError> {
     let shown = path.display().to_string();
     let file = std::fs::File::open(path).map_err(|source| ImportError::Open {
         path: shown.clone(),
         source,
     })?;
-    let mut sink = Sink {
-        conn,
-        run: None,
-        list,
-        options,
-        batch: Batch::default(),
-        summary: Summary::default(),
-        on_reject: &mut on_reject,
-    };
+    let mut sink = Sink::new(conn, list, options, &mut on_reject);
+    sink.lock(on_wait)?;
     read_csv(&mut sink, file, &shown, &mut on_progress)?;
     sink.finish()
 }
@@ -170,6 +177,7 @@ pub fn import_sql(
     options: Options,
     mut on_reject: impl FnMut(&Rejected),
     mut on_progress: impl FnMut(u64),
+    on_wait: &mut dyn FnMut(),
 ) -> Result<Summary, ImportError> {
     if !source.columns.iter().any(|c| c.eq_ignore_ascii_case(EMAIL)) {
         return Err(ImportError::NoEmailColumn {
@@ -177,15 +185,8 @@ pub fn import_sql(
             found: source.columns.join(", "),
         });
     }
-    let mut sink = Sink {
-        conn,
-        run: None,
-        list,
-        options,
-        batch: Batch::default(),
-        summary: Summary::default(),
-        on_reject: &mut on_reject,
-    };
+    let mut sink = Sink::new(conn, list, options, &mut on_reject);
+    sink.lock(on_wait)?;
     let mut n = 0u64;
     source.rows(|row| {
         n += 1;
@@ -371,120 +372,6 @@ fn read_csv(
     }
     on_progress(sink.summary.read);
     Ok(())
-}
-
-/// Where parsed rows go: batched, written, counted.
-struct Sink<'a> {
-    conn: &'a mut Conn,
-    /// Begun when the source has proved readable (its header).
-    run: Option<Run>,
-    list: &'a str,
-    options: Options,
-    batch: Batch,
-    summary: Summary,
-    on_reject: &'a mut dyn FnMut(&Rejected),
-}
-
-impl Sink<'_> {
-    fn row(&mut self, line: u64, row: Result<Row, String>) -> Result<(), StoreError> {
-        self.summary.read += 1;
-        match row {
-            Ok(mut row) => {
-                row.line = line;
-                if let Some(first) = self.batch.push(row) {
-                    self.duplicate(line, Some(first));
-                }
-            }
-            Err(reason) => {
-                self.summary.skipped += 1;
-                (self.on_reject)(&Rejected { line, reason });
-            }
-        }
-        Ok(())
-    }
-
-    fn duplicate(&mut self, line: u64, first: Option<u64>) {
-        self.summary.duplicates += 1;
-        let reason = match first {
-            Some(first) => format!("duplicate: same mailbox as line {first}, which is kept"),
-            None => "duplicate: same mailbox as an earlier row, which is kept".to_string(),
-        };
-        (self.on_reject)(&Rejected { line, reason });
-    }
-
-    fn run(&mut self) -> Result<Run, StoreError> {
-        match self.run {
-            Some(run) => Ok(run),
-            None => {
-                let run = imports::begin(self.conn, self.list)?;
-                self.run = Some(run);
-                Ok(run)
-            }
-        }
-    }
-
-    fn flush(&mut self) -> Result<(), StoreError> {
-        let run = self.run()?;
-        self.batch.by_key.clear();
-        let rows = std::mem::take(&mut self.batch.rows);
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let resubscribe = self.options.resubscribe;
-        let written = self.conn.transaction(|conn| {
-            let mut all = Vec::new();
-            // Keep each statement well under SQLite's bound-parameter limit.
-            for chunk in rows.chunks(1_000) {
-                all.push(imports::write_batch(conn, run, chunk, resubscribe)?);
-            }
-            Ok::<_, StoreError>(all)
-        })?;
-        for w in written {
-            self.summary.added += w.added;
-            self.summary.updated += w.updated;
-            self.summary.unchanged += w.unchanged;
-            self.summary.kept_unsubscribed += w.kept_unsubscribed;
-            for line in w.duplicates {
-                self.duplicate(line, None);
-            }
-        }
-        Ok(())
-    }
-
-    /// The last batch, `--sync`'s removal, fresh planner statistics.
-    fn finish(mut self) -> Result<Summary, ImportError> {
-        self.flush()?;
-        if self.options.sync {
-            let run = self.run()?;
-            self.summary.removed = imports::sweep(self.conn, run)?;
-        }
-        // The tables may have grown by orders of magnitude: let the planner
-        // know before enqueue pages through them.
-        self.conn
-            .refresh_statistics(&["recipients", "list_members"])?;
-        Ok(self.summary)
-    }
-}
-
-/// Rows in source order (new recipients get ids in that order), each
-/// mailbox once: a later row for a mailbox already in the batch is a
-/// duplicate, and the first row wins.
-#[derive(Default)]
-struct Batch {
-    rows: Vec<Row>,
-    by_key: HashMap<String, u64>,
-}
-
-impl Batch {
-    /// Add `row`, or return the line of the earlier row it duplicates.
-    fn push(&mut self, row: Row) -> Option<u64> {
-        if let Some(&first) = self.by_key.get(&row.email_key) {
-            return Some(first);
-        }
-        self.by_key.insert(row.email_key.clone(), row.line);
-        self.rows.push(row);
-        None
-    }
 }
 
 /// The attribute templates render as a link (`href`).

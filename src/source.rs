@@ -1,5 +1,6 @@
 //! `import --from-sql QUERY --source URL`: the user's own database as a
-//! recipient source (SQLite or PostgreSQL). The query becomes a temporary
+//! recipient source (SQLite, PostgreSQL, or MariaDB/MySQL in
+//! [`mysql`]). On SQLite and PostgreSQL the query becomes a temporary
 //! view (so a statement that writes is refused before anything runs, and
 //! the columns are known even when no row comes back), then runs in a
 //! read-only transaction; each row comes back as one JSON object built by
@@ -15,6 +16,8 @@ use diesel::sqlite::SqliteConnection;
 use diesel::{Connection, QueryableByName, RunQueryDsl};
 use serde_json::{Map, Value};
 
+mod mysql;
+
 /// Rows fetched per round trip from PostgreSQL.
 const FETCH_ROWS: usize = 1_000;
 /// The temporary view holding the user's query.
@@ -23,7 +26,7 @@ const VIEW: &str = "mailsplit_source";
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
     /// Holds the URL redacted.
-    #[error("unsupported source URL {0:?}: use postgres://USER@HOST/DB or sqlite://PATH (mysql:// is not supported yet)")]
+    #[error("unsupported source URL {0:?}: use postgres://USER@HOST/DB, mysql://USER:PASSWORD@HOST/DB or sqlite://PATH")]
     BadUrl(String),
     /// `url` and `reason` are redacted.
     #[error("cannot open source database {url}: {reason}")]
@@ -44,6 +47,7 @@ impl SourceError {
 enum Backend {
     Sqlite(SqliteConnection),
     Pg(PgConnection),
+    Mysql(mysql::Source),
 }
 
 /// An open source with its query ready to read.
@@ -76,6 +80,14 @@ impl SqlSource {
         };
         let refused = |e: diesel::result::Error| SourceError::Query(e.to_string());
         let query = query.trim().trim_end_matches(';');
+        if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+            let url = url.replacen("mariadb://", "mysql://", 1);
+            let (source, columns) = mysql::Source::open(&url, query)?;
+            return Ok(SqlSource {
+                conn: Backend::Mysql(source),
+                columns,
+            });
+        }
         let create = format!("CREATE TEMP VIEW {VIEW} AS {query}");
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let mut c = PgConnection::establish(url).map_err(connect_err)?;
@@ -139,19 +151,14 @@ impl SqlSource {
         mut each: impl FnMut(Map<String, Value>) -> Result<(), E>,
     ) -> Result<(), E> {
         let fetch = |e: diesel::result::Error| SourceError::Fetch(e.to_string());
-        let mut handle = |text: &str| -> Result<(), E> {
-            match serde_json::from_str::<Value>(text) {
-                Ok(Value::Object(map)) => each(map),
-                _ => Err(SourceError::Fetch(format!("not a JSON object: {text}")).into()),
-            }
-        };
         match &mut self.conn {
+            Backend::Mysql(source) => source.rows(each),
             Backend::Pg(c) => loop {
                 let page = diesel::sql_query(format!("FETCH {FETCH_ROWS} FROM mailsplit_rows"))
                     .load::<One>(c)
                     .map_err(fetch)?;
                 for row in &page {
-                    handle(&row.v)?;
+                    each(object(&row.v)?)?;
                 }
                 if page.len() < FETCH_ROWS {
                     return Ok(());
@@ -171,10 +178,18 @@ impl SqlSource {
                     .load_iter::<One, diesel::connection::DefaultLoadingMode>(c)
                     .map_err(fetch)?;
                 for row in rows {
-                    handle(&row.map_err(fetch)?.v)?;
+                    each(object(&row.map_err(fetch)?.v)?)?;
                 }
                 Ok(())
             }
         }
+    }
+}
+
+/// A row as the source database wrote it in JSON.
+fn object(text: &str) -> Result<Map<String, Value>, SourceError> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        _ => Err(SourceError::Fetch(format!("not a JSON object: {text}"))),
     }
 }

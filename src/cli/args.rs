@@ -220,7 +220,7 @@ pub struct ImportArgs {
     /// other column an attribute with its type kept (NULL leaves it out)
     #[arg(long, value_name = "QUERY", requires = "source")]
     pub from_sql: Option<String>,
-    /// The database --from-sql reads, read-only: postgres://USER@HOST/DB or sqlite://PATH
+    /// The database --from-sql reads, read-only: postgres://USER@HOST/DB, mysql://USER:PASSWORD@HOST/DB or sqlite://PATH
     #[arg(
         long,
         env = "MAILSPLIT_SOURCE_URL",
@@ -233,6 +233,10 @@ pub struct ImportArgs {
     /// history and other lists stay)
     #[arg(long)]
     pub sync: bool,
+    /// With --sync: a source that names nobody empties the list (without
+    /// it, such an import is refused, exit 2)
+    #[arg(long, requires = "sync")]
+    pub allow_empty: bool,
     /// Let rows saying active (or saying nothing) make active again
     /// recipients who unsubscribed, bounced or complained; without it
     /// they stay as they are and are counted as "kept unsubscribed"
@@ -248,6 +252,7 @@ impl std::fmt::Debug for ImportArgs {
             .field("from_sql", &self.from_sql)
             .field("source", &self.source.as_deref().map(redact::Url))
             .field("sync", &self.sync)
+            .field("allow_empty", &self.allow_empty)
             .field("resubscribe", &self.resubscribe)
             .finish()
     }

@@ -269,7 +269,9 @@ fn upsert(conn: &mut Conn, rows: &[Write]) -> Result<()> {
         };
     }
     // diesel cannot batch an upsert on SQLite: row by row inside the
-    // caller's transaction (cheap in-process); PostgreSQL gets one statement.
+    // caller's transaction (cheap in-process); PostgreSQL gets one statement
+    // of eight arrays (`unnest`): the same text whatever the batch, instead
+    // of eight parameters a row.
     match conn.inner_mut() {
         InnerMut::Sqlite(c) => {
             for row in rows {
@@ -277,9 +279,39 @@ fn upsert(conn: &mut Conn, rows: &[Write]) -> Result<()> {
             }
         }
         InnerMut::Pg(c) => {
-            upsert!(c, rows)?;
+            upsert_pg(c, rows)?;
         }
     }
+    Ok(())
+}
+
+/// [`upsert`] on PostgreSQL: the batch as arrays, one per column.
+fn upsert_pg(c: &mut diesel::PgConnection, rows: &[Write]) -> Result<()> {
+    use diesel::sql_types::{Array, Text};
+    let column = |f: fn(&Write) -> String| rows.iter().map(f).collect::<Vec<String>>();
+    diesel::sql_query(
+        "INSERT INTO recipients (email, email_key, name, attributes, status, \
+           status_reason, status_at, updated_at) \
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+           $6::text[], $7::bigint[], $8::bigint[]) \
+         ON CONFLICT (email_key) DO UPDATE SET name = excluded.name, \
+           attributes = excluded.attributes, status = excluded.status, \
+           status_reason = excluded.status_reason, status_at = excluded.status_at, \
+           updated_at = excluded.updated_at",
+    )
+    .bind::<Array<Text>, _>(column(|w| w.email.clone()))
+    .bind::<Array<Text>, _>(column(|w| w.email_key.clone()))
+    .bind::<Array<Text>, _>(column(|w| w.name.clone()))
+    .bind::<Array<Text>, _>(column(|w| w.attributes.clone()))
+    .bind::<Array<Text>, _>(column(|w| w.status.as_str().to_string()))
+    .bind::<Array<Nullable<Text>>, _>(
+        rows.iter()
+            .map(|w| w.status_reason.clone())
+            .collect::<Vec<_>>(),
+    )
+    .bind::<Array<Nullable<BigInt>>, _>(rows.iter().map(|w| w.status_at).collect::<Vec<_>>())
+    .bind::<Array<BigInt>, _>(rows.iter().map(|w| w.updated_at).collect::<Vec<_>>())
+    .execute(c)?;
     Ok(())
 }
 
@@ -301,6 +333,15 @@ fn mark_members(conn: &mut Conn, run: Run, keys: &[&str]) -> Result<()> {
         .set(m::import_gen.eq(excluded(m::import_gen)))
         .execute(c))?;
     Ok(())
+}
+
+/// The list's members now.
+pub fn member_count(conn: &mut Conn, run: Run) -> Result<u64> {
+    let n: i64 = on!(conn, |c| m::table
+        .filter(m::list_id.eq(run.list_id))
+        .count()
+        .get_result(c))?;
+    Ok(n as u64)
 }
 
 /// After a complete `--sync` import: remove from the list every member

@@ -8,26 +8,26 @@ use mailsplit::store::RecipientStatus;
 
 use crate::util::*;
 
-fn env(kind: Kind) -> Env {
+pub(crate) fn env(kind: Kind) -> Env {
     let env = Env::new(kind, "127.0.0.1:1");
     env.ok(&["migrate"]);
     env
 }
 
 /// Write `text` to a CSV file in the test's directory.
-fn csv(env: &Env, name: &str, text: &str) -> PathBuf {
+pub(crate) fn csv(env: &Env, name: &str, text: &str) -> PathBuf {
     let path = env.dir.path().join(name);
     std::fs::write(&path, text).unwrap();
     path
 }
 
-fn import(env: &Env, path: &std::path::Path, list: &str, extra: &[&str]) -> String {
+pub(crate) fn import(env: &Env, path: &std::path::Path, list: &str, extra: &[&str]) -> String {
     let mut args = vec!["import", path.to_str().unwrap(), "--list", list];
     args.extend_from_slice(extra);
     env.ok(&args)
 }
 
-fn recipient(env: &Env, email: &str) -> Recipient {
+pub(crate) fn recipient(env: &Env, email: &str) -> Recipient {
     let mut c = env.conn();
     let id = recipients::find_by_email(&mut c, email)
         .unwrap()
@@ -35,7 +35,7 @@ fn recipient(env: &Env, email: &str) -> Recipient {
     recipients::load(&mut c, &[id]).unwrap().remove(0)
 }
 
-fn attributes(r: &Recipient) -> serde_json::Value {
+pub(crate) fn attributes(r: &Recipient) -> serde_json::Value {
     serde_json::from_str(&r.attributes).unwrap()
 }
 
@@ -193,7 +193,7 @@ fn import_counts_duplicates(kind: Kind) {
 
 // ------------------------------------------------------------ --sync
 
-fn members(env: &Env, list: &str) -> Vec<String> {
+pub(crate) fn members(env: &Env, list: &str) -> Vec<String> {
     let mut c = env.conn();
     let ids = member_ids(env, list);
     let mut emails: Vec<String> = recipients::load(&mut c, &ids)
@@ -495,7 +495,7 @@ fn shop_database(env: &Env, kind: Kind) -> (String, Option<TestDb>) {
     (url, db)
 }
 
-fn from_sql(env: &Env, url: &str, query: &str, extra: &[&str]) -> std::process::Output {
+pub(crate) fn from_sql(env: &Env, url: &str, query: &str, extra: &[&str]) -> std::process::Output {
     let mut args = vec![
         "import",
         "--list",

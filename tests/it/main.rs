@@ -19,6 +19,8 @@ mod util;
 
 mod admin;
 mod audience;
+mod audience_mysql;
+mod audience_sync;
 mod bounce;
 mod cli;
 mod closed_pipe;

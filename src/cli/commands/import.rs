@@ -20,6 +20,7 @@ pub fn import(g: &Global, args: &ImportArgs) -> Result {
     let options = import::Options {
         sync: args.sync,
         resubscribe: args.resubscribe,
+        allow_empty: args.allow_empty,
     };
     // The source first: a bad query is reported before anything changes.
     let mut source = match (&args.from_sql, &args.source) {
@@ -62,13 +63,33 @@ pub fn import(g: &Global, args: &ImportArgs) -> Result {
         bar.tick();
     };
     let list = &args.list;
+    let mut on_wait = || {
+        bar.suspend(|| {
+            error_line(&format!(
+                "waiting for another import of list {list:?} to finish (one import of a list at a time)"
+            ))
+        })
+    };
+    let on_wait = &mut on_wait;
     let summary = match (&mut source, &args.file) {
-        (Some(source), _) => {
-            import::import_sql(&mut conn, source, list, options, on_reject, on_progress)?
-        }
-        (None, Some(file)) => {
-            import::import_file(&mut conn, file, list, options, on_reject, on_progress)?
-        }
+        (Some(source), _) => import::import_sql(
+            &mut conn,
+            source,
+            list,
+            options,
+            on_reject,
+            on_progress,
+            on_wait,
+        )?,
+        (None, Some(file)) => import::import_file(
+            &mut conn,
+            file,
+            list,
+            options,
+            on_reject,
+            on_progress,
+            on_wait,
+        )?,
         (None, None) => return Err(UsageError("name a CSV file or --from-sql QUERY".into()).into()),
     };
     bar.finish_and_clear();

@@ -1,0 +1,185 @@
+//! Where an import's parsed rows go: batched, written under the store's
+//! rules, counted; one import of a list at a time (the list's import
+//! lock, held from before the first row until the end).
+
+use std::collections::HashMap;
+
+use super::{ImportError, Options, Rejected, Summary};
+use crate::store::import_lock::{self, ImportLock};
+use crate::store::imports::{self, Row, Run};
+use crate::store::{Conn, StoreError};
+
+/// Where parsed rows go: batched, written, counted.
+pub(super) struct Sink<'a> {
+    conn: &'a mut Conn,
+    /// The list's import lock, taken by [`Sink::lock`].
+    lock: Option<ImportLock>,
+    /// Begun when the source has proved readable (its header).
+    run: Option<Run>,
+    list: &'a str,
+    options: Options,
+    pub(super) batch: Batch,
+    pub(super) summary: Summary,
+    on_reject: &'a mut dyn FnMut(&Rejected),
+}
+
+impl<'a> Sink<'a> {
+    pub(super) fn new(
+        conn: &'a mut Conn,
+        list: &'a str,
+        options: Options,
+        on_reject: &'a mut dyn FnMut(&Rejected),
+    ) -> Sink<'a> {
+        Sink {
+            conn,
+            lock: None,
+            run: None,
+            list,
+            options,
+            batch: Batch::default(),
+            summary: Summary::default(),
+            on_reject,
+        }
+    }
+
+    /// Wait for the list's import lock (`on_wait` hears if it is held).
+    pub(super) fn lock(&mut self, on_wait: &mut dyn FnMut()) -> Result<(), StoreError> {
+        if self.lock.is_none() {
+            self.lock = Some(import_lock::acquire(self.conn, self.list, on_wait)?);
+        }
+        Ok(())
+    }
+
+    pub(super) fn row(&mut self, line: u64, row: Result<Row, String>) -> Result<(), StoreError> {
+        self.summary.read += 1;
+        match row {
+            Ok(mut row) => {
+                row.line = line;
+                if let Some(first) = self.batch.push(row) {
+                    self.duplicate(line, Some(first));
+                }
+            }
+            Err(reason) => {
+                self.summary.skipped += 1;
+                (self.on_reject)(&Rejected { line, reason });
+            }
+        }
+        Ok(())
+    }
+
+    fn duplicate(&mut self, line: u64, first: Option<u64>) {
+        self.summary.duplicates += 1;
+        let reason = match first {
+            Some(first) => format!("duplicate: same mailbox as line {first}, which is kept"),
+            None => "duplicate: same mailbox as an earlier row, which is kept".to_string(),
+        };
+        (self.on_reject)(&Rejected { line, reason });
+    }
+
+    fn run(&mut self) -> Result<Run, StoreError> {
+        match self.run {
+            Some(run) => Ok(run),
+            None => {
+                let run = imports::begin(self.conn, self.list)?;
+                self.run = Some(run);
+                Ok(run)
+            }
+        }
+    }
+
+    pub(super) fn flush(&mut self) -> Result<(), StoreError> {
+        let run = self.run()?;
+        self.batch.by_key.clear();
+        let rows = std::mem::take(&mut self.batch.rows);
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let resubscribe = self.options.resubscribe;
+        let written = self.conn.transaction(|conn| {
+            let mut all = Vec::new();
+            // Keep each statement well under SQLite's bound-parameter limit.
+            for chunk in rows.chunks(1_000) {
+                all.push(imports::write_batch(conn, run, chunk, resubscribe)?);
+            }
+            Ok::<_, StoreError>(all)
+        })?;
+        for w in written {
+            self.summary.added += w.added;
+            self.summary.updated += w.updated;
+            self.summary.unchanged += w.unchanged;
+            self.summary.kept_unsubscribed += w.kept_unsubscribed;
+            for line in w.duplicates {
+                self.duplicate(line, None);
+            }
+        }
+        Ok(())
+    }
+
+    /// The last batch, `--sync`'s removal, fresh planner statistics.
+    pub(super) fn finish(mut self) -> Result<Summary, ImportError> {
+        self.flush()?;
+        if self.options.sync {
+            let run = self.run()?;
+            self.refuse_emptying(run)?;
+            self.summary.removed = imports::sweep(self.conn, run)?;
+        }
+        // The tables may have grown by orders of magnitude: let the planner
+        // know before enqueue pages through them.
+        self.conn
+            .refresh_statistics(&["recipients", "list_members"])?;
+        if let Some(lock) = self.lock.take() {
+            import_lock::release(self.conn, lock)?;
+        }
+        Ok(std::mem::take(&mut self.summary))
+    }
+
+    /// `--sync` from a source that named nobody would empty the list: a
+    /// broken export, most likely; only `--allow-empty` does it.
+    fn refuse_emptying(&mut self, run: Run) -> Result<(), ImportError> {
+        let s = &self.summary;
+        if self.options.allow_empty || s.added + s.updated + s.unchanged > 0 {
+            return Ok(());
+        }
+        let members = imports::member_count(self.conn, run)?;
+        if members == 0 {
+            return Ok(());
+        }
+        Err(ImportError::EmptySync {
+            list: self.list.to_string(),
+            members,
+            read: s.read,
+        })
+    }
+}
+
+impl Drop for Sink<'_> {
+    /// An import that failed gives its lock back too (the process may go
+    /// on, and so may its connection).
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock.take() {
+            // Failing here leaves the lock to the connection's end.
+            let _ = import_lock::release(self.conn, lock);
+        }
+    }
+}
+
+/// Rows in source order (new recipients get ids in that order), each
+/// mailbox once: a later row for a mailbox already in the batch is a
+/// duplicate, and the first row wins.
+#[derive(Default)]
+pub(super) struct Batch {
+    pub(super) rows: Vec<Row>,
+    by_key: HashMap<String, u64>,
+}
+
+impl Batch {
+    /// Add `row`, or return the line of the earlier row it duplicates.
+    fn push(&mut self, row: Row) -> Option<u64> {
+        if let Some(&first) = self.by_key.get(&row.email_key) {
+            return Some(first);
+        }
+        self.by_key.insert(row.email_key.clone(), row.line);
+        self.rows.push(row);
+        None
+    }
+}
