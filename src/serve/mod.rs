@@ -4,8 +4,9 @@
 //! - [`public`] on `--listen`: what a reverse proxy puts at the campaigns'
 //!   public URL (one-click unsubscribe, provider webhooks: [`webhook`]);
 //! - [`admin`] on `--admin-listen`: the operator's routes ([`dashboard`],
-//!   JSON API, [`metrics`]), every request checked by [`auth`] against
-//!   `MAILSPLIT_ADMIN_TOKEN`; [`snapshot`] gathers what they show.
+//!   [`campaign_page`], JSON API, [`metrics`]), every request checked by
+//!   [`auth`] against `MAILSPLIT_ADMIN_TOKEN`; [`snapshot`] gathers what
+//!   they show.
 //!
 //! Each side is one axum `Router` built from [`AppState`]; a new route is a
 //! line in its module. Each side reads the database through a reconnecting
@@ -17,6 +18,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod campaign_page;
 pub mod dashboard;
 pub mod guard;
 pub mod health;

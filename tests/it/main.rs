@@ -20,6 +20,7 @@ mod util;
 mod admin;
 mod audience;
 mod bounce;
+mod campaign_page;
 mod cli;
 mod closed_pipe;
 mod connections;
