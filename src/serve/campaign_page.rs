@@ -15,6 +15,10 @@
 //! `compose::source::inline_css`); everything this page writes itself is
 //! escaped, so they come from the content alone.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
 use askama::Template;
 use axum::extract::{Path, State as Extract};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -24,13 +28,15 @@ use axum::Router;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
+use super::chart::{self, Axis, Figure, Series};
 use super::dashboard::{secure, CampaignRow};
 use super::State;
 use crate::compose::sample::{render_sample, sample, CampaignMail};
 use crate::compose::ComposeError;
 use crate::status::CampaignStatus;
 use crate::store::content::{self, VersionInfo};
-use crate::store::{campaigns, Conn, StoreError};
+use crate::store::timeline::{self, Timeline};
+use crate::store::{campaigns, Conn, Counters, StoreError};
 use crate::tokens::Identity;
 
 /// This page's Content-Security-Policy: no script anywhere, styles from
@@ -74,6 +80,8 @@ pub struct CampaignView {
     /// `send_at`, RFC 3339 UTC; `None`: sends as soon as it is enqueued.
     pub send_at: Option<String>,
     pub versions: Vec<VersionRow>,
+    /// Sent and failed over the campaign's life, one chart each.
+    pub charts: Vec<Figure>,
     /// The preview, or why there is none (empty list, content that does
     /// not render for this recipient).
     pub preview: Result<Preview, String>,
@@ -93,17 +101,69 @@ pub fn rfc3339(ms: i64) -> String {
         .unwrap_or_else(|| format!("{ms} ms"))
 }
 
+/// The timelines last read, by campaign. Counting a campaign's outcomes
+/// per minute reads its whole key range of the ledger (about a second
+/// for a million rows on PostgreSQL, BENCHMARKS.md), so a reload of the
+/// page reuses the last count while the counters it was read at stand
+/// (a finished campaign's never move) or for [`FRESH_FOR`] while it
+/// sends.
+#[derive(Default)]
+pub struct Timelines(Mutex<HashMap<i64, Read>>);
+
+/// How long a sending campaign's timeline is shown before it is read again.
+pub const FRESH_FOR: Duration = Duration::from_secs(15);
+
+/// At most this many campaigns' timelines are kept.
+const KEPT: usize = 64;
+
+struct Read {
+    /// `first_at`, `last_at`, `sent`, `failed` when it was read.
+    at: (Option<i64>, Option<i64>, i64, i64),
+    when: Instant,
+    timeline: Arc<Timeline>,
+}
+
+impl Timelines {
+    /// The campaign's timeline, read again only when its counters moved
+    /// and the last read is older than [`FRESH_FOR`].
+    pub fn get(&self, conn: &mut Conn, c: &Counters) -> Result<Arc<Timeline>, StoreError> {
+        let at = (c.first_at, c.last_at, c.sent, c.failed);
+        if let Ok(kept) = self.0.lock() {
+            if let Some(r) = kept.get(&c.campaign_id) {
+                if r.at == at || r.when.elapsed() < FRESH_FOR {
+                    return Ok(r.timeline.clone());
+                }
+            }
+        }
+        let timeline = Arc::new(timeline::outcomes(conn, c)?);
+        if let Ok(mut kept) = self.0.lock() {
+            if kept.len() >= KEPT {
+                kept.clear();
+            }
+            let read = Read {
+                at,
+                when: Instant::now(),
+                timeline: timeline.clone(),
+            };
+            kept.insert(c.campaign_id, read);
+        }
+        Ok(timeline)
+    }
+}
+
 /// Read everything the page shows for campaign `id`; `Ok(None)`: there
 /// is no such campaign.
 pub fn gather(
     conn: &mut Conn,
     id: i64,
     identity: &Identity,
+    timelines: &Timelines,
 ) -> Result<Option<CampaignView>, StoreError> {
     let Some(c) = campaigns::get(conn, id)? else {
         return Ok(None);
     };
     let counters = campaigns::counters(conn, c.id)?;
+    let charts = charts(timelines.get(conn, &counters)?.as_ref());
     let sent = content::sent_by_version(conn, c.id)?;
     let history = content::history(conn, c.id)?;
     let current = history.first().map_or(0, |v| v.version);
@@ -131,8 +191,33 @@ pub fn gather(
         row: CampaignRow::new(status),
         send_at: None,
         versions,
+        charts,
         preview,
     }))
+}
+
+/// One chart per series of the timeline; opens and clicks are more
+/// entries here.
+pub fn charts(t: &Timeline) -> Vec<Figure> {
+    let axis = Axis {
+        start_ms: t.start_ms,
+        bucket_ms: t.bucket_ms,
+    };
+    chart::figures(
+        axis,
+        &[
+            Series {
+                name: "Sent",
+                class: "sent",
+                values: &t.sent,
+            },
+            Series {
+                name: "Failed",
+                class: "failed",
+                values: &t.failed,
+            },
+        ],
+    )
 }
 
 /// The current content as the first active list member would read it.
@@ -160,8 +245,12 @@ pub async fn page(Extract(state): Extract<State>, Path(id): Path<String>) -> Res
     let Ok(id) = id.parse::<i64>() else {
         return not_found();
     };
-    let identity = state.identity.clone();
-    let view = match state.admin.db(move |c| gather(c, id, &identity)).await {
+    let shared = state.clone();
+    let view = match state
+        .admin
+        .db(move |c| gather(c, id, &shared.identity, &shared.timelines))
+        .await
+    {
         Ok(Some(v)) => v,
         Ok(None) => return not_found(),
         Err(e) => {

@@ -19,6 +19,7 @@
 pub mod admin;
 pub mod auth;
 pub mod campaign_page;
+pub mod chart;
 pub mod dashboard;
 pub mod guard;
 pub mod health;
@@ -54,6 +55,8 @@ pub struct AppState {
     pub settings: ServeSettings,
     /// Failed logins per client address.
     pub failures: guard::Failures,
+    /// The campaign page's outcome counts over time, last read.
+    pub timelines: campaign_page::Timelines,
 }
 
 pub type State = Arc<AppState>;
@@ -95,6 +98,7 @@ pub fn run(settings: ServeSettings) -> Result<(), ServeError> {
             identity,
             settings: settings.clone(),
             failures: guard::Failures::default(),
+            timelines: campaign_page::Timelines::default(),
         });
         let stop = CancellationToken::new();
         shutdown::on_signals(stop.clone()).context("cannot install signal handlers")?;

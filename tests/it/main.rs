@@ -21,6 +21,7 @@ mod admin;
 mod audience;
 mod bounce;
 mod campaign_page;
+mod charts;
 mod cli;
 mod closed_pipe;
 mod connections;
