@@ -6,41 +6,15 @@
 
 use std::time::Duration;
 
-use crate::compose::{self, CampaignMail, ComposeError, Unsendable};
+use crate::compose::sample::sample;
+use crate::compose::{self, CampaignMail, Unsendable};
 use crate::config::SmtpUrl;
 use crate::mail::reply::Verdict;
 use crate::mail::session::Relay;
-use crate::store::{campaigns, installation, recipients, Conn, Recipient, RecipientStatus};
+use crate::store::{campaigns, installation, Conn};
 use crate::tokens::Identity;
 
 use super::CampaignError;
-
-/// Pages of list members looked through for an active one.
-const PAGE: i64 = 1_000;
-
-/// The member the test is rendered for.
-fn sample(conn: &mut Conn, list_id: i64, email: Option<&str>) -> Result<Recipient, ComposeError> {
-    if let Some(e) = email {
-        let id = recipients::find_by_email(conn, e)?
-            .ok_or_else(|| ComposeError::UnknownRecipient(e.to_string()))?;
-        return recipients::load(conn, &[id])?
-            .pop()
-            .ok_or_else(|| ComposeError::UnknownRecipient(e.to_string()));
-    }
-    let mut after = 0;
-    loop {
-        let page = recipients::member_page(conn, list_id, after, PAGE)?;
-        let Some(&(last, _)) = page.last() else {
-            return Err(ComposeError::EmptyList(format!("list {list_id}")));
-        };
-        if let Some(&(id, _)) = page.iter().find(|(_, s)| *s == RecipientStatus::Active) {
-            return recipients::load(conn, &[id])?
-                .pop()
-                .ok_or_else(|| ComposeError::UnknownRecipient(format!("id {id}")));
-        }
-        after = last;
-    }
-}
 
 /// One `--to` address and what the relay said: `Err` holds its refusal.
 pub type Outcome = (String, Result<(), String>);

@@ -5,6 +5,7 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /` , `GET /live` | the [`dashboard`] and its live part |
+//! | `GET /campaigns/ID` | one campaign: content, versions, schedule ([`campaign_page`]) |
 //! | `GET /login`, `POST /login`, `POST /logout` | the session cookie |
 //! | `POST /campaigns/NAME/ACTION` | the dashboard's buttons (303 back) |
 //! | `GET /api/campaigns` | the objects of `status --json` |
@@ -22,7 +23,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
-use super::{auth, dashboard, metrics, snapshot, State};
+use super::{auth, campaign_page, dashboard, metrics, snapshot, State};
 use crate::control::{self, Controlled};
 use crate::fleet;
 use crate::status::CampaignStatus;
@@ -42,6 +43,7 @@ pub fn router(state: State) -> Router {
         .route("/api/campaigns/{name}/{action}", post(api_control))
         .route("/api/workers", get(api_workers))
         .route("/metrics", get(get_metrics))
+        .merge(campaign_page::routes())
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_admin,

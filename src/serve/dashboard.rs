@@ -69,7 +69,7 @@ impl View {
 }
 
 impl CampaignRow {
-    fn new(c: CampaignStatus) -> CampaignRow {
+    pub fn new(c: CampaignStatus) -> CampaignRow {
         let total = c.recipients.max(1) as f64;
         let mut x = 0.0;
         let mut bar = Vec::new();
@@ -263,7 +263,7 @@ pub async fn script() -> Response {
     )
 }
 
-fn asset(content_type: &'static str, body: &'static str) -> Response {
+pub fn asset(content_type: &'static str, body: &'static str) -> Response {
     let mut r = ([(header::CONTENT_TYPE, content_type)], body).into_response();
     r.headers_mut().insert(
         header::CACHE_CONTROL,

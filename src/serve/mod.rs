@@ -4,8 +4,9 @@
 //! - [`public`] on `--listen`: what a reverse proxy puts at the campaigns'
 //!   public URL (one-click unsubscribe, provider webhooks: [`webhook`]);
 //! - [`admin`] on `--admin-listen`: the operator's routes ([`dashboard`],
-//!   JSON API, [`metrics`]), every request checked by [`auth`] against
-//!   `MAILSPLIT_ADMIN_TOKEN`; [`snapshot`] gathers what they show.
+//!   [`campaign_page`], JSON API, [`metrics`]), every request checked by
+//!   [`auth`] against `MAILSPLIT_ADMIN_TOKEN`; [`snapshot`] gathers what
+//!   they show.
 //!
 //! Each side is one axum `Router` built from [`AppState`]; a new route is a
 //! line in its module. Each side reads the database through a reconnecting
@@ -17,6 +18,8 @@
 
 pub mod admin;
 pub mod auth;
+pub mod campaign_page;
+pub mod chart;
 pub mod dashboard;
 pub mod guard;
 pub mod health;
@@ -52,6 +55,8 @@ pub struct AppState {
     pub settings: ServeSettings,
     /// Failed logins per client address.
     pub failures: guard::Failures,
+    /// The campaign page's outcome counts over time, last read.
+    pub timelines: campaign_page::Timelines,
 }
 
 pub type State = Arc<AppState>;
@@ -93,6 +98,7 @@ pub fn run(settings: ServeSettings) -> Result<(), ServeError> {
             identity,
             settings: settings.clone(),
             failures: guard::Failures::default(),
+            timelines: campaign_page::Timelines::default(),
         });
         let stop = CancellationToken::new();
         shutdown::on_signals(stop.clone()).context("cannot install signal handlers")?;

@@ -76,6 +76,26 @@ pub fn latest(conn: &mut Conn, campaign_id: i64) -> Result<Option<Content>> {
         .optional())?)
 }
 
+/// One content version as the dashboard lists it (without its parts).
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
+#[diesel(table_name = cc)]
+pub struct VersionInfo {
+    pub version: i64,
+    pub kind: ContentKind,
+    /// The subject template.
+    pub subject: String,
+    pub created_at: i64,
+}
+
+/// Every content version of the campaign, newest first.
+pub fn history(conn: &mut Conn, campaign_id: i64) -> Result<Vec<VersionInfo>> {
+    Ok(on!(conn, |c| cc::table
+        .filter(cc::campaign_id.eq(campaign_id))
+        .order(cc::version.desc())
+        .select(VersionInfo::as_select())
+        .load(c))?)
+}
+
 /// Forget every version (the campaign is being deleted).
 pub fn delete(conn: &mut Conn, campaign_id: i64) -> Result<usize> {
     Ok(on!(conn, |c| diesel::delete(

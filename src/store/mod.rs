@@ -30,6 +30,7 @@ mod prepared;
 pub mod rates;
 pub mod recipients;
 pub mod schema;
+pub mod timeline;
 pub mod unverified;
 mod versions;
 pub mod workers;

@@ -20,7 +20,7 @@ use serde_json::json;
 const TOKEN: &str = "dashboard-test-token";
 
 /// chromedriver on a free port.
-fn chromedriver() -> (Proc, u16) {
+pub(crate) fn chromedriver() -> (Proc, u16) {
     let port = free_port();
     let child = Command::new("chromedriver")
         .arg(format!("--port={port}"))
@@ -33,7 +33,7 @@ fn chromedriver() -> (Proc, u16) {
 }
 
 /// A headless chromium with a fresh profile, nothing fetched from outside.
-async fn browser(driver: u16, profile: &std::path::Path) -> Client {
+pub(crate) async fn browser(driver: u16, profile: &std::path::Path) -> Client {
     let args = [
         "--headless",
         "--no-sandbox",
@@ -57,13 +57,18 @@ async fn browser(driver: u16, profile: &std::path::Path) -> Client {
         .expect("chromium does not start under chromedriver")
 }
 
-async fn text(c: &Client, css: &str) -> Option<String> {
+pub(crate) async fn text(c: &Client, css: &str) -> Option<String> {
     c.find(Locator::Css(css)).await.ok()?.text().await.ok()
 }
 
 /// Wait until `css` shows text for which `ok` holds; the dashboard swaps
 /// its live part every 2 s, so elements come and go.
-async fn wait_text(c: &Client, secs: u64, css: &str, ok: impl Fn(&str) -> bool) -> String {
+pub(crate) async fn wait_text(
+    c: &Client,
+    secs: u64,
+    css: &str,
+    ok: impl Fn(&str) -> bool,
+) -> String {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         if let Some(t) = text(c, css).await {
@@ -78,7 +83,7 @@ async fn wait_text(c: &Client, secs: u64, css: &str, ok: impl Fn(&str) -> bool) 
 
 /// Click `css`, retrying when the live refresh replaced the element
 /// between finding and clicking it.
-async fn click(c: &Client, css: &str) {
+pub(crate) async fn click(c: &Client, css: &str) {
     for _ in 0..20 {
         if let Ok(e) = c.find(Locator::Css(css)).await {
             if e.click().await.is_ok() {
@@ -90,7 +95,7 @@ async fn click(c: &Client, css: &str) {
     panic!("cannot click {css}");
 }
 
-async fn screenshot(c: &Client, name: &str) {
+pub(crate) async fn screenshot(c: &Client, name: &str) {
     let Some(dir) = std::env::var_os("MAILSPLIT_SCREENSHOTS").map(PathBuf::from) else {
         return;
     };

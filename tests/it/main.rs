@@ -22,6 +22,8 @@ mod audience;
 mod audience_mysql;
 mod audience_sync;
 mod bounce;
+mod campaign_page;
+mod charts;
 mod cli;
 mod closed_pipe;
 mod connections;

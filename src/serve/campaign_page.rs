@@ -1,0 +1,303 @@
+//! The dashboard's page for one campaign, `GET /campaigns/ID`: its
+//! progress, its schedule, its current content rendered for a sample
+//! recipient (the first active list member) and the history of its
+//! content versions with how many recipients got each.
+//!
+//! The content is the user's own HTML: it is shown only inside
+//! `<iframe sandbox="" srcdoc="…">`, the whole document escaped into the
+//! attribute (askama escapes `<`, `>`, `&`, `"` and `'`), so nothing in it
+//! can close the frame and land in this page. The empty `sandbox` gives the
+//! frame an opaque origin and no scripts, forms, popups or top navigation;
+//! this page's policy ([`POLICY`], which a `srcdoc` frame inherits) allows
+//! no script at all and no remote image, font or style, so a preview
+//! neither runs code nor tells a tracker it was looked at. Inline styles
+//! are allowed because mail carries its CSS inline (see
+//! `compose::source::inline_css`); everything this page writes itself is
+//! escaped, so they come from the content alone.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use askama::Template;
+use axum::extract::{Path, State as Extract};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+use super::chart::{self, Axis, Figure, Series};
+use super::dashboard::{secure, CampaignRow};
+use super::State;
+use crate::compose::sample::{render_sample, sample, CampaignMail};
+use crate::compose::ComposeError;
+use crate::status::CampaignStatus;
+use crate::store::content::{self, VersionInfo};
+use crate::store::timeline::{self, Timeline};
+use crate::store::{campaigns, Conn, Counters, StoreError};
+use crate::tokens::Identity;
+
+/// This page's Content-Security-Policy: no script anywhere, styles from
+/// this listener and inline ones (the preview's), images from this
+/// listener or inline `data:` only; never framed itself.
+pub const POLICY: &str = "default-src 'none'; style-src 'self' 'unsafe-inline'; \
+     img-src 'self' data:; form-action 'none'; frame-ancestors 'none'; base-uri 'none'";
+
+/// The routes of this page (merged into the admin router, behind its gate).
+pub fn routes() -> Router<State> {
+    Router::new()
+        .route("/campaigns/{id}", get(page))
+        .route("/static/campaign.css", get(stylesheet))
+}
+
+/// One content version in the history table.
+pub struct VersionRow {
+    pub version: i64,
+    /// When it was stored, RFC 3339 UTC.
+    pub when: String,
+    /// Its subject template, as written.
+    pub subject: String,
+    pub kind: String,
+    /// Recipients sent this version.
+    pub sent: i64,
+    pub current: bool,
+}
+
+/// The current content rendered for the sample recipient.
+pub struct Preview {
+    pub email: String,
+    pub subject: String,
+    /// The whole HTML document: goes into `srcdoc`, escaped.
+    pub html: String,
+    pub text: String,
+}
+
+/// Everything the page shows.
+pub struct CampaignView {
+    pub row: CampaignRow,
+    /// `send_at`, RFC 3339 UTC; `None`: sends as soon as it is enqueued.
+    pub send_at: Option<String>,
+    pub versions: Vec<VersionRow>,
+    /// Sent and failed over the campaign's life, one chart each.
+    pub charts: Vec<Figure>,
+    /// The preview, or why there is none (empty list, content that does
+    /// not render for this recipient).
+    pub preview: Result<Preview, String>,
+}
+
+#[derive(Template)]
+#[template(path = "admin/campaign.html")]
+struct Page<'a> {
+    v: &'a CampaignView,
+}
+
+/// `ms` since the epoch as RFC 3339 UTC, to the second.
+pub fn rfc3339(ms: i64) -> String {
+    OffsetDateTime::from_unix_timestamp(ms.div_euclid(1000))
+        .ok()
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_else(|| format!("{ms} ms"))
+}
+
+/// The timelines last read, by campaign. Counting a campaign's outcomes
+/// per minute reads its whole key range of the ledger (about a second
+/// for a million rows on PostgreSQL, BENCHMARKS.md), so a reload of the
+/// page reuses the last count while the counters it was read at stand
+/// (a finished campaign's never move) or for [`FRESH_FOR`] while it
+/// sends.
+#[derive(Default)]
+pub struct Timelines(Mutex<HashMap<i64, Read>>);
+
+/// How long a sending campaign's timeline is shown before it is read again.
+pub const FRESH_FOR: Duration = Duration::from_secs(15);
+
+/// At most this many campaigns' timelines are kept.
+const KEPT: usize = 64;
+
+struct Read {
+    /// `first_at`, `last_at`, `sent`, `failed` when it was read.
+    at: (Option<i64>, Option<i64>, i64, i64),
+    when: Instant,
+    timeline: Arc<Timeline>,
+}
+
+impl Timelines {
+    /// The campaign's timeline, read again only when its counters moved
+    /// and the last read is older than [`FRESH_FOR`].
+    pub fn get(&self, conn: &mut Conn, c: &Counters) -> Result<Arc<Timeline>, StoreError> {
+        let at = (c.first_at, c.last_at, c.sent, c.failed);
+        if let Ok(kept) = self.0.lock() {
+            if let Some(r) = kept.get(&c.campaign_id) {
+                if r.at == at || r.when.elapsed() < FRESH_FOR {
+                    return Ok(r.timeline.clone());
+                }
+            }
+        }
+        let timeline = Arc::new(timeline::outcomes(conn, c)?);
+        if let Ok(mut kept) = self.0.lock() {
+            if kept.len() >= KEPT {
+                kept.clear();
+            }
+            let read = Read {
+                at,
+                when: Instant::now(),
+                timeline: timeline.clone(),
+            };
+            kept.insert(c.campaign_id, read);
+        }
+        Ok(timeline)
+    }
+}
+
+/// Read everything the page shows for campaign `id`; `Ok(None)`: there
+/// is no such campaign.
+pub fn gather(
+    conn: &mut Conn,
+    id: i64,
+    identity: &Identity,
+    timelines: &Timelines,
+) -> Result<Option<CampaignView>, StoreError> {
+    let Some(c) = campaigns::get(conn, id)? else {
+        return Ok(None);
+    };
+    let counters = campaigns::counters(conn, c.id)?;
+    let charts = charts(timelines.get(conn, &counters)?.as_ref());
+    let sent = content::sent_by_version(conn, c.id)?;
+    let history = content::history(conn, c.id)?;
+    let current = history.first().map_or(0, |v| v.version);
+    let status = CampaignStatus::new(&c, &counters).with_versions(current, &sent);
+    let versions = history
+        .into_iter()
+        .map(|v: VersionInfo| VersionRow {
+            when: rfc3339(v.created_at),
+            subject: v.subject,
+            kind: v.kind.to_string(),
+            sent: sent
+                .iter()
+                .find(|(n, _)| *n == v.version)
+                .map_or(0, |s| s.1),
+            current: v.version == current,
+            version: v.version,
+        })
+        .collect();
+    let preview = match preview(conn, &c, identity) {
+        Ok(p) => Ok(p),
+        Err(ComposeError::Store(e)) => return Err(e),
+        Err(e) => Err(e.to_string()),
+    };
+    Ok(Some(CampaignView {
+        row: CampaignRow::new(status),
+        send_at: None,
+        versions,
+        charts,
+        preview,
+    }))
+}
+
+/// One chart per series of the timeline; opens and clicks are more
+/// entries here.
+pub fn charts(t: &Timeline) -> Vec<Figure> {
+    let axis = Axis {
+        start_ms: t.start_ms,
+        bucket_ms: t.bucket_ms,
+    };
+    chart::figures(
+        axis,
+        &[
+            Series {
+                name: "Sent",
+                class: "sent",
+                values: &t.sent,
+            },
+            Series {
+                name: "Failed",
+                class: "failed",
+                values: &t.failed,
+            },
+        ],
+    )
+}
+
+/// The current content as the first active list member would read it.
+fn preview(
+    conn: &mut Conn,
+    c: &crate::store::Campaign,
+    identity: &Identity,
+) -> Result<Preview, ComposeError> {
+    let r = sample(conn, c.list_id, None)?;
+    let mail = CampaignMail::load(conn, c, identity)?;
+    let (subject, rendered) = render_sample(&mail, &r).map_err(|why| ComposeError::Unsendable {
+        email: r.email.clone(),
+        why,
+    })?;
+    Ok(Preview {
+        email: r.email,
+        subject,
+        html: rendered.html,
+        text: rendered.text,
+    })
+}
+
+/// `GET /campaigns/ID`.
+pub async fn page(Extract(state): Extract<State>, Path(id): Path<String>) -> Response {
+    let Ok(id) = id.parse::<i64>() else {
+        return not_found();
+    };
+    let shared = state.clone();
+    let view = match state
+        .admin
+        .db(move |c| gather(c, id, &shared.identity, &shared.timelines))
+        .await
+    {
+        Ok(Some(v)) => v,
+        Ok(None) => return not_found(),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the campaign page's figures");
+            return secure(
+                (StatusCode::SERVICE_UNAVAILABLE, "database unavailable\n").into_response(),
+            );
+        }
+    };
+    match (Page { v: &view }).render() {
+        Ok(html) => with_policy(Html(html).into_response()),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot render the campaign page");
+            (StatusCode::INTERNAL_SERVER_ERROR, "cannot render page\n").into_response()
+        }
+    }
+}
+
+fn not_found() -> Response {
+    secure((StatusCode::NOT_FOUND, "no such campaign\n").into_response())
+}
+
+/// The admin pages' headers, with this page's own policy.
+fn with_policy(response: Response) -> Response {
+    let mut response = secure(response);
+    response.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(POLICY),
+    );
+    response
+}
+
+/// `GET /static/campaign.css`.
+pub async fn stylesheet() -> Response {
+    super::dashboard::asset(
+        "text/css; charset=utf-8",
+        include_str!("../../templates/admin/campaign.css"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_rfc3339_utc() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_764_156_000_999), "2025-11-26T11:20:00Z");
+    }
+}
