@@ -24,13 +24,16 @@ pub mod imports;
 pub mod installation;
 pub mod lists;
 pub mod optouts;
+pub mod outbox;
 mod plans;
 mod prepared;
 pub mod rates;
 pub mod recipients;
+pub mod report;
 pub mod schema;
 pub mod unverified;
 mod versions;
+pub mod webhooks;
 pub mod workers;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -161,6 +164,8 @@ pub struct Conn {
     inner: Inner,
     depth: u32,
     plans: plans::PlanMode,
+    /// Who wants which webhook event (see [`outbox::subscribers`]).
+    subscribers: outbox::Subscribers,
 }
 
 enum Inner {
@@ -381,6 +386,7 @@ impl Conn {
             inner,
             depth: 0,
             plans: plans::PlanMode::default(),
+            subscribers: outbox::Subscribers::default(),
         };
         conn.refuse_newer_schema()?;
         Ok(conn)
