@@ -205,11 +205,17 @@ fn body(events: &[Pending]) -> Vec<u8> {
     serde_json::to_vec(&Body { events }).unwrap_or_default()
 }
 
+/// RFC 3339 UTC with exactly three decimals (`…T11:56:34.510Z`), so that
+/// the texts sort as the times do.
 fn rfc3339(ms: i64) -> String {
-    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+    let whole = OffsetDateTime::from_unix_timestamp(ms.div_euclid(1000))
         .ok()
         .and_then(|t| t.format(&Rfc3339).ok())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    match whole.strip_suffix('Z') {
+        Some(head) => format!("{head}.{:03}Z", ms.rem_euclid(1000)),
+        None => whole,
+    }
 }
 
 #[cfg(test)]
@@ -223,5 +229,11 @@ mod tests {
         assert_eq!(retry_delay(base, 2), base * 2);
         assert_eq!(retry_delay(base, 4), base * 8);
         assert_eq!(retry_delay(base, 60), MAX_RETRY_DELAY);
+    }
+
+    #[test]
+    fn times_have_three_decimals() {
+        assert_eq!(rfc3339(1_764_158_194_510), "2025-11-26T11:56:34.510Z");
+        assert_eq!(rfc3339(1_764_158_194_000), "2025-11-26T11:56:34.000Z");
     }
 }
