@@ -49,6 +49,25 @@ pub struct MinuteRow {
     pub n: i64,
 }
 
+/// `sql` with `?` placeholders as the backend spells them (`$1`, … on
+/// PostgreSQL).
+fn placeholders(conn: &Conn, sql: &str) -> String {
+    if conn.backend() == Backend::Sqlite {
+        return sql.to_string();
+    }
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut n = 0;
+    for ch in sql.chars() {
+        if ch == '?' {
+            n += 1;
+            out.push_str(&format!("${n}"));
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
 /// The reason `serve` stores with a one-click unsubscribe from a campaign.
 pub fn unsubscribe_reason(campaign_id: i64) -> String {
     format!("one-click unsubscribe (campaign {campaign_id})")
@@ -70,6 +89,7 @@ pub fn by_domain(conn: &mut Conn, campaign_id: i64) -> Result<Vec<DomainRow>> {
         unsub = RecipientStatus::Unsubscribed.as_str()
     );
     let reason = unsubscribe_reason(campaign_id);
+    let sql = placeholders(conn, &sql);
     Ok(on!(conn, |c| diesel::sql_query(&sql)
         .bind::<Text, _>(&reason)
         .bind::<BigInt, _>(campaign_id)
@@ -84,6 +104,7 @@ pub fn failure_replies(conn: &mut Conn, campaign_id: i64, limit: i64) -> Result<
          WHERE campaign_id = ? AND state = '{}' GROUP BY last_error ORDER BY n DESC LIMIT ?",
         DeliveryState::Failed.as_str()
     );
+    let sql = placeholders(conn, &sql);
     Ok(on!(conn, |c| diesel::sql_query(&sql)
         .bind::<BigInt, _>(campaign_id)
         .bind::<BigInt, _>(limit)
@@ -103,6 +124,7 @@ pub fn reported_bounces(conn: &mut Conn, campaign_id: i64, limit: i64) -> Result
         K::Soft.as_str(),
         K::Policy.as_str()
     );
+    let sql = placeholders(conn, &sql);
     Ok(on!(conn, |c| diesel::sql_query(&sql)
         .bind::<BigInt, _>(campaign_id)
         .bind::<BigInt, _>(limit)
@@ -117,6 +139,7 @@ pub fn per_minute(conn: &mut Conn, campaign_id: i64) -> Result<Vec<MinuteRow>> {
         DeliveryState::Sent.as_str(),
         DeliveryState::Failed.as_str()
     );
+    let sql = placeholders(conn, &sql);
     Ok(on!(conn, |c| diesel::sql_query(&sql)
         .bind::<BigInt, _>(campaign_id)
         .load(c))?)

@@ -39,6 +39,7 @@ mod pipelining;
 mod postfix;
 mod rate_group;
 mod ratelimit;
+mod report;
 mod requeue;
 mod secrets;
 mod serve;
