@@ -28,6 +28,7 @@ mod dashboard;
 mod delay_proxy;
 mod dkim;
 mod edit;
+mod eta;
 mod fleet;
 mod hardening;
 mod hardening_serve;
