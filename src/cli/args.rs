@@ -7,7 +7,10 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{self, DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY};
+
+mod webhook;
 use crate::redact;
+pub use webhook::WebhookCommand;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -123,19 +126,13 @@ pub enum Command {
     /// DKIM keys: workers sign every message whose From domain has one
     #[command(subcommand)]
     Dkim(DkimCommand),
-    /// Signed event webhooks out: add, ls, rm
-    ///
-    /// Workers and `serve` POST batches of events to each receiver, signed
-    /// with its secret in the Mailsplit-Signature header, at least once
-    /// and in order, retrying with a growing delay for up to 24 h.
+    /// Signed event webhooks out (delivered by workers and `serve`): add, ls, rm
     #[command(subcommand)]
     Webhook(WebhookCommand),
-    /// What became of a campaign: outcomes by domain, bounce reasons,
-    /// unsubscribes and complaints, content versions, send rate per minute
+    /// Outcomes by domain, bounce reasons, unsubscribes, versions, rate per minute
     Report {
         /// Campaign name or id
         campaign: String,
-        /// One JSON object
         #[arg(long)]
         json: bool,
         /// Recipient domains shown; the rest are summed as "other"
@@ -358,29 +355,6 @@ pub enum DkimCommand {
         /// Delete only the key with this selector
         #[arg(long)]
         selector: Option<String>,
-    },
-}
-
-#[derive(Subcommand, Debug)]
-pub enum WebhookCommand {
-    /// Add a receiver; prints its id (and the secret, once, if generated)
-    Add {
-        /// http:// or https:// URL the events are POSTed to
-        url: String,
-        /// Comma-separated: sent, failed, bounced, complained,
-        /// unsubscribed, opened, clicked, campaign.finished
-        #[arg(long)]
-        events: String,
-        /// Signing secret (default: 32 random bytes, printed once)
-        #[arg(long)]
-        secret: Option<String>,
-    },
-    /// Every webhook: URL, events, delivered, pending, failed, last error
-    Ls,
-    /// Remove a webhook; its waiting events are dropped
-    Rm {
-        /// The id `webhook ls` shows
-        id: i64,
     },
 }
 
