@@ -93,6 +93,31 @@ pub struct WorkerSettings {
     pub smtp_timeout: Duration,
     /// Messages per SMTP session before it QUITs.
     pub max_per_session: usize,
+    pub webhooks: WebhookDelivery,
+}
+
+/// The first webhook retry's delay; each failure in a row doubles it.
+pub const DEFAULT_WEBHOOK_RETRY_BASE: Duration = Duration::from_secs(5);
+/// Webhook events a receiver did not take within this are dropped and
+/// counted as failed.
+pub const DEFAULT_WEBHOOK_GIVE_UP: Duration = Duration::from_secs(24 * 3600);
+
+/// How workers and `serve` deliver webhooks (env
+/// `MAILSPLIT_WEBHOOK_RETRY_BASE_MS`, `MAILSPLIT_WEBHOOK_GIVE_UP_SECS`:
+/// tests shorten them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WebhookDelivery {
+    pub retry_base: Duration,
+    pub give_up: Duration,
+}
+
+impl Default for WebhookDelivery {
+    fn default() -> Self {
+        WebhookDelivery {
+            retry_base: DEFAULT_WEBHOOK_RETRY_BASE,
+            give_up: DEFAULT_WEBHOOK_GIVE_UP,
+        }
+    }
 }
 
 /// `mailsplit serve`'s settings, checked. `Debug` hides the tokens and the
@@ -114,6 +139,8 @@ pub struct ServeSettings {
     /// Bearer token of `POST /webhooks/bounce` on the public listener; the
     /// route does not exist without one.
     pub webhook_token: Option<String>,
+    /// Outgoing event webhooks (issue 26).
+    pub webhooks: WebhookDelivery,
 }
 
 impl fmt::Debug for WorkerSettings {
@@ -182,6 +209,8 @@ pub enum ConfigError {
     /// `url` is already redacted.
     #[error("bad --public-url {url:?}: {why} (expected https://HOST[/PATH], e.g. https://mail.example.com; http:// only for a loopback host)")]
     BadPublicUrl { url: String, why: &'static str },
+    #[error("{what}={value:?} is not a whole number")]
+    NotANumber { what: &'static str, value: String },
     #[error("{what} must be between {min} and {max}, got {value}")]
     OutOfRange {
         what: &'static str,
@@ -316,6 +345,7 @@ mod tests {
             grace: DEFAULT_GRACE,
             smtp_timeout: DEFAULT_SMTP_TIMEOUT,
             max_per_session: DEFAULT_MAX_PER_SESSION,
+            webhooks: WebhookDelivery::default(),
         };
         let serve = ServeSettings {
             database_url: "postgres://me:DbPa55@db/x".into(),
@@ -326,6 +356,7 @@ mod tests {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             admin_token: Some("T0ken".into()),
             webhook_token: Some("W3bhook".into()),
+            webhooks: WebhookDelivery::default(),
         };
         for shown in [
             format!("{smtp:?}"),

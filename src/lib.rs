@@ -13,7 +13,8 @@
 //! Imports point one way: [`cli`] → stages ([`campaign`], [`limits`],
 //! [`database`], [`import`], [`splitter`], [`worker`], [`serve`],
 //! [`control`], [`status`], [`fleet`]) → [`compose`], [`mail`],
-//! [`queue`], [`ratelimit`], [`tokens`], [`shutdown`] → [`store`]; [`config`]
+//! [`queue`], [`ratelimit`], [`tokens`], [`shutdown`], [`webhooks`] (events
+//! out, delivered by workers and `serve`) → [`store`]; [`config`]
 //! and [`redact`] (and [`logging`]) sit beside them, importing no stage; [`mailbox`] (which
 //! spellings are one mailbox, and the wire spelling) and [`rate_group`] sit below the store.
 
@@ -37,6 +38,7 @@ pub mod queue;
 pub mod rate_group;
 pub mod ratelimit;
 pub mod redact;
+pub mod report;
 pub mod requeue;
 pub mod serve;
 pub mod shutdown;
@@ -46,4 +48,5 @@ pub mod status;
 pub mod store;
 pub mod templates;
 pub mod tokens;
+pub mod webhooks;
 pub mod worker;

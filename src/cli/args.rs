@@ -7,7 +7,10 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{self, DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY};
+
+mod webhook;
 use crate::redact;
+pub use webhook::WebhookCommand;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -123,6 +126,19 @@ pub enum Command {
     /// DKIM keys: workers sign every message whose From domain has one
     #[command(subcommand)]
     Dkim(DkimCommand),
+    /// Signed event webhooks out (delivered by workers and `serve`): add, ls, rm
+    #[command(subcommand)]
+    Webhook(WebhookCommand),
+    /// Outcomes by domain, bounce reasons, unsubscribes, versions, rate per minute
+    Report {
+        /// Campaign name or id
+        campaign: String,
+        #[arg(long)]
+        json: bool,
+        /// Recipient domains shown; the rest are summed as "other"
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+    },
     /// Stop sending a campaign (workers notice within a second)
     Pause {
         /// Campaign name or id

@@ -22,6 +22,7 @@ use crate::requeue::RequeueError;
 use crate::serve::ServeError;
 use crate::splitter::EnqueueError;
 use crate::templates::TemplateError;
+use crate::webhooks::WebhookError;
 use crate::worker::WorkerError;
 
 use super::out::OutputError;
@@ -107,6 +108,8 @@ pub enum CliError {
     #[error(transparent)]
     Serve(#[from] ServeError),
     #[error(transparent)]
+    Webhook(#[from] WebhookError),
+    #[error(transparent)]
     Output(#[from] OutputError),
     #[error(transparent)]
     Json(#[from] serde_json::Error),
@@ -131,6 +134,7 @@ impl ExitKind for CliError {
             CliError::Optout(e) => e.exit_kind(),
             CliError::Worker(e) => e.exit_kind(),
             CliError::Serve(e) => e.exit_kind(),
+            CliError::Webhook(e) => e.exit_kind(),
             CliError::Output(e) => e.exit_kind(),
             CliError::Json(e) => e.exit_kind(),
         }
@@ -224,6 +228,12 @@ impl ExitKind for RequeueError {
 }
 
 impl ExitKind for ImportError {
+    fn exit_kind(&self) -> Exit {
+        usage_if(self.is_usage())
+    }
+}
+
+impl ExitKind for WebhookError {
     fn exit_kind(&self) -> Exit {
         usage_if(self.is_usage())
     }

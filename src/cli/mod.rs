@@ -76,6 +76,12 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         } => c::campaign::preview(g, &campaign, recipient.as_deref())?,
         Command::Rate(cmd) => c::rate::rate(g, cmd)?,
         Command::Dkim(cmd) => c::dkim::dkim(g, cmd)?,
+        Command::Webhook(cmd) => c::webhook::webhook(g, cmd)?,
+        Command::Report {
+            campaign,
+            json,
+            top,
+        } => c::report::report(g, &campaign, json, top)?,
         Command::Bounce(args) => return c::bounce::bounce(g, &args),
         Command::Requeue {
             campaign,

@@ -42,6 +42,7 @@ pub fn worker_settings(g: &Global, args: &WorkerArgs) -> Result<WorkerSettings, 
             1,
             1_000_000,
         )?,
+        webhooks: webhook_delivery()?,
     })
 }
 
@@ -71,7 +72,37 @@ pub fn serve_settings(g: &Global, args: &ServeArgs) -> Result<ServeSettings, Con
             WEBHOOK_TOKEN_ENV,
             std::env::var(WEBHOOK_TOKEN_ENV).ok(),
         )?,
+        webhooks: webhook_delivery()?,
     })
+}
+
+/// The environment variable with the first webhook retry's delay (ms).
+pub const WEBHOOK_RETRY_BASE_ENV: &str = "MAILSPLIT_WEBHOOK_RETRY_BASE_MS";
+/// The environment variable with how long webhook events are retried (s).
+pub const WEBHOOK_GIVE_UP_ENV: &str = "MAILSPLIT_WEBHOOK_GIVE_UP_SECS";
+
+/// Webhook delivery as the environment tunes it (defaults otherwise).
+fn webhook_delivery() -> Result<config::WebhookDelivery, ConfigError> {
+    let mut d = config::WebhookDelivery::default();
+    if let Some(ms) = env_number(WEBHOOK_RETRY_BASE_ENV, 1, 3_600_000)? {
+        d.retry_base = Duration::from_millis(ms);
+    }
+    if let Some(s) = env_number(WEBHOOK_GIVE_UP_ENV, 1, 30 * 24 * 3600)? {
+        d.give_up = Duration::from_secs(s);
+    }
+    Ok(d)
+}
+
+/// A whole number from the environment, within `min..=max`.
+fn env_number(name: &'static str, min: usize, max: usize) -> Result<Option<u64>, ConfigError> {
+    let Ok(text) = std::env::var(name) else {
+        return Ok(None);
+    };
+    let n: usize = text.trim().parse().map_err(|_| ConfigError::NotANumber {
+        what: name,
+        value: text.clone(),
+    })?;
+    Ok(Some(config::check_range(name, n, min, max)? as u64))
 }
 
 /// What `enqueue` and `requeue` put jobs with: the checked batch size and

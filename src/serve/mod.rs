@@ -111,6 +111,11 @@ pub fn run(settings: ServeSettings) -> Result<(), ServeError> {
             "serving"
         );
         let cap = settings.max_connections;
+        let deliverer = tokio::spawn(crate::webhooks::deliver::run(
+            Db::new(url, None, Plans::Custom),
+            settings.webhooks,
+            stop.clone(),
+        ));
         tokio::join!(
             listen::serve(
                 public,
@@ -120,6 +125,7 @@ pub fn run(settings: ServeSettings) -> Result<(), ServeError> {
             ),
             listen::serve(admin, admin::router(Arc::clone(&state)), cap, stop.clone()),
         );
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), deliverer).await;
         tracing::info!("serve stopped");
         Ok(())
     });

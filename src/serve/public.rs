@@ -64,7 +64,7 @@ async fn unsubscribe(Extract(state): Extract<State>, Path(token): Path<String>) 
     let reason = format!("one-click unsubscribe (campaign {campaign})");
     match state
         .public
-        .db(move |c| optouts::unsubscribe(c, recipient, &reason))
+        .db(move |c| optouts::unsubscribe_from(c, Some(campaign), recipient, &reason))
         .await
     {
         Ok(status) => {

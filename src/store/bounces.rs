@@ -8,6 +8,7 @@
 
 use diesel::prelude::*;
 
+use super::outbox::{self, EventKind};
 use super::recipients::RecipientStatus;
 use super::schema::{bounces as b, campaign_counters as cc, deliveries as d, recipients as r};
 use super::{now_ms, on, Conn, Result};
@@ -192,6 +193,12 @@ fn mark_delivery(
         0
     } as i64;
     if marked > 0 {
+        let event = if kind.is_bounce() {
+            EventKind::Bounced
+        } else {
+            EventKind::Complained
+        };
+        outbox::record_recipients(conn, event, campaign_id, &[recipient_id], now)?;
         let counters = cc::table.find(campaign_id);
         on!(conn, |c| if kind.is_bounce() {
             diesel::update(counters)

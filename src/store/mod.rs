@@ -25,14 +25,17 @@ pub mod imports;
 pub mod installation;
 pub mod lists;
 pub mod optouts;
+pub mod outbox;
 mod plans;
 mod prepared;
 pub mod rates;
 pub mod recipients;
+pub mod report;
 pub mod schema;
 pub mod timeline;
 pub mod unverified;
 mod versions;
+pub mod webhooks;
 pub mod workers;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -163,6 +166,8 @@ pub struct Conn {
     inner: Inner,
     depth: u32,
     plans: plans::PlanMode,
+    /// Who wants which webhook event (see [`outbox::subscribers`]).
+    subscribers: outbox::Subscribers,
 }
 
 enum Inner {
@@ -383,6 +388,7 @@ impl Conn {
             inner,
             depth: 0,
             plans: plans::PlanMode::default(),
+            subscribers: outbox::Subscribers::default(),
         };
         conn.refuse_newer_schema()?;
         Ok(conn)

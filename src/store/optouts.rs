@@ -4,6 +4,7 @@
 
 use diesel::prelude::*;
 
+use super::outbox;
 use super::schema::recipients as r;
 use super::{now_ms, on, Conn, RecipientStatus, Result};
 
@@ -16,8 +17,21 @@ pub fn unsubscribe(
     recipient_id: i64,
     reason: &str,
 ) -> Result<Option<RecipientStatus>> {
+    unsubscribe_from(conn, None, recipient_id, reason)
+}
+
+/// [`unsubscribe`] by a campaign's one-click link: a recipient who was
+/// active is reported to the webhooks that want `unsubscribed` events, in
+/// the same transaction.
+pub fn unsubscribe_from(
+    conn: &mut Conn,
+    campaign_id: Option<i64>,
+    recipient_id: i64,
+    reason: &str,
+) -> Result<Option<RecipientStatus>> {
     conn.transaction(|conn| {
-        on!(conn, |c| diesel::update(
+        let now = now_ms();
+        let changed = on!(conn, |c| diesel::update(
             r::table
                 .find(recipient_id)
                 .filter(r::status.eq(RecipientStatus::Active))
@@ -25,10 +39,19 @@ pub fn unsubscribe(
         .set((
             r::status.eq(RecipientStatus::Unsubscribed),
             r::status_reason.eq(reason),
-            r::status_at.eq(now_ms()),
-            r::updated_at.eq(now_ms()),
+            r::status_at.eq(now),
+            r::updated_at.eq(now),
         ))
         .execute(c))?;
+        if changed == 1 {
+            let event = outbox::NewEvent {
+                kind: outbox::EventKind::Unsubscribed,
+                campaign_id,
+                recipient_id: Some(recipient_id),
+                at: now,
+            };
+            outbox::record(conn, &[event])?;
+        }
         Ok(on!(conn, |c| r::table
             .find(recipient_id)
             .select(r::status)

@@ -87,6 +87,9 @@ diesel::table! {
         recent_failed -> BigInt,
         prior_done -> BigInt,
         prior_failed -> BigInt,
+        /// Migration 65: when the campaign was seen done (reported once
+        /// as `campaign.finished`).
+        finished_at -> Nullable<BigInt>,
     }
 }
 
@@ -252,3 +255,40 @@ diesel::table! {
         created_at -> BigInt,
     }
 }
+
+diesel::table! {
+    /// Migration 65: signed event webhooks out (issue 26).
+    webhooks (id) {
+        id -> BigInt,
+        url -> Text,
+        events -> Text,
+        secret -> Text,
+        created_at -> BigInt,
+        lease_owner -> Nullable<Text>,
+        lease_until -> BigInt,
+        next_at -> BigInt,
+        attempts -> BigInt,
+        delivered -> BigInt,
+        failed -> BigInt,
+        posts -> BigInt,
+        last_error -> Nullable<Text>,
+        last_error_at -> Nullable<BigInt>,
+        last_ok_at -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
+    /// Migration 65: one row per (webhook, event) until delivered.
+    webhook_outbox (id) {
+        id -> BigInt,
+        webhook_id -> BigInt,
+        kind -> Text,
+        campaign_id -> Nullable<BigInt>,
+        recipient_id -> Nullable<BigInt>,
+        at -> BigInt,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, webhooks);
+diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, campaigns);
+diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, recipients);

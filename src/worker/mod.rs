@@ -215,6 +215,11 @@ async fn pipeline_run(
         })
     };
 
+    let deliverer = tokio::spawn(crate::webhooks::deliver::run(
+        Db::new(&settings.database_url, None, Plans::Custom),
+        settings.webhooks,
+        stop.clone(),
+    ));
     log_started(&settings, &relay);
     stop.cancelled().await;
 
@@ -232,6 +237,8 @@ async fn pipeline_run(
     }
     .wind_down(shared)
     .await?;
+    // It stops with `stop`, giving up its leases.
+    let _ = tokio::time::timeout(Duration::from_secs(5), deliverer).await;
     if let Some(e) = fatal {
         return Err(e.into());
     }

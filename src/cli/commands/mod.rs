@@ -11,9 +11,11 @@ pub mod lists;
 pub mod migrate;
 pub mod queue;
 pub mod rate;
+pub mod report;
 pub mod serve;
 pub mod status;
 pub mod templates;
+pub mod webhook;
 pub mod worker;
 
 use crate::database::{self, Conn};

@@ -297,6 +297,12 @@ pub fn control(conn: &mut Conn, name_or_id: &str, action: Control) -> Result<Cam
                 // The failures that paused it are history: judge what comes
                 // after the fix on its own.
                 super::autopause::forget(conn, campaign.id)?;
+                // The rate window restarts at the first outcome after the
+                // resume: the pause is never part of a measured rate (the
+                // rate before it stands until then).
+                on!(conn, |c| diesel::update(cc::table.find(campaign.id))
+                    .set(cc::window_at.eq(0))
+                    .execute(c))?;
             }
             Control::Cancel => {
                 if state == CampaignState::Cancelled {

@@ -3,6 +3,7 @@
 
 use super::record::counters_set;
 use super::*;
+use crate::store::outbox::EventKind;
 
 /// One row of [`claim_pg`]: a member of the job, with its attempt number
 /// and its recipient's fields when this claim got it.
@@ -91,7 +92,23 @@ pub(super) fn claim_pg(
 
 /// The statement of [`record_sent_pg`]: one text for every batch, so each
 /// connection prepares it once (see [`super::prepared`]).
-static RECORD_SENT_PG: LazyLock<String> = LazyLock::new(|| {
+static RECORD_SENT_PG: LazyLock<String> = LazyLock::new(|| record_sent_pg_sql(""));
+
+/// [`RECORD_SENT_PG`] that also writes a `sent` event into the outbox for
+/// each row marked and each webhook in the last bound array, in the same
+/// statement (so in the same transaction as the fact).
+static RECORD_SENT_PG_EVENTS: LazyLock<String> = LazyLock::new(|| {
+    record_sent_pg_sql(&format!(
+        "ev AS (INSERT INTO webhook_outbox (webhook_id, kind, campaign_id, recipient_id, at) \
+           SELECT h.id, '{}', p.campaign, done.rid, p.now \
+           FROM done, p, unnest(?::bigint[]) AS h(id) ORDER BY done.rid, h.id), ",
+        EventKind::Sent.as_str()
+    ))
+});
+
+/// The statement of [`record_sent_pg`], with `events` (a WITH clause, or
+/// nothing) before its counters' update.
+fn record_sent_pg_sql(events: &str) -> String {
     let (sent, claimed) = (
         DeliveryState::Sent.as_str(),
         DeliveryState::Claimed.as_str(),
@@ -115,12 +132,12 @@ static RECORD_SENT_PG: LazyLock<String> = LazyLock::new(|| {
            WHERE d.campaign_id = o.cid AND d.recipient_id = o.rid \
              AND d.claim_token = o.tok AND d.state = '{claimed}' \
            RETURNING d.recipient_id AS rid, o.tok AS tok), \
-         n AS (SELECT count(*) AS k FROM done), \
+         n AS (SELECT count(*) AS k FROM done), {events}\
          bump AS (UPDATE campaign_counters SET {set} \
            FROM n, p WHERE campaign_id = p.campaign AND n.k > 0) \
          SELECT rid, tok FROM done"
     )
-});
+}
 
 /// PostgreSQL, a batch of successes only (nearly every batch): for each
 /// campaign, one statement marks `sent` the rows still claimed by their
@@ -133,6 +150,7 @@ pub(super) fn record_sent_pg(
     c: &mut diesel::pg::PgConnection,
     outcomes: &[Outcome],
     now: i64,
+    hooks: &[i64],
 ) -> Result<Vec<Recorded>> {
     use diesel::sql_types::BigInt;
 
@@ -158,18 +176,21 @@ pub(super) fn record_sent_pg(
             .iter()
             .map(|&i| outcomes[i].content_version.unwrap_or(0))
             .collect();
-        let marked: Vec<Marked> = Prepared::new(
-            &RECORD_SENT_PG,
-            vec![
-                Bind::Int(now),
-                Bind::Int(campaign_id),
-                Bind::Ints(&cids),
-                Bind::Ints(&rids),
-                Bind::Ints(&toks),
-                Bind::Ints(&vers),
-            ],
-        )
-        .load(c)?;
+        let mut binds = vec![
+            Bind::Int(now),
+            Bind::Int(campaign_id),
+            Bind::Ints(&cids),
+            Bind::Ints(&rids),
+            Bind::Ints(&toks),
+            Bind::Ints(&vers),
+        ];
+        let sql = if hooks.is_empty() {
+            &*RECORD_SENT_PG
+        } else {
+            binds.push(Bind::Ints(hooks));
+            &*RECORD_SENT_PG_EVENTS
+        };
+        let marked: Vec<Marked> = Prepared::new(sql, binds).load(c)?;
         let marked: HashSet<(i64, i64)> = marked.into_iter().map(|m| (m.rid, m.tok)).collect();
         for i in idx {
             let o = &outcomes[i];

@@ -3,6 +3,7 @@
 
 use super::pg_fast::record_sent_pg;
 use super::*;
+use crate::store::outbox::{self, EventKind};
 
 /// What happened to one claimed recipient.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,10 +80,12 @@ pub fn record(conn: &mut Conn, outcomes: &[Outcome], max_attempts: i32) -> Resul
 /// its worker stops sending for them at once.
 pub fn record_batch(conn: &mut Conn, outcomes: &[Outcome], max_attempts: i32) -> Result<Recording> {
     let now = now_ms();
-    if outcomes.iter().all(|o| o.kind == OutcomeKind::Sent) {
+    if outcomes.iter().all(|o| o.kind == OutcomeKind::Sent) && conn.backend() == Backend::Postgres {
+        // Who wants `sent` events: the connection's copy, no query.
+        let hooks = outbox::subscribers(conn, EventKind::Sent)?;
         if let InnerMut::Pg(c) = conn.inner_mut() {
             return Ok(Recording {
-                results: record_sent_pg(c, outcomes, now)?,
+                results: record_sent_pg(c, outcomes, now, &hooks)?,
                 paused: Vec::new(),
             });
         }
@@ -96,8 +99,13 @@ pub fn record_batch(conn: &mut Conn, outcomes: &[Outcome], max_attempts: i32) ->
                 continue;
             }
             let delta = deltas.entry(o.campaign_id).or_default();
+            let failed_before = delta.failed;
             let (state, changed) = record_other(conn, o, now, max_attempts, delta)?;
             results[i] = if changed == 1 { state } else { Recorded::Lost };
+            if delta.failed > failed_before {
+                let rid = [o.recipient_id];
+                outbox::record_recipients(conn, EventKind::Failed, o.campaign_id, &rid, now)?;
+            }
         }
         count_trailing(outcomes, &results, &mut deltas);
         let paused = apply_deltas(conn, deltas, now)?;
@@ -138,6 +146,7 @@ fn record_successes(
         .returning(d::recipient_id)
         .get_results(c))?;
         deltas.entry(campaign_id).or_default().sent += done.len() as i64;
+        outbox::record_recipients(conn, EventKind::Sent, campaign_id, &done, now)?;
         for &i in &idx {
             let ours = done.len() == ids.len() || done.contains(&outcomes[i].recipient_id);
             results[i] = if ours {
@@ -264,6 +273,11 @@ fn apply_deltas(conn: &mut Conn, deltas: BTreeMap<i64, Delta>, now: i64) -> Resu
     Ok(paused)
 }
 
+/// A gap between two outcomes longer than this is idle time (a pause), left
+/// out of the rate: [`crate::status`] shows no rate after this long without
+/// an outcome either.
+pub const IDLE_GAP_MS: i64 = 2 * RATE_WINDOW_MS;
+
 /// Move the counters and, every [`RATE_WINDOW_MS`], the observed rate, in
 /// one statement (diesel prepares every UPDATE afresh, so one per batch, not
 /// three).
@@ -296,16 +310,24 @@ pub(super) fn counters_set(
     now: &str,
 ) -> String {
     let added = format!("({sent} + {failed} + {skipped})");
-    let due = format!("(window_at = 0 OR window_at <= {now} - {RATE_WINDOW_MS})");
+    // A stretch without outcomes longer than IDLE_GAP_MS (a pause, an
+    // empty queue) is not sending time: the window's start moves past it,
+    // so the rate after a resume counts only time spent sending.
+    let gap = format!(
+        "(CASE WHEN last_at IS NOT NULL AND {now} - last_at > {IDLE_GAP_MS} \
+          THEN {now} - last_at ELSE 0 END)"
+    );
+    let start = format!("(window_at + {gap})");
+    let due = format!("(window_at = 0 OR {start} <= {now} - {RATE_WINDOW_MS})");
     let failures = autopause::counter_sql(sent, failed, trailing);
     format!(
         "sent = sent + {sent}, failed = failed + {failed}, skipped = skipped + {skipped}, \
          first_at = COALESCE(first_at, {now}), last_at = {now}, \
          rate = CASE WHEN {due} AND window_at > 0 \
-           THEN (sent + failed + skipped + {added} - window_done) * 1000.0 / ({now} - window_at) \
+           THEN (sent + failed + skipped + {added} - window_done) * 1000.0 / ({now} - {start}) \
            ELSE rate END, \
          window_done = CASE WHEN {due} THEN sent + failed + skipped + {added} ELSE window_done END, \
-         window_at = CASE WHEN {due} THEN {now} ELSE window_at END, \
+         window_at = CASE WHEN {due} THEN {now} WHEN window_at = 0 THEN 0 ELSE {start} END, \
          {failures}"
     )
 }

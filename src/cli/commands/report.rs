@@ -1,0 +1,112 @@
+//! `mailsplit report CAMPAIGN [--json]`: the report stage's figures as
+//! text tables, or as one JSON object.
+
+use crate::cli::args::Global;
+use crate::cli::exit::UsageError;
+use crate::cli::out::outln;
+use crate::report::{self, Report};
+
+use super::{open_read_only, Result};
+
+/// Domains shown at most (`--top`).
+const MAX_TOP: usize = 1_000;
+
+pub fn report(g: &Global, campaign: &str, json: bool, top: usize) -> Result {
+    if top == 0 || top > MAX_TOP {
+        return Err(UsageError(format!("--top must be between 1 and {MAX_TOP}, got {top}")).into());
+    }
+    let r = report::build(&mut open_read_only(g)?, campaign, top)?;
+    if json {
+        outln!("{}", serde_json::to_string(&r)?)?;
+        return Ok(());
+    }
+    print_summary(&r)?;
+    print_domains(&r)?;
+    print_reasons(&r)?;
+    print_versions_and_rate(&r)
+}
+
+fn print_summary(r: &Report) -> Result {
+    let s = &r.status;
+    outln!(
+        "{}  {}  recipients {}  sent {}  failed {}  skipped {}  pending {}",
+        s.name,
+        s.state,
+        s.recipients,
+        s.sent,
+        s.failed,
+        s.skipped,
+        s.pending
+    )?;
+    outln!(
+        "bounced {}  complaints {}  unsubscribed {}",
+        s.bounced,
+        s.complaints,
+        r.unsubscribed
+    )?;
+    Ok(())
+}
+
+fn print_domains(r: &Report) -> Result {
+    outln!("\nby recipient domain:")?;
+    outln!(
+        "  {:<32} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "domain",
+        "recips",
+        "sent",
+        "failed",
+        "skipped",
+        "bounced",
+        "complain",
+        "unsub"
+    )?;
+    for d in &r.domains {
+        outln!(
+            "  {:<32} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            d.domain,
+            d.recipients,
+            d.sent,
+            d.failed,
+            d.skipped,
+            d.bounced,
+            d.complaints,
+            d.unsubscribed
+        )?;
+    }
+    Ok(())
+}
+
+fn print_reasons(r: &Report) -> Result {
+    if r.bounce_reasons.is_empty() {
+        return Ok(());
+    }
+    outln!("\ntop bounce reasons:")?;
+    for reason in &r.bounce_reasons {
+        outln!(
+            "  {:>7}  {:<7} {:<6} {}",
+            reason.count,
+            reason.code.as_deref().unwrap_or("-"),
+            reason.source,
+            reason.text
+        )?;
+    }
+    Ok(())
+}
+
+fn print_versions_and_rate(r: &Report) -> Result {
+    if !r.versions_sent.is_empty() {
+        let v: Vec<String> = r
+            .versions_sent
+            .iter()
+            .map(|v| format!("v{} {}", v.version, v.sent))
+            .collect();
+        outln!("\ncontent versions sent: {}", v.join(", "))?;
+    }
+    if !r.rate_per_minute.is_empty() {
+        outln!("\nper minute (UTC):          sent   failed")?;
+        for m in &r.rate_per_minute {
+            outln!("  {:<22} {:>7} {:>8}", m.minute, m.sent, m.failed)?;
+        }
+    }
+    Ok(())
+}
