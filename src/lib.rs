@@ -38,6 +38,7 @@ pub mod rate_group;
 pub mod ratelimit;
 pub mod redact;
 pub mod requeue;
+pub mod send_at;
 pub mod serve;
 pub mod shutdown;
 pub mod source;

@@ -41,6 +41,7 @@ mod postfix;
 mod rate_group;
 mod ratelimit;
 mod requeue;
+mod schedule;
 mod secrets;
 mod serve;
 mod store_contract;
