@@ -263,8 +263,14 @@ def main():
     ap.add_argument("--relay-n", type=int, default=10_000, help="--network: recipients for the relay runs (default 10,000)")
     ap.add_argument("--lan-n", type=int, default=100_000, help="--network: recipients for the LAN runs")
     ap.add_argument("--bin", default=BIN, help=f"mailsplit binary (default {BIN})")
+    ap.add_argument("--template-compare", action="store_true",
+                    help="compiled-in template vs a realistic user template (scripts/bench_template.py)")
+    ap.add_argument("--rounds", type=int, default=1, help="--template-compare: alternating rounds (default 1)")
     args = ap.parse_args()
     set_bin(args.bin)
+    if args.template_compare:
+        import bench_template
+        return bench_template.run(args, sys.modules[__name__])
     if args.dkim_compare:
         return dkim_compare(args)
     if args.network:
