@@ -157,6 +157,44 @@ async fn before_start(shared: &Shared, id: u64, info: &CampaignInfo) -> Result<(
     }
 }
 
+/// What to do with a job naming a campaign that does not exist: delete
+/// it if the campaign was deleted before its start (`campaign delete`),
+/// else bury it (a campaign that never existed here).
+async fn unknown_campaign(shared: &Shared, id: u64, campaign: i64) -> Cmd {
+    let deleted = shared
+        .db
+        .run(move |c| crate::store::drafts::was_deleted(c, campaign))
+        .await;
+    match deleted {
+        Ok(true) => {
+            tracing::info!(
+                job = id,
+                campaign,
+                "campaign was deleted before its start: deleting its job"
+            );
+            Cmd::Delete(id)
+        }
+        Ok(false) => {
+            tracing::warn!(
+                job = id,
+                "burying job: it names campaign {campaign}, which does not exist"
+            );
+            Cmd::Bury {
+                id,
+                priority: BURY_PRIORITY,
+            }
+        }
+        Err(e) => {
+            tracing::warn!(job = id, error = %e, "cannot read the campaign; job comes back in {DB_RETRY_DELAY:?}");
+            Cmd::Release {
+                id,
+                priority: 0,
+                delay: DB_RETRY_DELAY,
+            }
+        }
+    }
+}
+
 /// Check a job and claim its recipients, or say what to do with the job
 /// instead (bury, delete, release).
 async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> {
@@ -186,27 +224,7 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
         .await
     {
         Ok(Some(info)) => info,
-        Ok(None) => {
-            let campaign = body.campaign;
-            let deleted = shared
-                .db
-                .run(move |c| crate::store::drafts::was_deleted(c, campaign))
-                .await
-                .map_err(|e| retry_later("cannot read the campaign", e))?;
-            if deleted {
-                tracing::info!(
-                    job = id,
-                    campaign,
-                    "campaign was deleted before its start: deleting its job"
-                );
-                return Err(Cmd::Delete(id));
-            }
-            tracing::warn!(
-                job = id,
-                "burying job: it names campaign {campaign}, which does not exist"
-            );
-            return Err(bury);
-        }
+        Ok(None) => return Err(unknown_campaign(shared, id, body.campaign).await),
         Err(e) => return Err(retry_later("cannot read the campaign", e)),
     };
     check_flags(shared, id, &info).await?;

@@ -102,6 +102,13 @@ fn page_over_http(kind: Kind) {
     // The dashboard links each campaign to its page.
     let dashboard = get(served.admin, "/", Some(TOKEN));
     assert!(
+        dashboard
+            .body
+            .contains(&format!("starts <time datetime=\"{start}\">")),
+        "{}",
+        dashboard.body
+    );
+    assert!(
         dashboard.body.contains(&format!("href=\"{path}\"")),
         "{}",
         dashboard.body
