@@ -268,8 +268,14 @@ def main():
     ap.add_argument("--import-compare", action="store_true",
                     help="only imports: N rows from CSV vs a PostgreSQL source, into SQLite and PostgreSQL")
     ap.add_argument("--bin", default=BIN, help=f"mailsplit binary (default {BIN})")
+    ap.add_argument("--template-compare", action="store_true",
+                    help="compiled-in template vs a realistic user template (scripts/bench_template.py)")
+    ap.add_argument("--rounds", type=int, default=1, help="--template-compare: alternating rounds (default 1)")
     args = ap.parse_args()
     set_bin(args.bin)
+    if args.template_compare:
+        import bench_template
+        return bench_template.run(args, sys.modules[__name__])
     if args.dkim_compare:
         return dkim_compare(args)
     if args.network:

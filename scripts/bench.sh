@@ -11,6 +11,7 @@ Usage: scripts/bench.sh [--n N] [--workers W] [--concurrency C] [--skip peer,lat
        scripts/bench.sh --network [--relay-n N] [--lan-n N] [--relay-rtt-ms 20] [--lan-rtt-ms 1]
        scripts/bench.sh --dkim-compare [--n N]   # msg/s unsigned vs RSA 2048 vs ed25519 DKIM
        scripts/bench.sh --import-compare [--n N] # import: CSV vs PostgreSQL source, into SQLite and PostgreSQL
+       scripts/bench.sh --template-compare [--n 100000] [--rounds R]   # compiled-in vs user template (ratio)
 
 Installs what it needs (scripts/install-deps.sh; a Python venv .peerenv with
 greenstalk, aiosmtplib and jinja2 for ../shared/bench/peer_seed003.py), builds

@@ -45,20 +45,34 @@ pub fn control(
         // Let every worker's flag cache see the resume first, or a worker
         // could meet a kicked job and delay it again.
         std::thread::sleep(2 * FLAG_REFRESH);
-        // Jobs other databases' workers moved to this database's own tube
-        // are paused (delayed) there.
-        let home = installation::load(conn)
-            .ok()
-            .and_then(|i| crate::queue::home_tube(&i.database_id));
-        let tubes: Vec<&str> = std::iter::once(tube).chain(home.as_deref()).collect();
-        for &addr in servers {
+        kicked = kick_delayed(conn, servers, tube);
+    }
+    Ok(Controlled { campaign, kicked })
+}
+
+/// Make the tube's delayed jobs ready on every server (also in this
+/// database's own tube, where other databases' workers move its jobs):
+/// after a resume, or a start time moved earlier (`campaign edit
+/// --send-at`), whose jobs were delayed for the old time. Best effort:
+/// per server, how many jobs, or why not.
+pub fn kick_delayed(
+    conn: &mut Conn,
+    servers: &[SocketAddr],
+    tube: &str,
+) -> Vec<(SocketAddr, Result<u64, QueueError>)> {
+    let home = installation::load(conn)
+        .ok()
+        .and_then(|i| crate::queue::home_tube(&i.database_id));
+    let tubes: Vec<&str> = std::iter::once(tube).chain(home.as_deref()).collect();
+    servers
+        .iter()
+        .map(|&addr| {
             let n = Timed::connect(addr, QUEUE_COMMAND_TIMEOUT).and_then(|mut s| {
                 tubes
                     .iter()
                     .try_fold(0, |n, t| Ok(n + s.kick_delayed(t, KICK_LIMIT)?))
             });
-            kicked.push((addr, n));
-        }
-    }
-    Ok(Controlled { campaign, kicked })
+            (addr, n)
+        })
+        .collect()
 }

@@ -40,6 +40,7 @@ pub mod ratelimit;
 pub mod redact;
 pub mod report;
 pub mod requeue;
+pub mod send_at;
 pub mod serve;
 pub mod shutdown;
 pub mod source;

@@ -74,8 +74,8 @@ pub struct Deleted {
     pub kept_for: Vec<String>,
 }
 
-/// Delete a list, refused while one of its campaigns is enqueuing,
-/// sending or paused.
+/// Delete a list, refused while one of its campaigns is scheduled,
+/// enqueuing, sending or paused.
 pub fn delete(conn: &mut Conn, list: &str) -> Result<Deleted, ListError> {
     let list_id = recipients::find_list(conn, list)?;
     conn.transaction(|conn| {
@@ -85,7 +85,10 @@ pub fn delete(conn: &mut Conn, list: &str) -> Result<Deleted, ListError> {
                 continue;
             }
             let phase = CampaignStatus::new(&campaign, &counters).state;
-            if matches!(phase, Phase::Enqueuing | Phase::Sending | Phase::Paused) {
+            if matches!(
+                phase,
+                Phase::Scheduled | Phase::Enqueuing | Phase::Sending | Phase::Paused
+            ) {
                 return Err(ListError::InUse {
                     list: list.to_string(),
                     campaign: campaign.name,

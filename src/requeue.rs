@@ -86,7 +86,12 @@ pub fn requeue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Requeued, 
     let mut put = |batch: &mut Vec<i64>, report: &mut Requeued| -> Result<(), RequeueError> {
         let slot = report.jobs as usize % servers.len();
         let body = JobBody::new(campaign.id, std::mem::take(batch));
-        servers[slot].put(&body.encode(&identity), priority)?;
+        // A campaign not started yet: its jobs wait until then, like
+        // `enqueue`'s.
+        match crate::send_at::wait(campaign.send_at, crate::store::now_ms()) {
+            Some(delay) => servers[slot].put_delayed(&body.encode(&identity), priority, delay)?,
+            None => servers[slot].put(&body.encode(&identity), priority)?,
+        };
         report.jobs += 1;
         report.recipients += body.recipients.len() as u64;
         Ok(())

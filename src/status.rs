@@ -31,6 +31,8 @@ pub fn with_versions(
 #[serde(rename_all = "lowercase")]
 pub enum Phase {
     Draft,
+    /// `--send-at` is still ahead (enqueued or not): nothing leaves yet.
+    Scheduled,
     Enqueuing,
     Sending,
     Paused,
@@ -39,8 +41,9 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub const ALL: [Phase; 6] = [
+    pub const ALL: [Phase; 7] = [
         Phase::Draft,
+        Phase::Scheduled,
         Phase::Enqueuing,
         Phase::Sending,
         Phase::Paused,
@@ -51,6 +54,7 @@ impl Phase {
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Draft => "draft",
+            Phase::Scheduled => "scheduled",
             Phase::Enqueuing => "enqueuing",
             Phase::Sending => "sending",
             Phase::Paused => "paused",
@@ -100,6 +104,9 @@ pub struct CampaignStatus {
     /// stored), and how many recipients were sent each, by version.
     pub content_version: i64,
     pub versions: std::collections::BTreeMap<String, i64>,
+    /// When it may start, RFC 3339 UTC (`--send-at`); `None`: as soon as
+    /// it is enqueued.
+    pub send_at: Option<String>,
 }
 
 /// The complaint rate Gmail and Yahoo hold bulk senders to (0.3 %).
@@ -108,9 +115,11 @@ pub const COMPLAINT_RATE_LIMIT: f64 = 0.003;
 impl CampaignStatus {
     pub fn new(campaign: &Campaign, counters: &Counters) -> CampaignStatus {
         let pending = counters.pending();
+        let ahead = campaign.send_at.is_some_and(|at| at > now_ms());
         let state = match (campaign.state, campaign.paused) {
             (CampaignState::Cancelled, _) => Phase::Cancelled,
             (_, true) => Phase::Paused,
+            _ if ahead => Phase::Scheduled,
             (CampaignState::Draft, _) => Phase::Draft,
             (CampaignState::Enqueuing, _) => Phase::Enqueuing,
             (CampaignState::Queued, _) if pending <= 0 => Phase::Done,
@@ -161,6 +170,7 @@ impl CampaignStatus {
                 .filter(|_| state == Phase::Paused),
             content_version: 0,
             versions: Default::default(),
+            send_at: campaign.send_at.map(crate::send_at::format),
         }
     }
 
@@ -208,6 +218,14 @@ impl CampaignStatus {
             Some(s) => format!("{}m{:02}s", s / 60, s % 60),
             None => "-".into(),
         };
+        let schedule = match &self.send_at {
+            Some(at) if self.state == Phase::Scheduled && self.enqueued == 0 => format!(
+                "\n  send at {at} (not enqueued yet: `mailsplit enqueue {}` any time before)",
+                self.name
+            ),
+            Some(at) => format!("\n  send at {at}"),
+            None => String::new(),
+        };
         let why = match &self.pause_reason {
             Some(reason) => format!(
                 " ({reason}; fix the cause, then `mailsplit resume {n}` and `mailsplit requeue {n} --failed`)",
@@ -216,7 +234,7 @@ impl CampaignStatus {
             None => String::new(),
         };
         format!(
-            "{name} (id {id}): {state}{why}\n  recipients {recipients}  enqueued {enqueued} in {jobs} jobs\n  sent {sent}  failed {failed}  skipped {skipped}  pending {pending}\n  {versions}\n  {complaints}\n  rate {rate:.1} msg/s (average {avg:.1})  eta {eta}",
+            "{name} (id {id}): {state}{why}{schedule}\n  recipients {recipients}  enqueued {enqueued} in {jobs} jobs\n  sent {sent}  failed {failed}  skipped {skipped}  pending {pending}\n  {versions}\n  {complaints}\n  rate {rate:.1} msg/s (average {avg:.1})  eta {eta}",
             complaints = self.complaint_line(),
             versions = self.versions_line(),
             name = self.name,

@@ -1,8 +1,12 @@
 //! `mailsplit campaign edit`: a new content version (and/or subject,
-//! sender) for a campaign that is a draft or paused, checked exactly as
-//! `campaign create` checks its content. Workers compose with the new
-//! version from the first message after `resume` (see the worker's flag
-//! refresh); the ledger records which version each recipient got.
+//! sender) for a campaign that is a draft, scheduled or paused, checked
+//! exactly as `campaign create` checks its content, and/or a new start
+//! time (`--send-at`, which alone stores no content version). Workers
+//! compose with the new version from the first message after `resume` or
+//! the start (see the worker's flag refresh); the ledger records which
+//! version each recipient got. A scheduled campaign takes edits until
+//! [`START_MARGIN`] before its start, so every worker has seen the edit
+//! when it begins.
 
 use std::path::PathBuf;
 
@@ -12,7 +16,7 @@ use crate::compose::{self, content::Compiled, content::Sources};
 use crate::status::{CampaignStatus, Phase};
 use crate::store::campaigns;
 use crate::store::content::{self as stored, ContentKind, EditedCampaign};
-use crate::store::{dkim_keys, Conn};
+use crate::store::{dkim_keys, now_ms, Campaign, Conn};
 
 /// `campaign edit`'s options, as typed; `None`: unchanged.
 #[derive(Debug, Clone, Default)]
@@ -23,14 +27,26 @@ pub struct EditRequest {
     pub text: Option<PathBuf>,
     pub markdown: Option<PathBuf>,
     pub from: Option<String>,
+    /// `--send-at`: RFC 3339 or `now`.
+    pub send_at: Option<String>,
 }
+
+/// How long before its start a scheduled campaign stops taking edits:
+/// two of the workers' flag refreshes.
+pub const START_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// An edit that was stored.
 #[derive(Debug)]
 pub struct Edited {
     pub name: String,
-    /// The new content version.
-    pub version: i64,
+    /// The new content version; `None`: only the start time changed.
+    pub version: Option<i64>,
+    /// The new start time, when `--send-at` was given (`Some(None)`:
+    /// none, send once enqueued).
+    pub send_at: Option<Option<i64>>,
+    /// The start moved earlier: jobs delayed for the old time should be
+    /// made ready now (see `control::kick_delayed`).
+    pub earlier: bool,
     pub warnings: Vec<Warning>,
 }
 
@@ -45,7 +61,7 @@ struct Parts {
 /// Refuse an edit in a state that takes none.
 fn refuse_state(name: &str, state: Phase) -> Result<(), CampaignError> {
     let why = match state {
-        Phase::Draft | Phase::Paused => return Ok(()),
+        Phase::Draft | Phase::Scheduled | Phase::Paused => return Ok(()),
         Phase::Sending | Phase::Enqueuing => format!(
             "it is {state}: pause it first (`mailsplit pause {name}`), edit, then `mailsplit resume {name}`"
         ),
@@ -59,25 +75,77 @@ fn refuse_state(name: &str, state: Phase) -> Result<(), CampaignError> {
     })
 }
 
-/// Check the edit like `campaign create` and store it as the campaign's
-/// next content version.
+/// Check the edit like `campaign create` and store it: a new start time,
+/// and the campaign's next content version unless only the start time
+/// was given.
 pub fn edit(conn: &mut Conn, req: &EditRequest) -> Result<Edited, CampaignError> {
     let c = campaigns::find(conn, &req.name)?;
     let counters = campaigns::counters(conn, c.id)?;
     refuse_state(&c.name, CampaignStatus::new(&c, &counters).state)?;
-    let given = [
+    let content = [
         req.subject.is_some(),
         req.html.is_some(),
         req.text.is_some(),
         req.markdown.is_some(),
         req.from.is_some(),
-    ];
-    if !given.contains(&true) {
+    ]
+    .contains(&true);
+    if !content && req.send_at.is_none() {
         return Err(CampaignError::Bad(
-            "nothing to change: give --subject, --html [--text], --text, --markdown or --from"
+            "nothing to change: give --subject, --html [--text], --text, --markdown, --from or --send-at"
                 .into(),
         ));
     }
+    let now = now_ms();
+    let send_at = req
+        .send_at
+        .as_deref()
+        .map(|raw| crate::send_at::parse(raw, now))
+        .transpose()?;
+    let start_after = now + START_MARGIN.as_millis() as i64;
+    let (version, warnings) = if content {
+        let (v, w) = edit_content(conn, &c, req, start_after)?;
+        (Some(v), w)
+    } else {
+        (None, Vec::new())
+    };
+    let mut earlier = false;
+    if let Some(new) = send_at {
+        let Some(old) = campaigns::reschedule(conn, c.id, new, start_after)? else {
+            return Err(changed_meanwhile(conn, &req.name)?);
+        };
+        earlier = old.is_some_and(|old| new.is_none_or(|new| new < old));
+    }
+    Ok(Edited {
+        name: c.name,
+        version,
+        send_at,
+        earlier,
+        warnings,
+    })
+}
+
+/// The error for an edit the campaign stopped taking between the check
+/// and the write (a `resume`, `enqueue`, `cancel` or its start).
+fn changed_meanwhile(conn: &mut Conn, name: &str) -> Result<CampaignError, CampaignError> {
+    let now = campaigns::find(conn, name)?;
+    let counters = campaigns::counters(conn, now.id)?;
+    refuse_state(&now.name, CampaignStatus::new(&now, &counters).state)?;
+    Ok(CampaignError::NotEditable {
+        name: now.name,
+        why: "it changed while it was being edited (started, resumed or cancelled); try again"
+            .into(),
+    })
+}
+
+/// Store the new content version; returns it, with warnings about a new
+/// sender.
+fn edit_content(
+    conn: &mut Conn,
+    c: &Campaign,
+    req: &EditRequest,
+    start_after: i64,
+) -> Result<(i64, Vec<Warning>), CampaignError> {
     let current = stored::latest(conn, c.id)?;
     let subject = req
         .subject
@@ -96,16 +164,16 @@ pub fn edit(conn: &mut Conn, req: &EditRequest) -> Result<Edited, CampaignError>
         from_addr: &from_addr,
         template: &parts.label,
     };
-    let Some(version) = stored::edit(conn, c.id, &fields, parts.kind, (&parts.html, &parts.text))?
-    else {
-        // A `resume` or `cancel` came between the check and the write.
-        let now = campaigns::find(conn, &req.name)?;
-        let counters = campaigns::counters(conn, now.id)?;
-        refuse_state(&now.name, CampaignStatus::new(&now, &counters).state)?;
-        return Err(CampaignError::Bad(format!(
-            "campaign {:?} changed while it was being edited; try again",
-            now.name
-        )));
+    let stored = stored::edit(
+        conn,
+        c.id,
+        &fields,
+        parts.kind,
+        (&parts.html, &parts.text),
+        start_after,
+    )?;
+    let Some(version) = stored else {
+        return Err(changed_meanwhile(conn, &req.name)?);
     };
     let mut warnings = Vec::new();
     if req.from.is_some() {
@@ -117,11 +185,7 @@ pub fn edit(conn: &mut Conn, req: &EditRequest) -> Result<Edited, CampaignError>
             warnings.push(Warning::Unaligned(w));
         }
     }
-    Ok(Edited {
-        name: c.name,
-        version,
-        warnings,
-    })
+    Ok((version, warnings))
 }
 
 /// The content of the new version: from the files given (read, checked

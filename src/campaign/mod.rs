@@ -2,8 +2,8 @@
 //! and the campaigns `status` and `campaign list` show. Validation lives
 //! here, not in the command line: a campaign is created only from a
 //! [`Checked`] request, so every caller gets the same checks in the same
-//! order (name, template, From, return path, failure rate, subject,
-//! public URL; then the list, in the database).
+//! order (name, template, From, return path, failure rate, start time,
+//! subject, public URL; then the list, in the database).
 
 pub mod content;
 pub mod edit;
@@ -36,11 +36,13 @@ pub enum CampaignError {
     Compose(#[from] compose::ComposeError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    SendAt(#[from] crate::send_at::SendAtError),
     /// `campaign test`: the relay could not be reached or refused.
     #[error("test send failed: {0}")]
     Send(String),
     /// `campaign delete` of a campaign that is past its draft.
-    #[error("campaign {name:?} is {state}: only a draft (nothing enqueued, nothing sent) can be deleted; `mailsplit cancel {name}` stops it")]
+    #[error("campaign {name:?} is {state}: only a draft, or a scheduled campaign before its start (nothing sent), can be deleted; `mailsplit cancel {name}` stops it")]
     NotDraft { name: String, state: String },
     /// `campaign edit` of a campaign that is sending, done or cancelled.
     #[error("cannot edit campaign {name:?}: {why}")]
@@ -61,6 +63,8 @@ pub struct CreateRequest {
     pub return_path: Option<String>,
     /// `20%`, `0.2` or `off`.
     pub max_failure_rate: String,
+    /// `--send-at`: RFC 3339 or `now`.
+    pub send_at: Option<String>,
 }
 
 /// A [`CreateRequest`] whose values passed every check that needs no
@@ -73,6 +77,7 @@ pub struct Checked {
     return_path: Option<String>,
     public_url: Option<String>,
     max_failure_rate: Option<f64>,
+    send_at: Option<i64>,
 }
 
 /// A created campaign and what its creator should hear about it.
@@ -131,6 +136,12 @@ pub fn check(request: CreateRequest) -> Result<Checked, CampaignError> {
         .map(compose::parse_return_path)
         .transpose()?;
     let max_failure_rate = parse_failure_rate(&request.max_failure_rate)?;
+    let send_at = request
+        .send_at
+        .as_deref()
+        .map(|raw| crate::send_at::parse(raw, crate::store::now_ms()))
+        .transpose()?
+        .flatten();
     let subject = &request.subject;
     check_subject(subject)?;
     let content = content::prepare(&request.name, subject, &request.content)?;
@@ -147,6 +158,7 @@ pub fn check(request: CreateRequest) -> Result<Checked, CampaignError> {
         return_path,
         public_url,
         max_failure_rate,
+        send_at,
     })
 }
 
@@ -180,6 +192,7 @@ pub fn create(conn: &mut Conn, checked: Checked) -> Result<Created, CampaignErro
         public_url: checked.public_url.as_deref(),
         return_path: checked.return_path.as_deref(),
         max_failure_rate: checked.max_failure_rate,
+        send_at: checked.send_at,
     };
     let campaign = conn.transaction(|conn| {
         let campaign = campaigns::create(conn, &new)?;
@@ -223,7 +236,8 @@ pub fn statuses(conn: &mut Conn, name: Option<&str>) -> Result<Vec<CampaignStatu
 }
 
 /// `campaign delete`: the campaign and its content, counters and ledger,
-/// while it is a draft. Returns its name.
+/// while it is a draft or scheduled with nothing sent (its jobs are
+/// dropped as workers meet them). Returns its name.
 pub fn delete(conn: &mut Conn, name_or_id: &str) -> Result<String, CampaignError> {
     let c = campaigns::find(conn, name_or_id)?;
     match crate::store::drafts::delete_draft(conn, name_or_id)? {

@@ -419,8 +419,13 @@ pub enum CampaignCommand {
         /// 250-500 messages failed, or 100 failed in a row: 20%, 0.2, or off
         #[arg(long, default_value = "20%")]
         max_failure_rate: String,
+        /// Start no earlier than this (RFC 3339, e.g.
+        /// 2026-12-01T09:00:00+01:00); `enqueue` may run any time before,
+        /// no message leaves before it. A past time is refused
+        #[arg(long, value_name = "TIME")]
+        send_at: Option<String>,
     },
-    /// Change a draft or paused campaign: each edit is a new content
+    /// Change a draft, scheduled or paused campaign: each edit is a new content
     /// version, checked as `create` checks it; workers send the new one
     /// from the first message after `resume`
     #[command(group = clap::ArgGroup::new("body").multiple(false))]
@@ -442,14 +447,20 @@ pub enum CampaignCommand {
         /// New sender address
         #[arg(long)]
         from: Option<String>,
+        /// New start time (RFC 3339), or `now`: a scheduled campaign's
+        /// workers see it within a second (alone, it stores no new content
+        /// version)
+        #[arg(long, value_name = "TIME")]
+        send_at: Option<String>,
     },
     /// One line per campaign
     List,
     /// Send test messages now: rendered for one list member, subject
     /// "[TEST] …", through the workers' relay; the ledger is untouched
     Test(TestArgs),
-    /// Delete a campaign made by mistake: only a draft (nothing enqueued
-    /// or sent); exit 2 naming the state otherwise
+    /// Delete a campaign made by mistake: only a draft or a scheduled
+    /// campaign that sent nothing (its jobs are dropped); exit 2 naming
+    /// the state otherwise
     Delete {
         /// Campaign name or id
         name: String,

@@ -196,7 +196,8 @@ impl ExitKind for CampaignError {
             CampaignError::Bad(_)
             | CampaignError::Content(_)
             | CampaignError::NotDraft { .. }
-            | CampaignError::NotEditable { .. } => Exit::Usage,
+            | CampaignError::NotEditable { .. }
+            | CampaignError::SendAt(_) => Exit::Usage,
             CampaignError::Send(_) => Exit::Runtime,
             CampaignError::Config(e) => e.exit_kind(),
             CampaignError::Template(e) => e.exit_kind(),

@@ -188,8 +188,8 @@ pub fn gather(
         Err(e) => Err(e.to_string()),
     };
     Ok(Some(CampaignView {
+        send_at: status.send_at.clone(),
         row: CampaignRow::new(status),
-        send_at: None,
         versions,
         charts,
         preview,

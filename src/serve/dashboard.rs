@@ -100,7 +100,10 @@ impl CampaignRow {
             done_pct: format!("{:.1}", done.min(100.0)),
             eta,
             // A draft has nothing to pause (`pause` refuses it too).
-            can_pause: live && !matches!(c.state, Phase::Paused | Phase::Draft),
+            // Nor a scheduled campaign before `enqueue`.
+            can_pause: live
+                && !matches!(c.state, Phase::Paused | Phase::Draft)
+                && !(c.state == Phase::Scheduled && c.enqueued == 0),
             can_resume: c.state == Phase::Paused,
             can_cancel: live,
             c,

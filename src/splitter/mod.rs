@@ -25,9 +25,10 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::queue::{self, JobBody, QueueError, Server};
+use crate::send_at;
 use crate::store::campaigns::{self, Confirm, Intent};
 use crate::store::{
-    installation, recipients, Campaign, CampaignState, Conn, RecipientStatus, StoreError,
+    installation, now_ms, recipients, Campaign, CampaignState, Conn, RecipientStatus, StoreError,
 };
 use crate::tokens::Identity;
 
@@ -100,10 +101,18 @@ struct Fanout {
     servers: Vec<(Server, u64)>,
     next: usize,
     identity: Identity,
+    /// The campaign's start time: its jobs are put delayed until then
+    /// (at most [`send_at::MAX_WAIT`]), so no worker meets them early.
+    send_at: Option<i64>,
 }
 
 impl Fanout {
-    fn connect(addrs: &[SocketAddr], tube: &str, identity: Identity) -> Result<Fanout, QueueError> {
+    fn connect(
+        addrs: &[SocketAddr],
+        tube: &str,
+        identity: Identity,
+        send_at: Option<i64>,
+    ) -> Result<Fanout, QueueError> {
         let mut servers = Vec::with_capacity(addrs.len());
         for &addr in addrs {
             let mut server = Server::connect(addr)?;
@@ -114,6 +123,7 @@ impl Fanout {
             servers,
             next: 0,
             identity,
+            send_at,
         })
     }
     /// An intent for the members up to `upto`: every server with its
@@ -135,7 +145,10 @@ impl Fanout {
         self.next += 1;
         let encoded = JobBody::new(campaign, batch).encode(&self.identity);
         let (server, newest) = &mut self.servers[slot];
-        *newest = server.put(&encoded, priority)?;
+        *newest = match send_at::wait(self.send_at, now_ms()) {
+            Some(delay) => server.put_delayed(&encoded, priority, delay)?,
+            None => server.put(&encoded, priority)?,
+        };
         Ok(())
     }
 }
@@ -193,7 +206,7 @@ fn enqueue_leased(
     }
     let identity = Identity::from(&installation::load(conn)?);
     let mut run = Run {
-        fanout: Fanout::connect(&opts.servers, &opts.tube, identity)?,
+        fanout: Fanout::connect(&opts.servers, &opts.tube, identity, campaign.send_at)?,
         owner: owner.to_string(),
         priority: queue::priority(campaign.priority),
     };

@@ -146,8 +146,9 @@ pub struct EditedCampaign<'a> {
 
 /// Store an edit: the campaign's subject, sender and content label, and
 /// the content as its next version, in one transaction, if the campaign
-/// is still a draft or paused (checked in the same statement, so a
-/// `resume` or `enqueue` that came first wins). `Ok(None)`: it is not,
+/// still takes edits: a draft, paused, or not started by `start_after`
+/// (ms), and not cancelled (checked in the same statement, so a `resume`,
+/// `enqueue` or the start that came first wins). `Ok(None)`: it does not,
 /// nothing changed; otherwise the new version.
 pub fn edit(
     conn: &mut Conn,
@@ -155,6 +156,7 @@ pub fn edit(
     fields: &EditedCampaign,
     kind: ContentKind,
     parts: (&str, &str),
+    start_after: i64,
 ) -> Result<Option<i64>> {
     use super::schema::campaigns as c;
     use super::CampaignState;
@@ -162,6 +164,7 @@ pub fn edit(
         let editable = c::paused
             .eq(true)
             .or(c::state.eq(CampaignState::Draft))
+            .or(c::send_at.gt(start_after))
             .and(c::state.ne(CampaignState::Cancelled));
         let changed = on!(conn, |x| diesel::update(
             c::table.filter(c::id.eq(campaign_id)).filter(editable)

@@ -62,6 +62,8 @@ diesel::table! {
         /// Migration 11: the servers of the in-doubt window (see
         /// `campaigns::Intent`).
         pending_servers -> Nullable<Text>,
+        /// Migration 46: when it may start (ms); NULL: once enqueued.
+        send_at -> Nullable<BigInt>,
     }
 }
 
@@ -253,6 +255,16 @@ diesel::table! {
         html -> Text,
         text -> Text,
         created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    /// Migration 47: campaigns deleted after `enqueue`, whose jobs workers
+    /// drop when they meet them.
+    deleted_campaigns (id) {
+        id -> BigInt,
+        name -> Text,
+        deleted_at -> BigInt,
     }
 }
 

@@ -195,6 +195,10 @@ pub async fn finish(shared: &Shared, t: &Tracker) {
     let cmd = match flags {
         Some(f) if f.flags.state == CampaignState::Cancelled => Cmd::Delete(t.job_id),
         Some(f) if f.flags.paused && open => release(pause_delay(f.paused_since)),
+        // Its start was moved later while the job was in hand.
+        Some(f) if open && f.flags.before_start(now_ms()) => {
+            release(crate::send_at::wait(f.flags.send_at, now_ms()).unwrap_or(defer_delay))
+        }
         // Only deferred recipients left: they go on in a job of their own.
         _ if !deferred.is_empty()
             && !unclaimed

@@ -130,6 +130,7 @@ impl Campaigns {
             Flags {
                 state: c.state,
                 paused: c.paused,
+                send_at: c.send_at,
             },
         )
         .await;
@@ -298,13 +299,14 @@ impl Campaigns {
         Ok(Some(flags))
     }
 
-    /// Whether no more mail may go out for this campaign now.
+    /// Whether no more mail may go out for this campaign now: paused,
+    /// cancelled, or its start time ahead (moved later by an edit).
     pub async fn blocked(&self, id: i64) -> bool {
-        self.flags
-            .read()
-            .await
-            .get(&id)
-            .is_some_and(|f| f.flags.paused || f.flags.state == CampaignState::Cancelled)
+        self.flags.read().await.get(&id).is_some_and(|f| {
+            f.flags.paused
+                || f.flags.state == CampaignState::Cancelled
+                || f.flags.before_start(crate::store::now_ms())
+        })
     }
 
     pub async fn flag_state(&self, id: i64) -> Option<FlagState> {

@@ -1,6 +1,7 @@
 //! The job stage: for each reserved job, check it (signature and database,
-//! then the campaign: unknown → bury, cancelled → delete, paused → release
-//! with a growing delay), claim its recipients in the ledger, compose their
+//! then the campaign: unknown → bury (deleted → delete), cancelled →
+//! delete, paused → release with a growing delay, not started → release
+//! until its start), claim its recipients in the ledger, compose their
 //! messages and hand them to the senders. From then on a
 //! [`Tracker`](super::fate::Tracker) follows the job to its fate.
 
@@ -19,8 +20,9 @@ use super::touch::touch_loop;
 use crate::compose::{self, Unsendable};
 use crate::queue::{BadJob, JobBody, JOB_TTR};
 use crate::ratelimit;
+use crate::send_at;
 use crate::store::deliveries::{self, OutcomeKind};
-use crate::store::{recipients, CampaignState, StoreError};
+use crate::store::{now_ms, recipients, CampaignState, StoreError};
 
 /// Priority given to buried jobs (they are inspected by hand anyway).
 const BURY_PRIORITY: u32 = 0;
@@ -121,8 +123,79 @@ async fn check_flags(shared: &Shared, id: u64, info: &CampaignInfo) -> Result<()
                 delay: pause_delay(f.paused_since),
             });
         }
+        if f.flags.before_start(now_ms()) {
+            return before_start(shared, id, info).await;
+        }
     }
     Ok(())
+}
+
+/// A job of a campaign whose start time is still ahead as this worker's
+/// flags say: asked of the database (an edit may have moved the start
+/// earlier and kicked this job), then back with what is left of the wait
+/// (at most an hour: one release per job per hour, never a loop).
+async fn before_start(shared: &Shared, id: u64, info: &CampaignInfo) -> Result<(), Cmd> {
+    let fresh = shared
+        .campaigns
+        .fresh_flags(&shared.db, info.mail.id)
+        .await
+        .map_err(|e| {
+            tracing::warn!(job = id, error = %e, "cannot read the campaign; job comes back in {DB_RETRY_DELAY:?}");
+            Cmd::Release {
+                id,
+                priority: 0,
+                delay: DB_RETRY_DELAY,
+            }
+        })?;
+    match fresh.and_then(|f| send_at::wait(f.send_at, now_ms())) {
+        Some(delay) => {
+            tracing::debug!(job = id, campaign = %info.mail.name, ?delay, "campaign not started yet: job back until its start");
+            Err(Cmd::Release {
+                id,
+                priority: info.priority,
+                delay,
+            })
+        }
+        None => Ok(()),
+    }
+}
+
+/// What to do with a job naming a campaign that does not exist: delete
+/// it if the campaign was deleted before its start (`campaign delete`),
+/// else bury it (a campaign that never existed here).
+async fn unknown_campaign(shared: &Shared, id: u64, campaign: i64) -> Cmd {
+    let deleted = shared
+        .db
+        .run(move |c| crate::store::drafts::was_deleted(c, campaign))
+        .await;
+    match deleted {
+        Ok(true) => {
+            tracing::info!(
+                job = id,
+                campaign,
+                "campaign was deleted before its start: deleting its job"
+            );
+            Cmd::Delete(id)
+        }
+        Ok(false) => {
+            tracing::warn!(
+                job = id,
+                "burying job: it names campaign {campaign}, which does not exist"
+            );
+            Cmd::Bury {
+                id,
+                priority: BURY_PRIORITY,
+            }
+        }
+        Err(e) => {
+            tracing::warn!(job = id, error = %e, "cannot read the campaign; job comes back in {DB_RETRY_DELAY:?}");
+            Cmd::Release {
+                id,
+                priority: 0,
+                delay: DB_RETRY_DELAY,
+            }
+        }
+    }
 }
 
 /// Check a job and claim its recipients, or say what to do with the job
@@ -154,14 +227,7 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
         .await
     {
         Ok(Some(info)) => info,
-        Ok(None) => {
-            tracing::warn!(
-                job = id,
-                "burying job: it names campaign {}, which does not exist",
-                body.campaign
-            );
-            return Err(bury);
-        }
+        Ok(None) => return Err(unknown_campaign(shared, id, body.campaign).await),
         Err(e) => return Err(retry_later("cannot read the campaign", e)),
     };
     check_flags(shared, id, &info).await?;

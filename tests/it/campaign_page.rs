@@ -85,6 +85,11 @@ fn get(port: u16, path: &str, token: Option<&str>) -> Http {
 fn page_over_http(kind: Kind) {
     let env = Env::new(kind, "127.0.0.1:1");
     let id = setup_campaign(&env);
+    assert_eq!(env.status("weekly")["send_at"], serde_json::Value::Null);
+    let start = mailsplit::store::now_ms() + 3_600_000;
+    let start = mailsplit::send_at::format(start - start % 1000);
+    env.ok(&["campaign", "edit", "weekly", "--send-at", &start]);
+    assert_eq!(env.status("weekly")["send_at"], start.as_str());
     let served = env.serve(Some(TOKEN));
     let path = format!("/campaigns/{id}");
 
@@ -96,6 +101,13 @@ fn page_over_http(kind: Kind) {
 
     // The dashboard links each campaign to its page.
     let dashboard = get(served.admin, "/", Some(TOKEN));
+    assert!(
+        dashboard
+            .body
+            .contains(&format!("starts <time datetime=\"{start}\">")),
+        "{}",
+        dashboard.body
+    );
     assert!(
         dashboard.body.contains(&format!("href=\"{path}\"")),
         "{}",
@@ -169,7 +181,16 @@ fn page_over_http(kind: Kind) {
     assert!(row(v1).contains("First news"), "{}", row(v1));
 
     // Schedule and progress.
-    assert!(body.contains("Not scheduled"), "{body}");
+    assert!(
+        body.contains(&format!(
+            "Sends at <time class=\"send-at\" datetime=\"{start}\">"
+        )),
+        "{body}"
+    );
+    assert!(
+        body.contains("<span class=\"state scheduled\">scheduled</span>"),
+        "{body}"
+    );
     assert!(body.contains("role=\"progressbar\""), "{body}");
     assert!(body.contains("aria-valuemin=\"0\"") && body.contains("aria-valuemax=\"100\""));
 

@@ -47,6 +47,7 @@ mod rate_group;
 mod ratelimit;
 mod report;
 mod requeue;
+mod schedule;
 mod secrets;
 mod serve;
 mod store_contract;

@@ -153,6 +153,7 @@ fn new_campaign(conn: &mut Conn, name: &str, list_id: i64) -> campaigns::Campaig
             public_url: None,
             return_path: None,
             max_failure_rate: None,
+            send_at: None,
         },
     )
     .unwrap()
@@ -529,6 +530,7 @@ fn duplicate_campaign_is_a_usage_error(kind: Kind) {
             public_url: None,
             return_path: None,
             max_failure_rate: None,
+            send_at: None,
         },
     )
     .unwrap_err();

@@ -25,6 +25,7 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
             public_url,
             return_path,
             max_failure_rate,
+            send_at,
         } => create(
             g,
             CreateRequest {
@@ -37,6 +38,7 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
                 public_url,
                 return_path,
                 max_failure_rate,
+                send_at,
             },
         ),
         CampaignCommand::Edit {
@@ -46,6 +48,7 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
             text,
             markdown,
             from,
+            send_at,
         } => edit(
             g,
             &campaign::EditRequest {
@@ -55,6 +58,7 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
                 text,
                 markdown,
                 from,
+                send_at,
             },
         ),
         CampaignCommand::List => list(g),
@@ -100,23 +104,56 @@ fn print_created(c: &Created) -> Result {
         c.template,
         c.priority
     )?;
+    if let Some(at) = c.campaign.send_at {
+        outln!(
+            "scheduled: no message leaves before {} (`mailsplit enqueue {}` any time before)",
+            crate::send_at::format(at),
+            c.campaign.name
+        )?;
+    }
     if let Some(url) = &c.public_url {
         outln!("one-click unsubscribe links: {url}/u/TOKEN (serve them with `mailsplit serve`)")?;
     }
     Ok(())
 }
 
-/// `campaign edit`: store the new version and say which it is.
+/// `campaign edit`: store the new version and/or start time and say what
+/// changed; a start moved earlier makes the jobs delayed for the old one
+/// ready now (workers delay them again by what is left of the new wait).
 fn edit(g: &Global, request: &campaign::EditRequest) -> Result {
-    let edited = campaign::edit::edit(&mut open_migrated(g)?, request)?;
+    let servers = crate::config::parse_beanstalkd(&g.beanstalkd)?;
+    let mut conn = open_migrated(g)?;
+    let edited = campaign::edit::edit(&mut conn, request)?;
     for warning in &edited.warnings {
         error_line(&format!("mailsplit: warning: {warning}"));
     }
-    outln!(
-        "campaign {:?} now has content version {}; workers send it from the first message after `mailsplit resume`",
-        edited.name,
-        edited.version
-    )?;
+    if let Some(version) = edited.version {
+        outln!(
+            "campaign {:?} now has content version {version}; workers send it from the first message after `mailsplit resume` or the start",
+            edited.name,
+        )?;
+    }
+    match edited.send_at {
+        Some(Some(at)) => outln!(
+            "campaign {:?} now starts at {}",
+            edited.name,
+            crate::send_at::format(at)
+        )?,
+        Some(None) => outln!(
+            "campaign {:?} is no longer scheduled: it sends as soon as it is enqueued",
+            edited.name
+        )?,
+        None => {}
+    }
+    if edited.earlier {
+        for (server, kicked) in crate::control::kick_delayed(&mut conn, &servers, &g.tube) {
+            if let Err(e) = kicked {
+                error_line(&format!(
+                    "mailsplit: warning: cannot make the delayed jobs on {server} ready ({e}); they come at the old time, at most an hour late"
+                ));
+            }
+        }
+    }
     Ok(())
 }
 

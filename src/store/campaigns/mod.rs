@@ -57,6 +57,9 @@ pub struct Campaign {
     pub enqueue_owner: Option<String>,
     pub enqueue_lease_until: Option<i64>,
     pub pending_servers: Option<String>,
+    /// When it may start (ms since the epoch); `None`: as soon as it is
+    /// enqueued. Workers send nothing before it.
+    pub send_at: Option<i64>,
 }
 
 impl Campaign {
@@ -129,6 +132,8 @@ pub struct NewCampaign<'a> {
     pub return_path: Option<&'a str>,
     /// See [`Campaign::max_failure_rate`].
     pub max_failure_rate: Option<f64>,
+    /// See [`Campaign::send_at`].
+    pub send_at: Option<i64>,
 }
 
 /// Create a campaign and its counter row in one transaction.
@@ -146,6 +151,7 @@ pub fn create(conn: &mut Conn, new: &NewCampaign) -> Result<Campaign> {
                 campaigns::public_url.eq(new.public_url),
                 campaigns::return_path.eq(new.return_path),
                 campaigns::max_failure_rate.eq(new.max_failure_rate),
+                campaigns::send_at.eq(new.send_at),
                 campaigns::state.eq(CampaignState::Draft),
                 campaigns::created_at.eq(now),
                 campaigns::updated_at.eq(now),
@@ -214,18 +220,77 @@ pub fn counters(conn: &mut Conn, campaign_id: i64) -> Result<Counters> {
 pub struct Flags {
     pub state: CampaignState,
     pub paused: bool,
+    /// See [`Campaign::send_at`].
+    pub send_at: Option<i64>,
 }
 
-/// The state and pause flag of the given campaigns (unknown ids are absent).
+impl Flags {
+    /// Whether its start time is still ahead at `now` (ms).
+    pub fn before_start(&self, now: i64) -> bool {
+        self.send_at.is_some_and(|at| at > now)
+    }
+}
+
+/// The state, pause flag and start time of the given campaigns (unknown
+/// ids are absent).
 pub fn flags(conn: &mut Conn, ids: &[i64]) -> Result<Vec<(i64, Flags)>> {
-    let rows: Vec<(i64, CampaignState, bool)> = on!(conn, |c| campaigns::table
+    let rows: Vec<(i64, CampaignState, bool, Option<i64>)> = on!(conn, |c| campaigns::table
         .filter(campaigns::id.eq_any(ids))
-        .select((campaigns::id, campaigns::state, campaigns::paused))
+        .select((
+            campaigns::id,
+            campaigns::state,
+            campaigns::paused,
+            campaigns::send_at,
+        ))
         .load(c))?;
     Ok(rows
         .into_iter()
-        .map(|(id, state, paused)| (id, Flags { state, paused }))
+        .map(|(id, state, paused, send_at)| {
+            (
+                id,
+                Flags {
+                    state,
+                    paused,
+                    send_at,
+                },
+            )
+        })
         .collect())
+}
+
+/// Move the campaign's start time to `send_at` (`None`: as soon as it is
+/// enqueued) if it still takes edits: a draft, paused, or not started by
+/// `start_after` (ms), and not cancelled; checked in the same statement,
+/// so a `resume` or the start itself that came first wins. `Ok(None)`: it
+/// does not, nothing changed; otherwise the start time it had.
+pub fn reschedule(
+    conn: &mut Conn,
+    id: i64,
+    send_at: Option<i64>,
+    start_after: i64,
+) -> Result<Option<Option<i64>>> {
+    conn.transaction(|conn| {
+        let Some(before) = get(conn, id)? else {
+            return Ok(None);
+        };
+        let changed = on!(conn, |c| diesel::update(
+            campaigns::table
+                .find(id)
+                .filter(
+                    campaigns::paused
+                        .eq(true)
+                        .or(campaigns::state.eq(CampaignState::Draft))
+                        .or(campaigns::send_at.gt(start_after))
+                )
+                .filter(campaigns::state.ne(CampaignState::Cancelled))
+        )
+        .set((
+            campaigns::send_at.eq(send_at),
+            campaigns::updated_at.eq(now_ms()),
+        ))
+        .execute(c))?;
+        Ok((changed == 1).then_some(before.send_at))
+    })
 }
 
 /// The three commands that flip a campaign.
