@@ -11,7 +11,7 @@ use super::{check_subject, CampaignError, Warning};
 use crate::compose::{self, content::Compiled, content::Sources};
 use crate::status::{CampaignStatus, Phase};
 use crate::store::campaigns;
-use crate::store::content::{self as stored, ContentKind, EditedCampaign};
+use crate::store::content::{self as stored, ContentKind, EditedCampaign, Track};
 use crate::store::{dkim_keys, Conn};
 
 /// `campaign edit`'s options, as typed; `None`: unchanged.
@@ -23,6 +23,8 @@ pub struct EditRequest {
     pub text: Option<PathBuf>,
     pub markdown: Option<PathBuf>,
     pub from: Option<String>,
+    /// `--track`: what to track from now on (`none` or empty: nothing).
+    pub track: Option<String>,
 }
 
 /// An edit that was stored.
@@ -71,10 +73,11 @@ pub fn edit(conn: &mut Conn, req: &EditRequest) -> Result<Edited, CampaignError>
         req.text.is_some(),
         req.markdown.is_some(),
         req.from.is_some(),
+        req.track.is_some(),
     ];
     if !given.contains(&true) {
         return Err(CampaignError::Bad(
-            "nothing to change: give --subject, --html [--text], --text, --markdown or --from"
+            "nothing to change: give --subject, --html [--text], --text, --markdown, --from or --track"
                 .into(),
         ));
     }
@@ -90,14 +93,27 @@ pub fn edit(conn: &mut Conn, req: &EditRequest) -> Result<Edited, CampaignError>
         None => compose::parse_from(&c.from_addr)?,
     };
     let parts = new_parts(&c.name, &c.template, &subject, req, current.as_ref())?;
+    let track = match &req.track {
+        Some(raw) => super::parse_track(raw)?,
+        None => current
+            .as_ref()
+            .map(|s| Track::from_column(&s.track))
+            .unwrap_or_default(),
+    };
+    let tracking = super::tracking_of(
+        (parts.kind, &parts.label),
+        (&parts.html, &parts.text),
+        track,
+        c.public_url.as_deref(),
+    )?;
     let from_addr = from.to_string();
     let fields = EditedCampaign {
         subject: &subject,
         from_addr: &from_addr,
         template: &parts.label,
     };
-    let Some(version) = stored::edit(conn, c.id, &fields, parts.kind, (&parts.html, &parts.text))?
-    else {
+    let body = (parts.html.as_str(), parts.text.as_str());
+    let Some(version) = stored::edit(conn, c.id, &fields, parts.kind, body, &tracking)? else {
         // A `resume` or `cancel` came between the check and the write.
         let now = campaigns::find(conn, &req.name)?;
         let counters = campaigns::counters(conn, now.id)?;

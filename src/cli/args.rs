@@ -398,6 +398,11 @@ pub enum CampaignCommand {
         /// 250-500 messages failed, or 100 failed in a row: 20%, 0.2, or off
         #[arg(long, default_value = "20%")]
         max_failure_rate: String,
+        /// Track opens (a 1x1 image <public-url>/o/TOKEN) and/or clicks
+        /// (http(s) links rewritten to <public-url>/c/TOKEN/N): opens,
+        /// clicks, opens,clicks or none (the default); needs --public-url
+        #[arg(long, value_name = "opens,clicks")]
+        track: Option<String>,
     },
     /// Change a draft or paused campaign: each edit is a new content
     /// version, checked as `create` checks it; workers send the new one
@@ -421,6 +426,10 @@ pub enum CampaignCommand {
         /// New sender address
         #[arg(long)]
         from: Option<String>,
+        /// What to track from now on: opens, clicks, opens,clicks, or none
+        /// (or empty) to stop
+        #[arg(long, value_name = "opens,clicks")]
+        track: Option<String>,
     },
     /// One line per campaign
     List,

@@ -20,11 +20,13 @@ pub mod auth;
 pub mod dashboard;
 pub mod guard;
 pub mod health;
+pub mod hits;
 pub mod listen;
 pub mod metrics;
 pub mod pool;
 pub mod public;
 pub mod snapshot;
+pub mod tracking;
 pub mod webhook;
 
 use std::net::SocketAddr;
@@ -52,6 +54,8 @@ pub struct AppState {
     pub settings: ServeSettings,
     /// Failed logins per client address.
     pub failures: guard::Failures,
+    /// Opens and clicks: the batched writer, the link tables read.
+    pub tracking: tracking::Tracking,
 }
 
 pub type State = Arc<AppState>;
@@ -78,6 +82,8 @@ pub fn run(settings: ServeSettings) -> Result<(), ServeError> {
         .build()
         .context("cannot start the async runtime")?;
     listen::raise_file_limit(2 * settings.max_connections + 64);
+    let recorder = hits::Recorder::start(Db::new(&settings.database_url, None, Plans::Custom))
+        .context("cannot start the hit writer")?;
     let served: Result<()> = runtime.block_on(async move {
         let url = &settings.database_url;
         let state = Arc::new(AppState {
@@ -93,6 +99,7 @@ pub fn run(settings: ServeSettings) -> Result<(), ServeError> {
             identity,
             settings: settings.clone(),
             failures: guard::Failures::default(),
+            tracking: tracking::Tracking::new(recorder),
         });
         let stop = CancellationToken::new();
         shutdown::on_signals(stop.clone()).context("cannot install signal handlers")?;
@@ -114,6 +121,11 @@ pub fn run(settings: ServeSettings) -> Result<(), ServeError> {
             ),
             listen::serve(admin, admin::router(Arc::clone(&state)), cap, stop.clone()),
         );
+        // Requests are over: record the opens and clicks still queued.
+        let last = Arc::clone(&state);
+        tokio::task::spawn_blocking(move || last.tracking.recorder.finish())
+            .await
+            .context("the hit writer failed")?;
         tracing::info!("serve stopped");
         Ok(())
     });

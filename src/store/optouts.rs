@@ -17,24 +17,35 @@ pub fn unsubscribe(
     reason: &str,
 ) -> Result<Option<RecipientStatus>> {
     conn.transaction(|conn| {
-        on!(conn, |c| diesel::update(
-            r::table
-                .find(recipient_id)
-                .filter(r::status.eq(RecipientStatus::Active))
-        )
-        .set((
-            r::status.eq(RecipientStatus::Unsubscribed),
-            r::status_reason.eq(reason),
-            r::status_at.eq(now_ms()),
-            r::updated_at.eq(now_ms()),
-        ))
-        .execute(c))?;
-        Ok(on!(conn, |c| r::table
-            .find(recipient_id)
-            .select(r::status)
-            .first(c)
-            .optional())?)
+        set_unsubscribed(conn, recipient_id, reason)?;
+        status_of(conn, recipient_id)
     })
+}
+
+/// Unsubscribe the recipient if active; whether that changed them.
+pub fn set_unsubscribed(conn: &mut Conn, recipient_id: i64, reason: &str) -> Result<bool> {
+    let changed = on!(conn, |c| diesel::update(
+        r::table
+            .find(recipient_id)
+            .filter(r::status.eq(RecipientStatus::Active))
+    )
+    .set((
+        r::status.eq(RecipientStatus::Unsubscribed),
+        r::status_reason.eq(reason),
+        r::status_at.eq(now_ms()),
+        r::updated_at.eq(now_ms()),
+    ))
+    .execute(c))?;
+    Ok(changed == 1)
+}
+
+/// A recipient's status; `None` when no such recipient exists.
+pub fn status_of(conn: &mut Conn, recipient_id: i64) -> Result<Option<RecipientStatus>> {
+    Ok(on!(conn, |c| r::table
+        .find(recipient_id)
+        .select(r::status)
+        .first(c)
+        .optional())?)
 }
 
 /// Recipients no longer active whose status changed after `since` (ms),

@@ -25,6 +25,7 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
             public_url,
             return_path,
             max_failure_rate,
+            track,
         } => create(
             g,
             CreateRequest {
@@ -37,6 +38,7 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
                 public_url,
                 return_path,
                 max_failure_rate,
+                track,
             },
         ),
         CampaignCommand::Edit {
@@ -46,6 +48,7 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
             text,
             markdown,
             from,
+            track,
         } => edit(
             g,
             &campaign::EditRequest {
@@ -55,6 +58,7 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
                 text,
                 markdown,
                 from,
+                track,
             },
         ),
         CampaignCommand::List => list(g),
@@ -102,6 +106,13 @@ fn print_created(c: &Created) -> Result {
     )?;
     if let Some(url) = &c.public_url {
         outln!("one-click unsubscribe links: {url}/u/TOKEN (serve them with `mailsplit serve`)")?;
+    }
+    if c.track.any() {
+        outln!(
+            "tracking {} ({} links numbered for clicks)",
+            c.track,
+            c.links
+        )?;
     }
     Ok(())
 }
