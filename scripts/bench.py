@@ -46,6 +46,8 @@ import tempfile
 import time
 import urllib.parse
 
+import bench_storm
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "target", "release", "mailsplit")
 PEER = os.path.join(ROOT, "..", "shared", "bench", "peer_seed003.py")
@@ -263,8 +265,11 @@ def main():
     ap.add_argument("--relay-n", type=int, default=10_000, help="--network: recipients for the relay runs (default 10,000)")
     ap.add_argument("--lan-n", type=int, default=100_000, help="--network: recipients for the LAN runs")
     ap.add_argument("--bin", default=BIN, help=f"mailsplit binary (default {BIN})")
+    bench_storm.add_arguments(ap)
     args = ap.parse_args()
     set_bin(args.bin)
+    if args.open_storm:
+        return bench_storm.open_storm(sys.modules[__name__], args)
     if args.dkim_compare:
         return dkim_compare(args)
     if args.network:

@@ -4,8 +4,8 @@
 use serde::Serialize;
 
 use crate::store::deliveries::RATE_WINDOW_MS;
-use crate::store::rates::{RateGroup, Usage};
 use crate::store::engagement::{self, Engagement};
+use crate::store::rates::{RateGroup, Usage};
 use crate::store::{content, now_ms, Campaign, CampaignState, Conn, Counters, StoreError};
 
 /// Each campaign's status with its content version and the recipients

@@ -10,10 +10,10 @@ pub mod edit;
 pub mod test_send;
 
 use crate::compose;
+use crate::compose::tracking::{self, Links};
 use crate::config::{self, ConfigError};
 use crate::status::CampaignStatus;
 use crate::store::campaigns::{self, NewCampaign};
-use crate::compose::tracking::{self, Links};
 use crate::store::content::{self as stored, ContentKind, Track, Tracking};
 use crate::store::{dkim_keys, recipients, Campaign, Conn, StoreError};
 use crate::templates::TemplateError;

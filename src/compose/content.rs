@@ -150,23 +150,33 @@ impl Compiled {
     /// Compile and check every part: syntax, top-level names, and a trial
     /// render for a sample recipient (an unknown filter shows there).
     pub fn new(sources: &Sources, campaign: &str) -> Result<Compiled, TemplateProblem> {
-        Compiled::build(sources, campaign, &[])
+        Compiled::build(sources, &[], &Vars::sample(campaign))
     }
 
     /// [`Compiled::new`] for templates that tracking rewrote: they may
     /// also name the tracking variables (the user's own never can).
-    pub fn tracked(sources: &Sources, campaign: &str) -> Result<Compiled, TemplateProblem> {
+    /// `links`: how many links the rewritten templates name.
+    pub fn tracked(
+        sources: &Sources,
+        campaign: &str,
+        links: usize,
+    ) -> Result<Compiled, TemplateProblem> {
+        let mut sample = Vars::sample(campaign);
+        sample.open_url = Some("https://example.com/o/sample".into());
+        sample.links = (1..=links)
+            .map(|n| format!("https://example.com/c/sample/{n}"))
+            .collect();
         Compiled::build(
             sources,
-            campaign,
             &[super::tracking::OPEN_VAR, super::tracking::LINKS_VAR],
+            &sample,
         )
     }
 
     fn build(
         sources: &Sources,
-        campaign: &str,
         extra: &[&str],
+        sample: &Vars,
     ) -> Result<Compiled, TemplateProblem> {
         let mut env = engine();
         let mut parts = vec![(SUBJECT, sources.subject)];
@@ -184,7 +194,7 @@ impl Compiled {
         };
         for (key, (file, _)) in &parts {
             compiled
-                .render_one(key, &Vars::sample(campaign))
+                .render_one(key, sample)
                 .map_err(|e| problem(file, &e))?;
         }
         Ok(compiled)

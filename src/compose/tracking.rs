@@ -206,12 +206,13 @@ pub fn compile_stored(
     let mut table = Links::stored(links);
     let (html, text) = rewrite(html, text, track, base, &mut table);
     let body = Some([("HTML part", html.as_str()), ("text part", text.as_str())]);
-    let mut compiled = Compiled::tracked(&Sources { subject, body }, campaign)?;
+    let count = table.urls().len();
+    let mut compiled = Compiled::tracked(&Sources { subject, body }, campaign, count)?;
     compiled.tracking = Some(Tracking {
         base: base.trim_end_matches('/').to_string(),
         version: s.version,
         opens: track.opens,
-        links: table.urls().len(),
+        links: count,
     });
     Ok(compiled)
 }
@@ -413,7 +414,10 @@ fn text_links(text: &str, own: &[String], links: &mut Links) -> Vec<Edit> {
             .find(|c: char| c.is_whitespace() || "<>\"'{}".contains(c))
             .map_or(text.len(), |e| start + e);
         at = end;
-        if ["{{", "{%", "{#"].iter().any(|o| text[end..].starts_with(o)) {
+        if ["{{", "{%", "{#"]
+            .iter()
+            .any(|o| text[end..].starts_with(o))
+        {
             continue; // `https://x/{{ id }}`: differs per recipient
         }
         let url = trim_url(&text[start..end]);
@@ -539,8 +543,14 @@ mod tests {
                 "https://shop.test/c"
             ]
         );
-        assert!(h.contains("<a class=x href=\"{{ __mailsplit_links[0]|safe }}\">A</a>"), "{h}");
-        assert!(h.contains("<A HREF=\"{{ __mailsplit_links[1]|safe }}\">B</A>"), "{h}");
+        assert!(
+            h.contains("<a class=x href=\"{{ __mailsplit_links[0]|safe }}\">A</a>"),
+            "{h}"
+        );
+        assert!(
+            h.contains("<A HREF=\"{{ __mailsplit_links[1]|safe }}\">B</A>"),
+            "{h}"
+        );
         assert!(h.contains("href=\"mailto:x@y.test\""), "{h}");
         assert!(h.contains("href=\"{{ unsubscribe_url }}\""), "{h}");
         assert!(h.contains("href=\"https://m.test/u/tok\""), "{h}");
@@ -573,12 +583,17 @@ mod tests {
             &mut links,
         );
         assert!(links.urls().is_empty());
-        assert!(h.starts_with("<p><a href=\"https://a.test\">a</a></p><img src=\"{{ __mailsplit_open|safe }}\""));
+        assert!(h.starts_with(
+            "<p><a href=\"https://a.test\">a</a></p><img src=\"{{ __mailsplit_open|safe }}\""
+        ));
         assert_eq!(t, "https://a.test");
     }
 
     #[test]
     fn decodes_entities() {
-        assert_eq!(decode_entities("https:&#x2f;&#47;a&amp;b&bogus;&"), "https://a&b&bogus;&");
+        assert_eq!(
+            decode_entities("https:&#x2f;&#47;a&amp;b&bogus;&"),
+            "https://a&b&bogus;&"
+        );
     }
 }

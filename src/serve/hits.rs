@@ -94,11 +94,7 @@ impl Recorder {
     /// stopped).
     pub fn finish(&self) {
         self.stop.store(true, Ordering::SeqCst);
-        let writer = self
-            .writer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let writer = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(w) = writer {
             if w.join().is_err() {
                 tracing::error!("the hit writer panicked");
@@ -146,7 +142,10 @@ fn write(db: &Db, batch: &[Hit], stop: &AtomicBool) -> bool {
                 if stop.load(Ordering::SeqCst) {
                     tries_after_stop -= 1;
                     if tries_after_stop == 0 {
-                        tracing::error!(hits = batch.len(), "serve is stopping: these opens and clicks are not recorded");
+                        tracing::error!(
+                            hits = batch.len(),
+                            "serve is stopping: these opens and clicks are not recorded"
+                        );
                         return false;
                     }
                 }

@@ -74,7 +74,9 @@ pub const AFTER_SENDING: &[(&str, &str, Count)] = &[
     ("clicked", "Recipients who clicked a link.", |c| {
         c.engagement.clicked
     }),
-    ("clicks", "Clicks on tracked links.", |c| c.engagement.clicks),
+    ("clicks", "Clicks on tracked links.", |c| {
+        c.engagement.clicks
+    }),
     (
         "unsubscribed",
         "Recipients who unsubscribed by the campaign's link.",

@@ -79,14 +79,12 @@ impl TubeCounts {
 
 /// Take a snapshot.
 pub async fn take(state: &State) -> Result<Snapshot, StoreError> {
-    let db = state
-        .admin
-        .db(|c| {
-            let list = campaigns::list(c)?;
-            let ids: Vec<i64> = list.iter().map(|(c, _)| c.id).collect();
-            let engaged = engagement::counts(c, &ids)?;
-            Ok((list, engaged, rates::list(c)?, workers::list(c)?))
-        });
+    let db = state.admin.db(|c| {
+        let list = campaigns::list(c)?;
+        let ids: Vec<i64> = list.iter().map(|(c, _)| c.id).collect();
+        let engaged = engagement::counts(c, &ids)?;
+        Ok((list, engaged, rates::list(c)?, workers::list(c)?))
+    });
     let (db, queues) = tokio::join!(db, queues(state));
     let (campaigns, engaged, groups, workers) = db?;
     let at = now_ms();

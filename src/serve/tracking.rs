@@ -33,9 +33,9 @@ const MAX_CACHED_VERSIONS: usize = 1_000;
 
 /// A 1×1 transparent GIF (43 bytes).
 pub const PIXEL: &[u8] = &[
-    0x47, 0x49, 0x46, 0x38, 0x39, 0x61, 0x01, 0x00, 0x01, 0x00, 0x80, 0x00, 0x00, 0x00, 0x00,
-    0x00, 0xff, 0xff, 0xff, 0x21, 0xf9, 0x04, 0x01, 0x00, 0x00, 0x00, 0x00, 0x2c, 0x00, 0x00,
-    0x00, 0x00, 0x01, 0x00, 0x01, 0x00, 0x00, 0x02, 0x02, 0x44, 0x01, 0x00, 0x3b,
+    0x47, 0x49, 0x46, 0x38, 0x39, 0x61, 0x01, 0x00, 0x01, 0x00, 0x80, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0xff, 0xff, 0xff, 0x21, 0xf9, 0x04, 0x01, 0x00, 0x00, 0x00, 0x00, 0x2c, 0x00, 0x00, 0x00, 0x00,
+    0x01, 0x00, 0x01, 0x00, 0x00, 0x02, 0x02, 0x44, 0x01, 0x00, 0x3b,
 ];
 
 /// The tracking routes' state: the writer and the link tables read.
@@ -84,11 +84,22 @@ pub async fn open(
     };
     if m.recipient != 0 {
         let hit = hit(m, HitKind::Open, is_proxy(&headers, peer.ip()));
-        if !state.tracking.recorder.queue(hit, hits::WAIT_FOR_ROOM).await {
-            tracing::warn!(campaign = m.campaign, "open not recorded: the hit writer is behind; answered 503");
+        if !state
+            .tracking
+            .recorder
+            .queue(hit, hits::WAIT_FOR_ROOM)
+            .await
+        {
+            tracing::warn!(
+                campaign = m.campaign,
+                "open not recorded: the hit writer is behind; answered 503"
+            );
             return (
                 StatusCode::SERVICE_UNAVAILABLE,
-                [(header::RETRY_AFTER, "1"), (header::CACHE_CONTROL, "no-store")],
+                [
+                    (header::RETRY_AFTER, "1"),
+                    (header::CACHE_CONTROL, "no-store"),
+                ],
             )
                 .into_response();
         }
@@ -96,7 +107,10 @@ pub async fn open(
     (
         [
             (header::CONTENT_TYPE, "image/gif"),
-            (header::CACHE_CONTROL, "no-store, no-cache, must-revalidate, private"),
+            (
+                header::CACHE_CONTROL,
+                "no-store, no-cache, must-revalidate, private",
+            ),
         ],
         PIXEL,
     )
@@ -121,13 +135,26 @@ pub async fn click(
         Ok(None) => return not_found(),
         Err(e) => {
             tracing::warn!(campaign = m.campaign, error = %e, "cannot read a campaign's links");
-            return (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "5")]).into_response();
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, "5")],
+            )
+                .into_response();
         }
     };
     if m.recipient != 0 {
         let hit = hit(m, HitKind::Click(i64::from(n)), false);
-        if !state.tracking.recorder.queue(hit, hits::WAIT_FOR_ROOM_CLICK).await {
-            tracing::warn!(campaign = m.campaign, link = n, "click not recorded: the hit writer is behind; redirected anyway");
+        if !state
+            .tracking
+            .recorder
+            .queue(hit, hits::WAIT_FOR_ROOM_CLICK)
+            .await
+        {
+            tracing::warn!(
+                campaign = m.campaign,
+                link = n,
+                "click not recorded: the hit writer is behind; redirected anyway"
+            );
         }
     }
     (

@@ -139,7 +139,9 @@ fn add_links(conn: &mut Conn, campaign_id: i64, version: i64, urls: &[String]) -
                 )
             })
             .collect();
-        on!(conn, |c| diesel::insert_into(l::table).values(&rows).execute(c))?;
+        on!(conn, |c| diesel::insert_into(l::table)
+            .values(&rows)
+            .execute(c))?;
     }
     Ok(())
 }
@@ -158,7 +160,10 @@ pub fn links(conn: &mut Conn, campaign_id: i64, version: i64) -> Result<Vec<Stri
 /// Forget every version (the campaign is being deleted).
 pub fn delete(conn: &mut Conn, campaign_id: i64) -> Result<usize> {
     use super::schema::campaign_links as l;
-    on!(conn, |c| diesel::delete(l::table.filter(l::campaign_id.eq(campaign_id))).execute(c))?;
+    on!(conn, |c| diesel::delete(
+        l::table.filter(l::campaign_id.eq(campaign_id))
+    )
+    .execute(c))?;
     Ok(on!(conn, |c| diesel::delete(
         cc::table.filter(cc::campaign_id.eq(campaign_id))
     )

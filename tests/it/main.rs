@@ -44,6 +44,7 @@ mod secrets;
 mod serve;
 mod store_contract;
 mod supervisord;
+mod tracking;
 mod worker;
 mod worker_in_process;
 
