@@ -10,6 +10,8 @@ usage() {
 Usage: scripts/bench.sh [--n N] [--workers W] [--concurrency C] [--skip peer,latency,pg]
        scripts/bench.sh --network [--relay-n N] [--lan-n N] [--relay-rtt-ms 20] [--lan-rtt-ms 1]
        scripts/bench.sh --dkim-compare [--n N]   # msg/s unsigned vs RSA 2048 vs ed25519 DKIM
+       scripts/bench.sh --open-storm [--storm-n N] [--storm-seconds S] [--storm-connections C] [--storm-db sqlite|pg]
+                                                  # opens/clicks per second on serve while workers send
 
 Installs what it needs (scripts/install-deps.sh; a Python venv .peerenv with
 greenstalk, aiosmtplib and jinja2 for ../shared/bench/peer_seed003.py), builds

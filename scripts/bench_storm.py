@@ -15,7 +15,7 @@ send rate during the storm and the load average. Not a test: nothing
 here asserts a speed.
 """
 
-import json
+import email
 import os
 import re
 import shutil
@@ -71,8 +71,9 @@ def tokens(bench, env, n, public):
     for i in range(n):
         out = subprocess.run([bench.BIN, "preview", "storm", "--recipient", f"user{i + 1}@example.test"],
                              env=env, check=True, capture_output=True, text=True).stdout
-        # Quoted-printable soft breaks and `=3D` undone.
-        flat = out.replace("=\r\n", "").replace("=\n", "").replace("=3D", "=")
+        message = email.message_from_string(out)
+        flat = "".join(part.get_payload(decode=True).decode() for part in message.walk()
+                       if part.get_content_maintype() == "text").replace("&#x2f;", "/")
         for m in re.finditer(re.escape(public) + r"(/[oc]/[A-Za-z0-9_-]+(?:/\d+)?)", flat):
             if m.group(1) not in paths:
                 paths.append(m.group(1))

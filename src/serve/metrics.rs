@@ -134,6 +134,12 @@ impl Collector for Scrape {
         rate_group_families(&mut e, s)?;
         queue_families(&mut e, s)?;
         fleet_families(&mut e, s)?;
+        family(
+            &mut e,
+            "tracking_unrecorded",
+            "Opens and clicks this serve could not queue for recording (the writer was behind).",
+            [(Vec::<(&str, String)>::new(), counter(s.unrecorded as i64))],
+        )?;
         Ok(())
     }
 }

@@ -27,6 +27,8 @@ pub struct Snapshot {
     pub rates: Vec<RateView>,
     pub fleet: Fleet,
     pub queues: Vec<QueueView>,
+    /// Opens and clicks this `serve` could not queue for recording.
+    pub unrecorded: u64,
 }
 
 /// A rate group: its configured and observed rate.
@@ -90,6 +92,11 @@ pub async fn take(state: &State) -> Result<Snapshot, StoreError> {
     let at = now_ms();
     Ok(Snapshot {
         at,
+        unrecorded: state
+            .tracking
+            .recorder
+            .unrecorded
+            .load(std::sync::atomic::Ordering::Relaxed),
         campaigns: campaigns
             .iter()
             .map(|(c, counters)| {
