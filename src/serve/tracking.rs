@@ -38,10 +38,13 @@ pub const PIXEL: &[u8] = &[
     0x01, 0x00, 0x01, 0x00, 0x00, 0x02, 0x02, 0x44, 0x01, 0x00, 0x3b,
 ];
 
+/// Link tables by (campaign, content version).
+type LinkTables = HashMap<(i64, i64), Arc<Vec<String>>>;
+
 /// The tracking routes' state: the writer and the link tables read.
 pub struct Tracking {
     pub recorder: Recorder,
-    links: Mutex<HashMap<(i64, i64), Arc<Vec<String>>>>,
+    links: Mutex<LinkTables>,
 }
 
 impl Tracking {
@@ -64,7 +67,7 @@ impl Tracking {
         cache.insert(key, links);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(i64, i64), Arc<Vec<String>>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LinkTables> {
         self.links.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

@@ -227,7 +227,7 @@ pub fn counts(conn: &mut Conn, ids: &[i64]) -> Result<HashMap<i64, Engagement>> 
 /// The same numbers counted over the per-recipient rows (checks, audits):
 /// what the counters must always equal.
 pub fn counted(conn: &mut Conn, campaign: i64) -> Result<Engagement> {
-    let rows: Vec<(
+    type Row = (
         Option<i64>,
         i64,
         Option<i64>,
@@ -235,7 +235,8 @@ pub fn counted(conn: &mut Conn, campaign: i64) -> Result<Engagement> {
         Option<i64>,
         i64,
         Option<i64>,
-    )> = on!(conn, |x| e::table
+    );
+    let rows: Vec<Row> = on!(conn, |x| e::table
         .filter(e::campaign_id.eq(campaign))
         .select((
             e::first_open_at,
