@@ -5,9 +5,10 @@
 //! recipient's row and driven by its affected-row counts, so `status` is
 //! O(1) and always equals a count over `engagement`).
 //!
-//! Every open and click is recorded by [`record_hit`] and nothing else: a
-//! writer of another fact about the hit (an outbox row for a webhook) goes
-//! into the same transaction there, using [`Recorded`].
+//! Every open and click is recorded by [`record_batch`] (through
+//! `record_hit`) and nothing else: a writer of another fact about the hit
+//! (an outbox row for a webhook) goes into the same transaction there,
+//! using [`Recorded`].
 
 use std::collections::HashMap;
 
@@ -69,22 +70,69 @@ pub struct Engagement {
     pub unsubscribed: i64,
 }
 
-/// Record a batch of hits in one transaction.
+/// Record a batch of hits in one transaction. Rows are locked in one
+/// order by every writer (recipients' rows by campaign and recipient,
+/// then the campaigns' counter rows by campaign; a one-click unsubscribe
+/// too), so two writers wait for each other and never deadlock.
 pub fn record_batch(conn: &mut Conn, hits: &[Hit]) -> Result<()> {
+    let mut hits = hits.to_vec();
+    hits.sort_by_key(|h| (h.campaign, h.recipient));
     conn.transaction(|conn| {
-        for hit in hits {
-            record_hit(conn, hit)?;
+        let mut counted: std::collections::BTreeMap<i64, Engagement> = Default::default();
+        for hit in &hits {
+            let recorded = record_hit(conn, hit)?;
+            let n = counted.entry(hit.campaign).or_default();
+            let first = i64::from(recorded.first);
+            match (hit.kind, recorded.machine) {
+                (HitKind::Open, true) => {
+                    n.machine_opened += first;
+                    n.machine_opens += 1;
+                }
+                (HitKind::Open, false) => {
+                    n.opened += first;
+                    n.opens += 1;
+                }
+                (HitKind::Click(_), _) => {
+                    n.clicked += first;
+                    n.clicks += 1;
+                }
+            }
+        }
+        for (campaign, n) in counted {
+            add_counts(conn, campaign, &n)?;
         }
         Ok(())
     })
 }
 
-/// Record one hit; run it inside a transaction (see [`record_batch`]).
-pub fn record_hit(conn: &mut Conn, hit: &Hit) -> Result<Recorded> {
+/// Add to a campaign's counters.
+fn add_counts(conn: &mut Conn, campaign: i64, n: &Engagement) -> Result<()> {
+    on!(conn, |x| diesel::insert_into(ce::table)
+        .values(ce::campaign_id.eq(campaign))
+        .on_conflict_do_nothing()
+        .execute(x))?;
+    on!(conn, |x| diesel::update(ce::table.find(campaign))
+        .set((
+            ce::opened.eq(ce::opened + n.opened),
+            ce::opens.eq(ce::opens + n.opens),
+            ce::machine_opened.eq(ce::machine_opened + n.machine_opened),
+            ce::machine_opens.eq(ce::machine_opens + n.machine_opens),
+            ce::clicked.eq(ce::clicked + n.clicked),
+            ce::clicks.eq(ce::clicks + n.clicks),
+            ce::unsubscribed.eq(ce::unsubscribed + n.unsubscribed),
+        ))
+        .execute(x))?;
+    Ok(())
+}
+
+/// Record one hit on the recipient's row (and the link's), inside
+/// [`record_batch`]'s transaction, which adds what it returns to the
+/// campaign's counters. Another write about the hit (a webhook's outbox
+/// row) goes beside this call.
+fn record_hit(conn: &mut Conn, hit: &Hit) -> Result<Recorded> {
     let (c, r, at) = (hit.campaign, hit.recipient, hit.at);
-    ensure_rows(conn, c, r)?;
+    ensure_row(conn, c, r)?;
     let row = e::table.find((c, r));
-    let campaign = ce::table.find(c);
     match hit.kind {
         HitKind::Open => {
             let machine = hit.proxy || sent_since(conn, c, r, at - MACHINE_OPEN_WINDOW_MS)?;
@@ -93,15 +141,9 @@ pub fn record_hit(conn: &mut Conn, hit: &Hit) -> Result<Recorded> {
                     row.filter(e::first_machine_open_at.is_null())
                 )
                 .set(e::first_machine_open_at.eq(at))
-                .execute(x))? as i64;
+                .execute(x))?;
                 on!(conn, |x| diesel::update(row)
                     .set(e::machine_opens.eq(e::machine_opens + 1))
-                    .execute(x))?;
-                on!(conn, |x| diesel::update(campaign)
-                    .set((
-                        ce::machine_opened.eq(ce::machine_opened + first),
-                        ce::machine_opens.eq(ce::machine_opens + 1),
-                    ))
                     .execute(x))?;
                 first
             } else {
@@ -109,15 +151,9 @@ pub fn record_hit(conn: &mut Conn, hit: &Hit) -> Result<Recorded> {
                     row.filter(e::first_open_at.is_null())
                 )
                 .set(e::first_open_at.eq(at))
-                .execute(x))? as i64;
+                .execute(x))?;
                 on!(conn, |x| diesel::update(row)
                     .set(e::opens.eq(e::opens + 1))
-                    .execute(x))?;
-                on!(conn, |x| diesel::update(campaign)
-                    .set((
-                        ce::opened.eq(ce::opened + first),
-                        ce::opens.eq(ce::opens + 1),
-                    ))
                     .execute(x))?;
                 first
             };
@@ -131,15 +167,9 @@ pub fn record_hit(conn: &mut Conn, hit: &Hit) -> Result<Recorded> {
                 row.filter(e::first_click_at.is_null())
             )
             .set(e::first_click_at.eq(at))
-            .execute(x))? as i64;
+            .execute(x))?;
             on!(conn, |x| diesel::update(row)
                 .set(e::clicks.eq(e::clicks + 1))
-                .execute(x))?;
-            on!(conn, |x| diesel::update(campaign)
-                .set((
-                    ce::clicked.eq(ce::clicked + first),
-                    ce::clicks.eq(ce::clicks + 1),
-                ))
                 .execute(x))?;
             on!(conn, |x| diesel::update(l::table.find((c, hit.version, n)))
                 .set(l::clicks.eq(l::clicks + 1))
@@ -152,14 +182,10 @@ pub fn record_hit(conn: &mut Conn, hit: &Hit) -> Result<Recorded> {
     }
 }
 
-/// The recipient's and the campaign's rows, made when missing.
-fn ensure_rows(conn: &mut Conn, campaign: i64, recipient: i64) -> Result<()> {
+/// The recipient's row, made when missing.
+fn ensure_row(conn: &mut Conn, campaign: i64, recipient: i64) -> Result<()> {
     on!(conn, |x| diesel::insert_into(e::table)
         .values((e::campaign_id.eq(campaign), e::recipient_id.eq(recipient)))
-        .on_conflict_do_nothing()
-        .execute(x))?;
-    on!(conn, |x| diesel::insert_into(ce::table)
-        .values(ce::campaign_id.eq(campaign))
         .on_conflict_do_nothing()
         .execute(x))?;
     Ok(())
@@ -188,7 +214,7 @@ pub fn unsubscribe(
 ) -> Result<Option<RecipientStatus>> {
     conn.transaction(|conn| {
         if optouts::set_unsubscribed(conn, recipient, reason)? {
-            ensure_rows(conn, campaign, recipient)?;
+            ensure_row(conn, campaign, recipient)?;
             let first = on!(conn, |x| diesel::update(
                 e::table
                     .find((campaign, recipient))
@@ -196,9 +222,11 @@ pub fn unsubscribe(
             )
             .set(e::unsubscribed_at.eq(super::now_ms()))
             .execute(x))? as i64;
-            on!(conn, |x| diesel::update(ce::table.find(campaign))
-                .set(ce::unsubscribed.eq(ce::unsubscribed + first))
-                .execute(x))?;
+            let n = Engagement {
+                unsubscribed: first,
+                ..Engagement::default()
+            };
+            add_counts(conn, campaign, &n)?;
         }
         optouts::status_of(conn, recipient)
     })
