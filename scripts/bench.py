@@ -49,6 +49,8 @@ import tempfile
 import time
 import urllib.parse
 
+import bench_storm
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "target", "release", "mailsplit")
 PEER = os.path.join(ROOT, "..", "shared", "bench", "peer_seed003.py")
@@ -271,11 +273,14 @@ def main():
     ap.add_argument("--template-compare", action="store_true",
                     help="compiled-in template vs a realistic user template (scripts/bench_template.py)")
     ap.add_argument("--rounds", type=int, default=1, help="--template-compare: alternating rounds (default 1)")
+    bench_storm.add_arguments(ap)
     args = ap.parse_args()
     set_bin(args.bin)
     if args.template_compare:
         import bench_template
         return bench_template.run(args, sys.modules[__name__])
+    if args.open_storm:
+        return bench_storm.open_storm(sys.modules[__name__], args)
     if args.dkim_compare:
         return dkim_compare(args)
     if args.network:

@@ -12,6 +12,8 @@ Usage: scripts/bench.sh [--n N] [--workers W] [--concurrency C] [--skip peer,lat
        scripts/bench.sh --dkim-compare [--n N]   # msg/s unsigned vs RSA 2048 vs ed25519 DKIM
        scripts/bench.sh --import-compare [--n N] # import: CSV vs PostgreSQL source, into SQLite and PostgreSQL
        scripts/bench.sh --template-compare [--n 100000] [--rounds R]   # compiled-in vs user template (ratio)
+       scripts/bench.sh --open-storm [--storm-n N] [--storm-seconds S] [--storm-connections C] [--storm-db sqlite|pg]
+                                                  # opens/clicks per second on serve while workers send
 
 Installs what it needs (scripts/install-deps.sh; a Python venv .peerenv with
 greenstalk, aiosmtplib and jinja2 for ../shared/bench/peer_seed003.py), builds

@@ -18,6 +18,7 @@ Installs, if any is missing, the Debian packages mailsplit needs:
   python3-prometheus-client  the metrics test parses /metrics with it
   spamassassin    the wire test runs its local rules (`spamassassin -L -t`)
                   over one message of each built-in template
+  wrk             the HTTP load of `scripts/bench.sh --open-storm`
   pkg-config libsqlite3-dev libpq-dev   to build the SQLite and PostgreSQL drivers
   gcc libc6-dev   only if no C compiler/linker (cc) is present
 
@@ -68,6 +69,7 @@ command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 [[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null ||
     missing+=(python3-prometheus-client)
 command -v spamassassin >/dev/null 2>&1 || missing+=(spamassassin)
+command -v wrk >/dev/null 2>&1 || missing+=(wrk)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 have_pkg libsqlite3-dev || missing+=(libsqlite3-dev)
 have_pkg libpq-dev || missing+=(libpq-dev)
@@ -78,7 +80,7 @@ if ((${#missing[@]} > 0)); then
     # why: the brief's fixed package set; install all (cheap when present) so
     # one run leaves a complete machine
     pkgs=(beanstalkd postfix supervisor pkg-config libsqlite3-dev libpq-dev
-        chromium chromium-driver python3-prometheus-client spamassassin)
+        chromium chromium-driver python3-prometheus-client spamassassin wrk)
     command -v cc >/dev/null 2>&1 || pkgs+=(gcc libc6-dev)
     say "missing: ${missing[*]}; installing: ${pkgs[*]}"
 

@@ -13,6 +13,7 @@ pub mod fold;
 pub mod headers;
 pub mod sample;
 pub mod source;
+pub mod tracking;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use lettre::{Address, Message};
 
 use crate::dkim::{self, DkimError, SigningKey};
 use crate::mail::Composed;
-use crate::store::content::{self as stored, Content, ContentKind};
+use crate::store::content as stored;
 use crate::store::{
     campaigns, dkim_keys, installation, recipients, Campaign, Conn, Recipient, RecipientStatus,
     StoreError,
@@ -34,7 +35,7 @@ use crate::tokens::Identity;
 
 pub use headers::{ascii_domain, safe_link};
 
-use content::{Cache, Compiled, Sources, TemplateProblem, Vars};
+use content::{Cache, Compiled, TemplateProblem, Vars};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ComposeError {
@@ -226,9 +227,18 @@ impl CampaignMail {
     ) -> Result<CampaignMail, ComposeError> {
         let stored = stored::latest(conn, c.id)?;
         let content_version = stored.as_ref().map_or(0, |s| s.version);
-        let compiled = stored
-            .map(|s| cache.get_or_compile((c.id, s.version), || compile_stored(&s, &c.name)))
-            .transpose()?;
+        let compiled = match stored {
+            None => None,
+            Some(s) => Some(match cache.get((c.id, s.version)) {
+                Some(hit) => hit,
+                None => {
+                    let links = tracking::stored_links(conn, c, &s)?;
+                    cache.get_or_compile((c.id, s.version), || {
+                        tracking::compile_stored(&s, c, links)
+                    })?
+                }
+            }),
+        };
         let from = parse_from(&c.from_addr)?;
         let domain = from_domain(&from);
         let keys = dkim_keys::for_domain(conn, &domain)?
@@ -252,21 +262,6 @@ impl CampaignMail {
             content_version,
         })
     }
-}
-
-/// Compile a stored content version (checked when it was stored).
-fn compile_stored(s: &Content, campaign: &str) -> Result<Compiled, TemplateProblem> {
-    let body = (s.kind != ContentKind::Builtin).then_some([
-        ("HTML part", s.html.as_str()),
-        ("text part", s.text.as_str()),
-    ]);
-    Compiled::new(
-        &Sources {
-            subject: ("subject", &s.subject),
-            body,
-        },
-        campaign,
-    )
 }
 
 /// `mailbox` with its domain as an A-label (`news@exämple.com` →
@@ -352,7 +347,7 @@ fn build_for(
         &attributes
     };
     let (unsubscribe_url, one_click) = unsubscribe(campaign, rid, own);
-    let (mut subject, rendered) = render(campaign, r, &attributes, &unsubscribe_url)?;
+    let (mut subject, rendered) = render(campaign, (rid, r), &attributes, &unsubscribe_url)?;
     if test_to.is_some() {
         subject = format!("[TEST] {subject}");
     }
@@ -386,7 +381,7 @@ fn build_for(
 /// content rendered with minijinja, or the built-in starter (askama).
 fn render(
     campaign: &CampaignMail,
-    r: &Recipient,
+    (rid, r): (i64, &Recipient),
     attributes: &serde_json::Map<String, serde_json::Value>,
     unsubscribe_url: &str,
 ) -> Result<(String, Rendered), Unsendable> {
@@ -400,6 +395,11 @@ fn render(
     );
     let (subject, body) = match &campaign.content {
         Some(c) => {
+            if let Some(t) = &c.tracking {
+                let urls = t.urls(&campaign.identity.signer, campaign.id, rid);
+                vars.open_url = urls.open;
+                vars.links = urls.links;
+            }
             let subject = c.subject(&vars).map_err(|e| invalid(&e))?;
             vars.campaign.subject = Some(subject.clone());
             (subject, c.body(&vars).map_err(|e| invalid(&e))?)

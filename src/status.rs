@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use crate::store::deliveries::RATE_WINDOW_MS;
+use crate::store::engagement::{self, Engagement};
 use crate::store::rates::{RateGroup, Usage};
 use crate::store::{content, now_ms, Campaign, CampaignState, Conn, Counters, StoreError};
 
@@ -16,11 +17,14 @@ pub fn with_versions(
     let ids: Vec<i64> = rows.iter().map(|(c, _)| c.id).collect();
     let current: std::collections::HashMap<i64, i64> =
         content::latest_versions(conn, &ids)?.into_iter().collect();
+    let engaged = engagement::counts(conn, &ids)?;
     rows.iter()
         .map(|(c, counters)| {
             let sent = content::sent_by_version(conn, c.id)?;
             let now = current.get(&c.id).copied().unwrap_or(0);
-            Ok(CampaignStatus::new(c, counters).with_versions(now, &sent))
+            let mut status = CampaignStatus::new(c, counters).with_versions(now, &sent);
+            status.engagement = engaged.get(&c.id).copied().unwrap_or_default();
+            Ok(status)
         })
         .collect()
 }
@@ -107,6 +111,11 @@ pub struct CampaignStatus {
     /// When it may start, RFC 3339 UTC (`--send-at`); `None`: as soon as
     /// it is enqueued.
     pub send_at: Option<String>,
+    /// Opens, clicks and unsubscribes (issue 26): `opened`, `clicked`,
+    /// `machine_opened`, `unsubscribed` are unique recipients; `opens`,
+    /// `machine_opens`, `clicks` totals.
+    #[serde(flatten)]
+    pub engagement: Engagement,
 }
 
 /// The complaint rate Gmail and Yahoo hold bulk senders to (0.3 %).
@@ -171,6 +180,7 @@ impl CampaignStatus {
             content_version: 0,
             versions: Default::default(),
             send_at: campaign.send_at.map(crate::send_at::format),
+            engagement: Engagement::default(),
         }
     }
 
@@ -194,6 +204,15 @@ impl CampaignStatus {
             format!(" (sent: {})", sent.join(", "))
         };
         format!("content version {}{sent}", self.content_version)
+    }
+
+    /// `opened 40 (52 opens; machine 7)  clicked 12 (15 clicks)  unsubscribed 1`.
+    pub fn engagement_line(&self) -> String {
+        let e = &self.engagement;
+        format!(
+            "opened {} ({} opens; machine {})  clicked {} ({} clicks)  unsubscribed {}",
+            e.opened, e.opens, e.machine_opened, e.clicked, e.clicks, e.unsubscribed
+        )
     }
 
     /// `complaints 3 (0.15 % of sent; limit 0.3 %)`, flagged above the limit.
@@ -234,8 +253,9 @@ impl CampaignStatus {
             None => String::new(),
         };
         format!(
-            "{name} (id {id}): {state}{why}{schedule}\n  recipients {recipients}  enqueued {enqueued} in {jobs} jobs\n  sent {sent}  failed {failed}  skipped {skipped}  pending {pending}\n  {versions}\n  {complaints}\n  rate {rate:.1} msg/s (average {avg:.1})  eta {eta}",
+            "{name} (id {id}): {state}{why}{schedule}\n  recipients {recipients}  enqueued {enqueued} in {jobs} jobs\n  sent {sent}  failed {failed}  skipped {skipped}  pending {pending}\n  {versions}\n  {complaints}\n  {engagement}\n  rate {rate:.1} msg/s (average {avg:.1})  eta {eta}",
             complaints = self.complaint_line(),
+            engagement = self.engagement_line(),
             versions = self.versions_line(),
             name = self.name,
             id = self.id,

@@ -25,6 +25,8 @@ const VERP_MAC_BYTES: usize = 10;
 /// Bytes of MAC in a Message-ID token (96 bits): a bounce or complaint that
 /// quotes the Message-ID is believed only if nobody could have made it up.
 const MESSAGE_ID_MAC_BYTES: usize = 12;
+/// Bytes of MAC in an open or click token (96 bits), as unsubscribe tokens.
+const TRACKING_MAC_BYTES: usize = 12;
 
 /// Lower-case base32 without padding: what survives Postfix lower-casing
 /// `${extension}` in a VERP address.
@@ -54,6 +56,8 @@ enum Purpose {
     Unsubscribe,
     Verp,
     MessageId,
+    Open,
+    Click,
 }
 
 impl Purpose {
@@ -63,6 +67,8 @@ impl Purpose {
             Purpose::Unsubscribe => b"mailsplit unsubscribe\0",
             Purpose::Verp => b"mailsplit verp\0",
             Purpose::MessageId => b"mailsplit message-id\0",
+            Purpose::Open => b"mailsplit open\0",
+            Purpose::Click => b"mailsplit click\0",
         }
     }
 }
@@ -168,6 +174,71 @@ impl Signer {
         self.read_pair(Purpose::MessageId, &raw, MESSAGE_ID_MAC_BYTES)
     }
 
+    /// The token of an open pixel (`/o/TOKEN`) of one content version's
+    /// message to one recipient (0: a `campaign test` message).
+    pub fn open_token(&self, message: Tracked) -> String {
+        BASE64URL_NOPAD.encode(&self.tracked_token(Purpose::Open, message, None))
+    }
+
+    /// The message of a genuine open token.
+    pub fn read_open(&self, token: &str) -> Option<Tracked> {
+        self.read_tracked(Purpose::Open, token, None)
+    }
+
+    /// The token of link `n` (`/c/TOKEN/N`): the MAC covers `n` too, so a
+    /// token is good for its own link number only.
+    pub fn click_token(&self, message: Tracked, n: u32) -> String {
+        BASE64URL_NOPAD.encode(&self.tracked_token(Purpose::Click, message, Some(n)))
+    }
+
+    /// The message of a genuine click token for link `n`.
+    pub fn read_click(&self, token: &str, n: u32) -> Option<Tracked> {
+        self.read_tracked(Purpose::Click, token, Some(n))
+    }
+
+    /// varint(campaign) ‖ varint(recipient) ‖ varint(version) ‖ MAC over
+    /// those and the link number.
+    fn tracked_token(&self, purpose: Purpose, m: Tracked, n: Option<u32>) -> Vec<u8> {
+        let mut out = Vec::with_capacity(24);
+        put_varint(&mut out, m.campaign as u64);
+        put_varint(&mut out, m.recipient as u64);
+        put_varint(&mut out, m.version as u64);
+        let tag = self.mac_tracked(purpose, &out, n).finalize().into_bytes();
+        out.extend_from_slice(&tag[..TRACKING_MAC_BYTES]);
+        out
+    }
+
+    fn mac_tracked(&self, purpose: Purpose, ids: &[u8], n: Option<u32>) -> HmacSha256 {
+        let mut mac = self.mac(purpose, ids);
+        if let Some(n) = n {
+            mac.update(b"\0");
+            mac.update(&n.to_be_bytes());
+        }
+        mac
+    }
+
+    fn read_tracked(&self, purpose: Purpose, token: &str, n: Option<u32>) -> Option<Tracked> {
+        let raw = BASE64URL_NOPAD.decode(token.as_bytes()).ok()?;
+        let (ids, tag) = raw.split_at(raw.len().checked_sub(TRACKING_MAC_BYTES)?);
+        let mut rest = ids;
+        let campaign = take_varint(&mut rest)?;
+        let recipient = take_varint(&mut rest)?;
+        let version = take_varint(&mut rest)?;
+        if !rest.is_empty()
+            || self
+                .mac_tracked(purpose, ids, n)
+                .verify_truncated_left(tag)
+                .is_err()
+        {
+            return None;
+        }
+        Some(Tracked {
+            campaign: i64::try_from(campaign).ok().filter(|&c| c > 0)?,
+            recipient: i64::try_from(recipient).ok()?,
+            version: i64::try_from(version).ok().filter(|&v| v > 0)?,
+        })
+    }
+
     /// varint(campaign) ‖ varint(recipient) ‖ MAC.
     fn pair_token(
         &self,
@@ -196,6 +267,15 @@ impl Signer {
         let recipient = i64::try_from(recipient).ok().filter(|&r| r > 0)?;
         Some((campaign, recipient))
     }
+}
+
+/// The message an open or click token names: a campaign's content
+/// version sent to one recipient ([`Tracked::recipient`] 0: a test).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Tracked {
+    pub campaign: i64,
+    pub recipient: i64,
+    pub version: i64,
 }
 
 /// A database's identity as the stages use it: the id jobs carry and the
@@ -319,6 +399,28 @@ mod tests {
         assert!(!s.verify_job("db-1", 5, &[1, 2, 4], &mac));
         assert!(!s.verify_job("db-1", 5, &[1, 2, 3], ""));
         assert!(!s.verify_job("db-1", 5, &[1, 2, 3], &mac[..10]));
+    }
+
+    #[test]
+    fn click_tokens_cover_their_link_number() {
+        let s = signer();
+        let m = Tracked {
+            campaign: 3,
+            recipient: 1_000_000,
+            version: 2,
+        };
+        let open = s.open_token(m);
+        assert_eq!(s.read_open(&open), Some(m));
+        assert_eq!(s.read_open(&open[..open.len() - 1]), None);
+        assert_eq!(s.read_click(&open, 1), None);
+        let click = s.click_token(m, 4);
+        assert_eq!(s.read_click(&click, 4), Some(m));
+        assert_eq!(s.read_click(&click, 5), None);
+        assert_eq!(s.read_click(&click, 0), None);
+        assert_eq!(s.read_open(&click), None);
+        assert_eq!(Signer::new(&[8u8; 32]).read_click(&click, 4), None);
+        assert_eq!(s.read_unsubscribe(&open), None);
+        assert!(click.len() <= 32, "{click}");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use super::{check_subject, CampaignError, Warning};
 use crate::compose::{self, content::Compiled, content::Sources};
 use crate::status::{CampaignStatus, Phase};
 use crate::store::campaigns;
-use crate::store::content::{self as stored, ContentKind, EditedCampaign};
+use crate::store::content::{self as stored, ContentKind, EditedCampaign, Track};
 use crate::store::{dkim_keys, now_ms, Campaign, Conn};
 
 /// `campaign edit`'s options, as typed; `None`: unchanged.
@@ -29,6 +29,8 @@ pub struct EditRequest {
     pub from: Option<String>,
     /// `--send-at`: RFC 3339 or `now`.
     pub send_at: Option<String>,
+    /// `--track`: what to track from now on (`none` or empty: nothing).
+    pub track: Option<String>,
 }
 
 /// How long before its start a scheduled campaign stops taking edits:
@@ -88,11 +90,12 @@ pub fn edit(conn: &mut Conn, req: &EditRequest) -> Result<Edited, CampaignError>
         req.text.is_some(),
         req.markdown.is_some(),
         req.from.is_some(),
+        req.track.is_some(),
     ]
     .contains(&true);
     if !content && req.send_at.is_none() {
         return Err(CampaignError::Bad(
-            "nothing to change: give --subject, --html [--text], --text, --markdown, --from or --send-at"
+            "nothing to change: give --subject, --html [--text], --text, --markdown, --from, --track or --send-at"
                 .into(),
         ));
     }
@@ -158,6 +161,19 @@ fn edit_content(
         None => compose::parse_from(&c.from_addr)?,
     };
     let parts = new_parts(&c.name, &c.template, &subject, req, current.as_ref())?;
+    let track = match &req.track {
+        Some(raw) => super::parse_track(raw)?,
+        None => current
+            .as_ref()
+            .map(|s| Track::from_column(&s.track))
+            .unwrap_or_default(),
+    };
+    let tracking = super::tracking_of(
+        (parts.kind, &parts.label),
+        (&parts.html, &parts.text),
+        track,
+        c.public_url.as_deref(),
+    )?;
     let from_addr = from.to_string();
     let fields = EditedCampaign {
         subject: &subject,
@@ -171,6 +187,7 @@ fn edit_content(
         parts.kind,
         (&parts.html, &parts.text),
         start_after,
+        &tracking,
     )?;
     let Some(version) = stored else {
         return Err(changed_meanwhile(conn, &req.name)?);

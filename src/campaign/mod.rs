@@ -10,10 +10,11 @@ pub mod edit;
 pub mod test_send;
 
 use crate::compose;
+use crate::compose::tracking::{self, Links};
 use crate::config::{self, ConfigError};
 use crate::status::CampaignStatus;
 use crate::store::campaigns::{self, NewCampaign};
-use crate::store::content as stored;
+use crate::store::content::{self as stored, ContentKind, Track, Tracking};
 use crate::store::{dkim_keys, recipients, Campaign, Conn, StoreError};
 use crate::templates::TemplateError;
 
@@ -65,6 +66,8 @@ pub struct CreateRequest {
     pub max_failure_rate: String,
     /// `--send-at`: RFC 3339 or `now`.
     pub send_at: Option<String>,
+    /// `--track`: `opens`, `clicks`, `opens,clicks`, `none`.
+    pub track: Option<String>,
 }
 
 /// A [`CreateRequest`] whose values passed every check that needs no
@@ -78,6 +81,7 @@ pub struct Checked {
     public_url: Option<String>,
     max_failure_rate: Option<f64>,
     send_at: Option<i64>,
+    tracking: Tracking,
 }
 
 /// A created campaign and what its creator should hear about it.
@@ -90,6 +94,9 @@ pub struct Created {
     pub priority: i64,
     pub public_url: Option<String>,
     pub warnings: Vec<Warning>,
+    /// What it tracks, and how many links it numbered.
+    pub track: Track,
+    pub links: usize,
 }
 
 /// Something large providers require of bulk mail that this campaign's
@@ -151,6 +158,13 @@ pub fn check(request: CreateRequest) -> Result<Checked, CampaignError> {
         .filter(|u| !u.trim().is_empty())
         .map(config::parse_public_url)
         .transpose()?;
+    let track = parse_track(request.track.as_deref().unwrap_or(""))?;
+    let tracking = tracking_of(
+        (content.kind, &content.label),
+        (&content.html, &content.text),
+        track,
+        public_url.as_deref(),
+    )?;
     Ok(Checked {
         request,
         content,
@@ -159,6 +173,53 @@ pub fn check(request: CreateRequest) -> Result<Checked, CampaignError> {
         public_url,
         max_failure_rate,
         send_at,
+        tracking,
+    })
+}
+
+/// `--track`: `opens`, `clicks`, both (comma-separated, any order), or
+/// `none`/empty for nothing.
+pub fn parse_track(raw: &str) -> Result<Track, CampaignError> {
+    let mut track = Track::default();
+    for part in raw.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.to_ascii_lowercase().as_str() {
+            "opens" => track.opens = true,
+            "clicks" => track.clicks = true,
+            "none" => {}
+            _ => {
+                return Err(CampaignError::Bad(format!(
+                    "bad --track {raw:?}: use opens, clicks, opens,clicks or none"
+                )))
+            }
+        }
+    }
+    Ok(track)
+}
+
+/// What a content version stores for `track`: its link table, made once
+/// here from the templates. Tracking needs the public URL (the pixel and
+/// the links point at `mailsplit serve` there).
+pub(crate) fn tracking_of(
+    (kind, label): (ContentKind, &str),
+    parts: (&str, &str),
+    track: Track,
+    public_url: Option<&str>,
+) -> Result<Tracking, CampaignError> {
+    if !track.any() {
+        return Ok(Tracking::default());
+    }
+    let Some(base) = public_url else {
+        return Err(CampaignError::Bad(format!(
+            "--track {track} needs --public-url (or MAILSPLIT_PUBLIC_URL): the pixel and the links point at `mailsplit serve` there"
+        )));
+    };
+    let mut links = Links::new();
+    if let Some((html, text)) = tracking::body_sources(kind, label, parts, track) {
+        tracking::rewrite(html, text, track, base, &mut links);
+    }
+    Ok(Tracking {
+        track,
+        links: links.into_urls(),
     })
 }
 
@@ -196,7 +257,15 @@ pub fn create(conn: &mut Conn, checked: Checked) -> Result<Created, CampaignErro
     };
     let campaign = conn.transaction(|conn| {
         let campaign = campaigns::create(conn, &new)?;
-        stored::add(conn, campaign.id, c.kind, &c.subject, &c.html, &c.text)?;
+        stored::add(
+            conn,
+            campaign.id,
+            c.kind,
+            &c.subject,
+            &c.html,
+            &c.text,
+            &checked.tracking,
+        )?;
         Ok::<_, StoreError>(campaign)
     })?;
     let mut warnings = Vec::new();
@@ -218,6 +287,8 @@ pub fn create(conn: &mut Conn, checked: Checked) -> Result<Created, CampaignErro
         priority,
         public_url: checked.public_url,
         warnings,
+        track: checked.tracking.track,
+        links: checked.tracking.links.len(),
     })
 }
 

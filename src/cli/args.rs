@@ -424,6 +424,11 @@ pub enum CampaignCommand {
         /// no message leaves before it. A past time is refused
         #[arg(long, value_name = "TIME")]
         send_at: Option<String>,
+        /// Track opens (a 1x1 image <public-url>/o/TOKEN) and/or clicks
+        /// (http(s) links rewritten to <public-url>/c/TOKEN/N): opens,
+        /// clicks, opens,clicks or none (the default); needs --public-url
+        #[arg(long, value_name = "opens,clicks")]
+        track: Option<String>,
     },
     /// Change a draft, scheduled or paused campaign: each edit is a new content
     /// version, checked as `create` checks it; workers send the new one
@@ -452,6 +457,10 @@ pub enum CampaignCommand {
         /// version)
         #[arg(long, value_name = "TIME")]
         send_at: Option<String>,
+        /// What to track from now on: opens, clicks, opens,clicks, or none
+        /// (or empty) to stop
+        #[arg(long, value_name = "opens,clicks")]
+        track: Option<String>,
     },
     /// One line per campaign
     List,

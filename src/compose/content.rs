@@ -46,6 +46,12 @@ pub struct Vars<'a> {
     pub attributes: Map<String, Value>,
     pub unsubscribe_url: &'a str,
     pub campaign: CampaignVars<'a>,
+    /// Tracking (see [`super::tracking`]): the open pixel's URL and the
+    /// click URLs, which only a tracked version's rewritten templates name.
+    #[serde(rename = "__mailsplit_open", skip_serializing_if = "Option::is_none")]
+    pub open_url: Option<String>,
+    #[serde(rename = "__mailsplit_links", skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<String>,
 }
 
 fn is_blank(s: &&str) -> bool {
@@ -83,6 +89,8 @@ impl<'a> Vars<'a> {
                 name: campaign,
                 subject: None,
             },
+            open_url: None,
+            links: Vec::new(),
         }
     }
 
@@ -101,6 +109,8 @@ impl<'a> Vars<'a> {
 /// One content version's templates, compiled.
 pub struct Compiled {
     env: Environment<'static>,
+    /// What a tracked version's messages need (see [`super::tracking`]).
+    pub tracking: Option<super::tracking::Tracking>,
     /// Whether the HTML and text parts are ours (else: a built-in starter).
     has_body: bool,
 }
@@ -140,6 +150,34 @@ impl Compiled {
     /// Compile and check every part: syntax, top-level names, and a trial
     /// render for a sample recipient (an unknown filter shows there).
     pub fn new(sources: &Sources, campaign: &str) -> Result<Compiled, TemplateProblem> {
+        Compiled::build(sources, &[], &Vars::sample(campaign))
+    }
+
+    /// [`Compiled::new`] for templates that tracking rewrote: they may
+    /// also name the tracking variables (the user's own never can).
+    /// `links`: how many links the rewritten templates name.
+    pub fn tracked(
+        sources: &Sources,
+        campaign: &str,
+        links: usize,
+    ) -> Result<Compiled, TemplateProblem> {
+        let mut sample = Vars::sample(campaign);
+        sample.open_url = Some("https://example.com/o/sample".into());
+        sample.links = (1..=links)
+            .map(|n| format!("https://example.com/c/sample/{n}"))
+            .collect();
+        Compiled::build(
+            sources,
+            &[super::tracking::OPEN_VAR, super::tracking::LINKS_VAR],
+            &sample,
+        )
+    }
+
+    fn build(
+        sources: &Sources,
+        extra: &[&str],
+        sample: &Vars,
+    ) -> Result<Compiled, TemplateProblem> {
         let mut env = engine();
         let mut parts = vec![(SUBJECT, sources.subject)];
         if let Some([html, text]) = sources.body {
@@ -147,15 +185,16 @@ impl Compiled {
             parts.push((TEXT, text));
         }
         for (key, (file, source)) in &parts {
-            add(&mut env, key, file, source)?;
+            add(&mut env, key, file, source, extra)?;
         }
         let compiled = Compiled {
             env,
+            tracking: None,
             has_body: sources.body.is_some(),
         };
         for (key, (file, _)) in &parts {
             compiled
-                .render_one(key, &Vars::sample(campaign))
+                .render_one(key, sample)
                 .map_err(|e| problem(file, &e))?;
         }
         Ok(compiled)
@@ -191,6 +230,7 @@ fn add(
     key: &str,
     file: &str,
     source: &str,
+    extra: &[&str],
 ) -> Result<(), TemplateProblem> {
     env.add_template_owned(key.to_string(), source.to_string())
         .map_err(|e| problem(file, &e))?;
@@ -198,7 +238,10 @@ fn add(
     let unknown: BTreeSet<String> = template
         .undeclared_variables(false)
         .into_iter()
-        .filter(|v| !VARIABLES.contains(&v.as_str()) && !GLOBALS.contains(&v.as_str()))
+        .filter(|v| {
+            let v = v.as_str();
+            !VARIABLES.contains(&v) && !GLOBALS.contains(&v) && !extra.contains(&v)
+        })
         .collect();
     match unknown.first() {
         None => Ok(()),
@@ -259,6 +302,11 @@ impl Cache {
         let compiled = Arc::new(compile()?);
         self.lock().insert(key, Arc::clone(&compiled));
         Ok(compiled)
+    }
+
+    /// The compiled version, if it was compiled before.
+    pub fn get(&self, key: (i64, i64)) -> Option<Arc<Compiled>> {
+        self.lock().get(&key).map(Arc::clone)
     }
 
     /// How many versions were compiled (tests).

@@ -48,7 +48,7 @@ pub fn render_sample(campaign: &CampaignMail, r: &Recipient) -> Result<(String, 
         serde_json::from_str(&r.attributes).unwrap_or_default();
     let (unsubscribe_url, _) = unsubscribe(campaign, TEST_RECIPIENT, &Default::default());
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        render(campaign, r, &attributes, &unsubscribe_url)
+        render(campaign, (TEST_RECIPIENT, r), &attributes, &unsubscribe_url)
     }))
     .unwrap_or_else(|_| {
         Err(super::Unsendable::Invalid(

@@ -6,8 +6,10 @@
 //!
 //! Per campaign (label `campaign`, its name): `mailsplit_recipients`,
 //! `mailsplit_messages_total{outcome}` for every entry of [`OUTCOMES`],
-//! `mailsplit_bounced_total` and `mailsplit_complaints_total` (see
-//! [`AFTER_SENDING`]),
+//! `mailsplit_bounced_total`, `mailsplit_complaints_total`, and the
+//! engagement counters `mailsplit_opened_total`, `_opens_total`,
+//! `_machine_opened_total`, `_machine_opens_total`, `_clicked_total`,
+//! `_clicks_total`, `_unsubscribed_total` (see [`AFTER_SENDING`]),
 //! `mailsplit_messages_pending`, `mailsplit_enqueued_total`,
 //! `mailsplit_campaign_state{state}` (1 for the current state, 0 for the
 //! others) and `mailsplit_campaign_send_rate` (messages per second lately).
@@ -53,6 +55,33 @@ pub const AFTER_SENDING: &[(&str, &str, Count)] = &[
     ("complaints", "Sent messages that drew a complaint.", |c| {
         c.complaints
     }),
+    (
+        "opened",
+        "Recipients who opened a message (machine opens not counted).",
+        |c| c.engagement.opened,
+    ),
+    ("opens", "Opens (machine opens not counted).", |c| {
+        c.engagement.opens
+    }),
+    (
+        "machine_opened",
+        "Recipients with a machine open (a mail proxy's prefetch, or within seconds of delivery).",
+        |c| c.engagement.machine_opened,
+    ),
+    ("machine_opens", "Machine opens.", |c| {
+        c.engagement.machine_opens
+    }),
+    ("clicked", "Recipients who clicked a link.", |c| {
+        c.engagement.clicked
+    }),
+    ("clicks", "Clicks on tracked links.", |c| {
+        c.engagement.clicks
+    }),
+    (
+        "unsubscribed",
+        "Recipients who unsubscribed by the campaign's link.",
+        |c| c.engagement.unsubscribed,
+    ),
 ];
 
 /// The content type of [`encode`]'s output.
@@ -105,6 +134,12 @@ impl Collector for Scrape {
         rate_group_families(&mut e, s)?;
         queue_families(&mut e, s)?;
         fleet_families(&mut e, s)?;
+        family(
+            &mut e,
+            "tracking_unrecorded",
+            "Opens and clicks this serve could not queue for recording (the writer was behind).",
+            [(Vec::<(&str, String)>::new(), counter(s.unrecorded as i64))],
+        )?;
         Ok(())
     }
 }

@@ -23,11 +23,13 @@ pub mod chart;
 pub mod dashboard;
 pub mod guard;
 pub mod health;
+pub mod hits;
 pub mod listen;
 pub mod metrics;
 pub mod pool;
 pub mod public;
 pub mod snapshot;
+pub mod tracking;
 pub mod webhook;
 
 use std::net::SocketAddr;
@@ -57,6 +59,8 @@ pub struct AppState {
     pub failures: guard::Failures,
     /// The campaign page's outcome counts over time, last read.
     pub timelines: campaign_page::Timelines,
+    /// Opens and clicks: the batched writer, the link tables read.
+    pub tracking: tracking::Tracking,
 }
 
 pub type State = Arc<AppState>;
@@ -83,6 +87,8 @@ pub fn run(settings: ServeSettings) -> Result<(), ServeError> {
         .build()
         .context("cannot start the async runtime")?;
     listen::raise_file_limit(2 * settings.max_connections + 64);
+    let recorder = hits::Recorder::start(Db::new(&settings.database_url, None, Plans::Custom))
+        .context("cannot start the hit writer")?;
     let served: Result<()> = runtime.block_on(async move {
         let url = &settings.database_url;
         let state = Arc::new(AppState {
@@ -99,6 +105,7 @@ pub fn run(settings: ServeSettings) -> Result<(), ServeError> {
             settings: settings.clone(),
             failures: guard::Failures::default(),
             timelines: campaign_page::Timelines::default(),
+            tracking: tracking::Tracking::new(recorder),
         });
         let stop = CancellationToken::new();
         shutdown::on_signals(stop.clone()).context("cannot install signal handlers")?;
@@ -126,6 +133,11 @@ pub fn run(settings: ServeSettings) -> Result<(), ServeError> {
             listen::serve(admin, admin::router(Arc::clone(&state)), cap, stop.clone()),
         );
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), deliverer).await;
+        // Requests are over: record the opens and clicks still queued.
+        let last = Arc::clone(&state);
+        tokio::task::spawn_blocking(move || last.tracking.recorder.finish())
+            .await
+            .context("the hit writer failed")?;
         tracing::info!("serve stopped");
         Ok(())
     });

@@ -19,7 +19,7 @@ use axum::routing::get;
 use axum::Router;
 
 use super::State;
-use crate::store::optouts;
+use crate::store::engagement;
 
 /// Longer paths are no token of ours (ours are about 22 characters).
 const MAX_TOKEN_LEN: usize = 64;
@@ -28,6 +28,8 @@ pub fn router(state: State) -> Router {
     Router::new()
         .route("/healthz", get(super::health::healthz))
         .route("/u/{token}", get(unsubscribe_page).post(unsubscribe))
+        .route("/o/{token}", get(super::tracking::open))
+        .route("/c/{token}/{n}", get(super::tracking::click))
         .merge(super::webhook::router(state.clone()))
         .with_state(state)
 }
@@ -64,7 +66,7 @@ async fn unsubscribe(Extract(state): Extract<State>, Path(token): Path<String>) 
     let reason = format!("one-click unsubscribe (campaign {campaign})");
     match state
         .public
-        .db(move |c| optouts::unsubscribe_from(c, Some(campaign), recipient, &reason))
+        .db(move |c| engagement::unsubscribe(c, campaign, recipient, &reason))
         .await
     {
         Ok(status) => {

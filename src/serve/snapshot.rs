@@ -14,7 +14,7 @@ use super::State;
 use crate::fleet::{self, Fleet};
 use crate::queue::timed::Timed;
 use crate::status::{self, CampaignStatus};
-use crate::store::{campaigns, now_ms, rates, workers, StoreError};
+use crate::store::{campaigns, engagement, now_ms, rates, workers, StoreError};
 
 /// Longest a snapshot waits for one beanstalkd server's answer.
 pub const QUEUE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -27,6 +27,8 @@ pub struct Snapshot {
     pub rates: Vec<RateView>,
     pub fleet: Fleet,
     pub queues: Vec<QueueView>,
+    /// Opens and clicks this `serve` could not queue for recording.
+    pub unrecorded: u64,
 }
 
 /// A rate group: its configured and observed rate.
@@ -79,17 +81,29 @@ impl TubeCounts {
 
 /// Take a snapshot.
 pub async fn take(state: &State) -> Result<Snapshot, StoreError> {
-    let db = state
-        .admin
-        .db(|c| Ok((campaigns::list(c)?, rates::list(c)?, workers::list(c)?)));
+    let db = state.admin.db(|c| {
+        let list = campaigns::list(c)?;
+        let ids: Vec<i64> = list.iter().map(|(c, _)| c.id).collect();
+        let engaged = engagement::counts(c, &ids)?;
+        Ok((list, engaged, rates::list(c)?, workers::list(c)?))
+    });
     let (db, queues) = tokio::join!(db, queues(state));
-    let (campaigns, groups, workers) = db?;
+    let (campaigns, engaged, groups, workers) = db?;
     let at = now_ms();
     Ok(Snapshot {
         at,
+        unrecorded: state
+            .tracking
+            .recorder
+            .unrecorded
+            .load(std::sync::atomic::Ordering::Relaxed),
         campaigns: campaigns
             .iter()
-            .map(|(c, counters)| CampaignStatus::new(c, counters))
+            .map(|(c, counters)| {
+                let mut status = CampaignStatus::new(c, counters);
+                status.engagement = engaged.get(&c.id).copied().unwrap_or_default();
+                status
+            })
             .collect(),
         rates: groups
             .iter()

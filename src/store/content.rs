@@ -20,6 +20,48 @@ text_enum! {
     }
 }
 
+/// What a content version tracks (`campaign create --track opens,clicks`);
+/// stored as `opens,clicks`, `opens`, `clicks` or empty.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Track {
+    pub opens: bool,
+    pub clicks: bool,
+}
+
+impl Track {
+    pub fn any(self) -> bool {
+        self.opens || self.clicks
+    }
+
+    /// The stored spelling; anything else in the column reads as nothing
+    /// tracked.
+    pub fn from_column(s: &str) -> Track {
+        Track {
+            opens: s.split(',').any(|p| p == "opens"),
+            clicks: s.split(',').any(|p| p == "clicks"),
+        }
+    }
+}
+
+impl std::fmt::Display for Track {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parts: Vec<&str> = [(self.opens, "opens"), (self.clicks, "clicks")]
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, name)| *name)
+            .collect();
+        f.write_str(&parts.join(","))
+    }
+}
+
+/// A version's tracking as stored with it: what, and its link table
+/// (link 1 first; empty unless clicks are tracked).
+#[derive(Debug, Clone, Default)]
+pub struct Tracking {
+    pub track: Track,
+    pub links: Vec<String>,
+}
+
 /// One stored content version.
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
 #[diesel(table_name = cc)]
@@ -33,6 +75,8 @@ pub struct Content {
     pub html: String,
     pub text: String,
     pub created_at: i64,
+    /// What it tracks, as stored (see [`Track::from_column`]).
+    pub track: String,
 }
 
 /// Store `content` as the campaign's next version; returns its number.
@@ -43,6 +87,7 @@ pub fn add(
     subject: &str,
     html: &str,
     text: &str,
+    tracking: &Tracking,
 ) -> Result<i64> {
     conn.transaction(|conn| {
         let last: Option<i64> = on!(conn, |c| cc::table
@@ -59,8 +104,10 @@ pub fn add(
                 cc::html.eq(html),
                 cc::text.eq(text),
                 cc::created_at.eq(now_ms()),
+                cc::track.eq(tracking.track.to_string()),
             ))
             .execute(c))?;
+        add_links(conn, campaign_id, version, &tracking.links)?;
         Ok(version)
     })
 }
@@ -96,8 +143,47 @@ pub fn history(conn: &mut Conn, campaign_id: i64) -> Result<Vec<VersionInfo>> {
         .load(c))?)
 }
 
+fn add_links(conn: &mut Conn, campaign_id: i64, version: i64, urls: &[String]) -> Result<()> {
+    use super::schema::campaign_links as l;
+    for chunk in urls.chunks(500).enumerate() {
+        let (page, urls) = chunk;
+        let rows: Vec<_> = urls
+            .iter()
+            .enumerate()
+            .map(|(i, url)| {
+                (
+                    l::campaign_id.eq(campaign_id),
+                    l::version.eq(version),
+                    l::n.eq((page * 500 + i + 1) as i64),
+                    l::url.eq(url.as_str()),
+                )
+            })
+            .collect();
+        on!(conn, |c| diesel::insert_into(l::table)
+            .values(&rows)
+            .execute(c))?;
+    }
+    Ok(())
+}
+
+/// A version's link table, link 1 first.
+pub fn links(conn: &mut Conn, campaign_id: i64, version: i64) -> Result<Vec<String>> {
+    use super::schema::campaign_links as l;
+    Ok(on!(conn, |c| l::table
+        .filter(l::campaign_id.eq(campaign_id))
+        .filter(l::version.eq(version))
+        .order(l::n)
+        .select(l::url)
+        .load(c))?)
+}
+
 /// Forget every version (the campaign is being deleted).
 pub fn delete(conn: &mut Conn, campaign_id: i64) -> Result<usize> {
+    use super::schema::campaign_links as l;
+    on!(conn, |c| diesel::delete(
+        l::table.filter(l::campaign_id.eq(campaign_id))
+    )
+    .execute(c))?;
     Ok(on!(conn, |c| diesel::delete(
         cc::table.filter(cc::campaign_id.eq(campaign_id))
     )
@@ -157,6 +243,7 @@ pub fn edit(
     kind: ContentKind,
     parts: (&str, &str),
     start_after: i64,
+    tracking: &Tracking,
 ) -> Result<Option<i64>> {
     use super::schema::campaigns as c;
     use super::CampaignState;
@@ -179,7 +266,16 @@ pub fn edit(
         if changed == 0 {
             return Ok(None);
         }
-        add(conn, campaign_id, kind, fields.subject, parts.0, parts.1).map(Some)
+        add(
+            conn,
+            campaign_id,
+            kind,
+            fields.subject,
+            parts.0,
+            parts.1,
+            tracking,
+        )
+        .map(Some)
     })
 }
 

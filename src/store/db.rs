@@ -44,7 +44,8 @@ impl Db {
             .unwrap_or_else(|e| Err(StoreError::Task(e.to_string())))
     }
 
-    fn run_blocking<T>(&self, f: impl FnOnce(&mut Conn) -> Result<T>) -> Result<T> {
+    /// Run `f` on the connection on this thread (a thread of its own).
+    pub fn run_blocking<T>(&self, f: impl FnOnce(&mut Conn) -> Result<T>) -> Result<T> {
         let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         let conn = match guard.as_mut() {
             Some(c) => c,

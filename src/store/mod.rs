@@ -20,6 +20,7 @@ pub mod db;
 pub mod deliveries;
 pub mod dkim_keys;
 pub mod drafts;
+pub mod engagement;
 pub mod import_lock;
 pub mod imports;
 pub mod installation;

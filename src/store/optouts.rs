@@ -30,34 +30,54 @@ pub fn unsubscribe_from(
     reason: &str,
 ) -> Result<Option<RecipientStatus>> {
     conn.transaction(|conn| {
-        let now = now_ms();
-        let changed = on!(conn, |c| diesel::update(
-            r::table
-                .find(recipient_id)
-                .filter(r::status.eq(RecipientStatus::Active))
-        )
-        .set((
-            r::status.eq(RecipientStatus::Unsubscribed),
-            r::status_reason.eq(reason),
-            r::status_at.eq(now),
-            r::updated_at.eq(now),
-        ))
-        .execute(c))?;
-        if changed == 1 {
-            let event = outbox::NewEvent {
-                kind: outbox::EventKind::Unsubscribed,
-                campaign_id,
-                recipient_id: Some(recipient_id),
-                at: now,
-            };
-            outbox::record(conn, &[event])?;
+        if set_unsubscribed(conn, recipient_id, reason)? {
+            report_unsubscribed(conn, campaign_id, recipient_id)?;
         }
-        Ok(on!(conn, |c| r::table
-            .find(recipient_id)
-            .select(r::status)
-            .first(c)
-            .optional())?)
+        status_of(conn, recipient_id)
     })
+}
+
+/// Tell the webhooks that want `unsubscribed` events (in the caller's
+/// transaction, beside the change it reports).
+pub fn report_unsubscribed(
+    conn: &mut Conn,
+    campaign_id: Option<i64>,
+    recipient_id: i64,
+) -> Result<()> {
+    let event = outbox::NewEvent {
+        kind: outbox::EventKind::Unsubscribed,
+        campaign_id,
+        recipient_id: Some(recipient_id),
+        at: now_ms(),
+    };
+    outbox::record(conn, &[event])?;
+    Ok(())
+}
+
+/// Unsubscribe the recipient if active; whether that changed them.
+pub fn set_unsubscribed(conn: &mut Conn, recipient_id: i64, reason: &str) -> Result<bool> {
+    let changed = on!(conn, |c| diesel::update(
+        r::table
+            .find(recipient_id)
+            .filter(r::status.eq(RecipientStatus::Active))
+    )
+    .set((
+        r::status.eq(RecipientStatus::Unsubscribed),
+        r::status_reason.eq(reason),
+        r::status_at.eq(now_ms()),
+        r::updated_at.eq(now_ms()),
+    ))
+    .execute(c))?;
+    Ok(changed == 1)
+}
+
+/// A recipient's status; `None` when no such recipient exists.
+pub fn status_of(conn: &mut Conn, recipient_id: i64) -> Result<Option<RecipientStatus>> {
+    Ok(on!(conn, |c| r::table
+        .find(recipient_id)
+        .select(r::status)
+        .first(c)
+        .optional())?)
 }
 
 /// Recipients no longer active whose status changed after `since` (ms),

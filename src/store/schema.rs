@@ -139,6 +139,9 @@ diesel::allow_tables_to_appear_in_same_query!(
     campaign_counters,
     deliveries,
     bounces,
+    engagement,
+    campaign_engagement,
+    campaign_links,
 );
 
 diesel::table! {
@@ -255,6 +258,48 @@ diesel::table! {
         html -> Text,
         text -> Text,
         created_at -> BigInt,
+        /// Migration 60: what this version tracks (issue 26).
+        track -> Text,
+    }
+}
+
+diesel::table! {
+    /// Migration 60: each tracked content version's links (issue 26).
+    campaign_links (campaign_id, version, n) {
+        campaign_id -> BigInt,
+        version -> BigInt,
+        n -> BigInt,
+        url -> Text,
+        clicks -> BigInt,
+    }
+}
+
+diesel::table! {
+    /// Migration 60: opens, clicks and unsubscribes per recipient and campaign.
+    engagement (campaign_id, recipient_id) {
+        campaign_id -> BigInt,
+        recipient_id -> BigInt,
+        first_open_at -> Nullable<BigInt>,
+        opens -> BigInt,
+        first_machine_open_at -> Nullable<BigInt>,
+        machine_opens -> BigInt,
+        first_click_at -> Nullable<BigInt>,
+        clicks -> BigInt,
+        unsubscribed_at -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
+    /// Migration 60: engagement counters per campaign.
+    campaign_engagement (campaign_id) {
+        campaign_id -> BigInt,
+        opened -> BigInt,
+        opens -> BigInt,
+        machine_opened -> BigInt,
+        machine_opens -> BigInt,
+        clicked -> BigInt,
+        clicks -> BigInt,
+        unsubscribed -> BigInt,
     }
 }
 

@@ -26,6 +26,7 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
             return_path,
             max_failure_rate,
             send_at,
+            track,
         } => create(
             g,
             CreateRequest {
@@ -39,6 +40,7 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
                 return_path,
                 max_failure_rate,
                 send_at,
+                track,
             },
         ),
         CampaignCommand::Edit {
@@ -49,6 +51,7 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
             markdown,
             from,
             send_at,
+            track,
         } => edit(
             g,
             &campaign::EditRequest {
@@ -59,6 +62,7 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
                 markdown,
                 from,
                 send_at,
+                track,
             },
         ),
         CampaignCommand::List => list(g),
@@ -113,6 +117,13 @@ fn print_created(c: &Created) -> Result {
     }
     if let Some(url) = &c.public_url {
         outln!("one-click unsubscribe links: {url}/u/TOKEN (serve them with `mailsplit serve`)")?;
+    }
+    if c.track.any() {
+        outln!(
+            "tracking {} ({} links numbered for clicks)",
+            c.track,
+            c.links
+        )?;
     }
     Ok(())
 }

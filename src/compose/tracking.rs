@@ -1,0 +1,599 @@
+//! Open and click tracking (issue 26), put into a content version's
+//! templates once, never searched for per message.
+//!
+//! When a version tracks clicks, every literal `http(s)` link of its HTML
+//! part (the `href` of `<a>` and `<area>`, entities decoded) and every
+//! literal `http(s)` URL of its text part becomes the Jinja expression
+//! `{{ __mailsplit_links[N-1] }}`, N the link's number in the version's own
+//! link table (stored in `campaign_links` when the version is stored).
+//! When it tracks opens, `<img src="{{ __mailsplit_open }}">` goes before
+//! `</body>` (or at the end). The rewritten templates are compiled once per
+//! version per process like any other; per message only the tokens are
+//! made (one HMAC per link), so a tracked message costs a few microseconds
+//! more. Left alone: `mailto:` and every other scheme, links written by a
+//! template expression (`href="{{ unsubscribe_url }}"`, `{{ attributes.url
+//! }}`: they differ per recipient, so they have no number), and links to
+//! the public URL's own `/u/`, `/o/` and `/c/` routes.
+
+use std::collections::HashMap;
+
+use super::content::{Compiled, Sources, TemplateProblem};
+use crate::store::content::{self as stored, Content, ContentKind, Track};
+use crate::store::{Campaign, Conn, StoreError};
+use crate::tokens::{Signer, Tracked};
+
+/// The variable holding one message's open-pixel URL.
+pub const OPEN_VAR: &str = "__mailsplit_open";
+/// The variable holding one message's click URLs, link 1 first.
+pub const LINKS_VAR: &str = "__mailsplit_links";
+
+/// A content version's link table: numbers given in order of first
+/// appearance (HTML first, then text) when it is made, or the stored one.
+#[derive(Debug, Default)]
+pub struct Links {
+    urls: Vec<String>,
+    index: HashMap<String, usize>,
+    /// Stored: a URL not in it is left alone (a later binary finding one
+    /// more link than the one that stored the table numbers nothing).
+    frozen: bool,
+}
+
+impl Links {
+    /// An empty table that numbers every new link.
+    pub fn new() -> Links {
+        Links::default()
+    }
+
+    /// The stored table of a version, link 1 first.
+    pub fn stored(urls: Vec<String>) -> Links {
+        let index = urls
+            .iter()
+            .enumerate()
+            .map(|(i, u)| (u.clone(), i))
+            .collect();
+        Links {
+            urls,
+            index,
+            frozen: true,
+        }
+    }
+
+    /// The 0-based index of `url`, numbering it if new and allowed.
+    fn number(&mut self, url: &str) -> Option<usize> {
+        if let Some(&i) = self.index.get(url) {
+            return Some(i);
+        }
+        if self.frozen {
+            return None;
+        }
+        self.urls.push(url.to_string());
+        self.index.insert(url.to_string(), self.urls.len() - 1);
+        Some(self.urls.len() - 1)
+    }
+
+    pub fn urls(&self) -> &[String] {
+        &self.urls
+    }
+
+    pub fn into_urls(self) -> Vec<String> {
+        self.urls
+    }
+}
+
+/// `html` and `text` with tracking put in as `track` asks; links are
+/// numbered in `links`. `public_url`'s own routes are never rewritten.
+pub fn rewrite(
+    html: &str,
+    text: &str,
+    track: Track,
+    public_url: &str,
+    links: &mut Links,
+) -> (String, String) {
+    let own = own_routes(public_url);
+    let mut html_edits = Vec::new();
+    let mut text_edits = Vec::new();
+    if track.clicks {
+        html_edits = html_links(html, &own, links);
+        text_edits = text_links(text, &own, links);
+    }
+    if track.opens {
+        let at = body_end(html);
+        let pixel = format!(
+            "<img src=\"{{{{ {OPEN_VAR}|safe }}}}\" width=\"1\" height=\"1\" alt=\"\" \
+             style=\"display:block;width:1px;height:1px;border:0\">"
+        );
+        html_edits.push(Edit {
+            start: at,
+            end: at,
+            with: pixel,
+        });
+    }
+    (apply(html, html_edits), apply(text, text_edits))
+}
+
+/// The public URL's routes whose links are never rewritten.
+fn own_routes(public_url: &str) -> Vec<String> {
+    let base = public_url.trim_end_matches('/');
+    ["u", "o", "c"]
+        .iter()
+        .map(|r| format!("{base}/{r}/").to_ascii_lowercase())
+        .collect()
+}
+
+/// One message's tracking URLs.
+#[derive(Debug, Clone)]
+pub struct MessageUrls {
+    pub open: Option<String>,
+    pub links: Vec<String>,
+}
+
+/// What a campaign's messages need to make their tracking URLs.
+#[derive(Debug, Clone)]
+pub struct Tracking {
+    /// The public URL, without a trailing `/`.
+    pub base: String,
+    pub version: i64,
+    pub opens: bool,
+    /// How many links the version's table has.
+    pub links: usize,
+}
+
+impl Tracking {
+    /// The pixel and click URLs of the message to `recipient`.
+    pub fn urls(&self, signer: &Signer, campaign: i64, recipient: i64) -> MessageUrls {
+        let message = Tracked {
+            campaign,
+            recipient,
+            version: self.version,
+        };
+        let base = &self.base;
+        let open = self
+            .opens
+            .then(|| format!("{base}/o/{}", signer.open_token(message)));
+        let links = (1..=self.links as u32)
+            .map(|n| format!("{base}/c/{}/{n}", signer.click_token(message, n)))
+            .collect();
+        MessageUrls { open, links }
+    }
+}
+
+/// The stored link table of `content` when it tracks clicks (read once
+/// per version per process, when it is compiled).
+pub fn stored_links(
+    conn: &mut Conn,
+    campaign: &Campaign,
+    content: &Content,
+) -> Result<Vec<String>, StoreError> {
+    if Track::from_column(&content.track).clicks && campaign.public_url.is_some() {
+        stored::links(conn, campaign.id, content.version)
+    } else {
+        Ok(Vec::new())
+    }
+}
+
+/// The HTML and text templates of a content version before tracking: its
+/// own, or a built-in starter's Jinja source when it tracks (the starters
+/// render what the built-in templates do); `None`: the built-in template.
+pub fn body_sources<'a>(
+    kind: ContentKind,
+    label: &str,
+    parts: (&'a str, &'a str),
+    track: Track,
+) -> Option<(&'a str, &'a str)> {
+    match kind {
+        ContentKind::Builtin if track.any() => crate::templates::starter(label).ok(),
+        ContentKind::Builtin => None,
+        _ => Some(parts),
+    }
+}
+
+/// Compile a stored content version (checked when it was stored), with
+/// tracking put in when it tracks and the campaign has a public URL.
+pub fn compile_stored(
+    s: &Content,
+    c: &Campaign,
+    links: Vec<String>,
+) -> Result<Compiled, TemplateProblem> {
+    let campaign = c.name.as_str();
+    let subject = ("subject", s.subject.as_str());
+    let track = Track::from_column(&s.track);
+    let body = body_sources(s.kind, &c.template, (&s.html, &s.text), track);
+    let (Some(base), Some((html, text)), true) = (c.public_url.as_deref(), body, track.any())
+    else {
+        let body = body.map(|(h, t)| [("HTML part", h), ("text part", t)]);
+        return Compiled::new(&Sources { subject, body }, campaign);
+    };
+    let mut table = Links::stored(links);
+    let (html, text) = rewrite(html, text, track, base, &mut table);
+    let body = Some([("HTML part", html.as_str()), ("text part", text.as_str())]);
+    let count = table.urls().len();
+    let mut compiled = Compiled::tracked(&Sources { subject, body }, campaign, count)?;
+    compiled.tracking = Some(Tracking {
+        base: base.trim_end_matches('/').to_string(),
+        version: s.version,
+        opens: track.opens,
+        links: count,
+    });
+    Ok(compiled)
+}
+
+/// A replacement of `start..end` of a source.
+struct Edit {
+    start: usize,
+    end: usize,
+    with: String,
+}
+
+fn apply(source: &str, mut edits: Vec<Edit>) -> String {
+    edits.sort_by_key(|e| e.start);
+    let mut out = String::with_capacity(source.len() + 64 * edits.len());
+    let mut at = 0;
+    for e in edits {
+        if e.start < at {
+            continue;
+        }
+        out.push_str(&source[at..e.start]);
+        out.push_str(&e.with);
+        at = e.end;
+    }
+    out.push_str(&source[at..]);
+    out
+}
+
+/// Byte ranges of the Jinja tags (`{{ }}`, `{% %}`, `{# #}`) of `source`.
+fn jinja_tags(source: &str) -> Vec<(usize, usize)> {
+    let mut tags = Vec::new();
+    let mut at = 0;
+    while let Some(found) = source[at..].find('{') {
+        let start = at + found;
+        let close = match source.as_bytes().get(start + 1) {
+            Some(b'{') => "}}",
+            Some(b'%') => "%}",
+            Some(b'#') => "#}",
+            _ => {
+                at = start + 1;
+                continue;
+            }
+        };
+        let end = source[start + 2..]
+            .find(close)
+            .map_or(source.len(), |e| start + 2 + e + 2);
+        tags.push((start, end));
+        at = end;
+    }
+    tags
+}
+
+fn inside(tags: &[(usize, usize)], pos: usize) -> bool {
+    let i = tags.partition_point(|&(start, _)| start <= pos);
+    i > 0 && pos < tags[i - 1].1
+}
+
+fn has_jinja(s: &str) -> bool {
+    s.contains("{{") || s.contains("{%") || s.contains("{#")
+}
+
+/// Whether a link is tracked: http(s), and not one of our own routes.
+fn trackable(url: &str, own: &[String]) -> bool {
+    let lower = url.to_ascii_lowercase();
+    (lower.starts_with("http://") || lower.starts_with("https://"))
+        && !own.iter().any(|o| lower.starts_with(o.as_str()))
+}
+
+fn link_expr(i: usize) -> String {
+    format!("{{{{ {LINKS_VAR}[{i}]|safe }}}}")
+}
+
+/// The `href` values of `<a>` and `<area>` tags in literal HTML.
+fn html_links(html: &str, own: &[String], links: &mut Links) -> Vec<Edit> {
+    let tags = jinja_tags(html);
+    let bytes = html.as_bytes();
+    let mut edits = Vec::new();
+    let mut at = 0;
+    while let Some(found) = html[at..].find('<') {
+        let start = at + found;
+        at = start + 1;
+        if inside(&tags, start) {
+            continue;
+        }
+        let name_end = html[at..]
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .map_or(html.len(), |e| at + e);
+        let name = html[at..name_end].to_ascii_lowercase();
+        if name != "a" && name != "area" {
+            continue;
+        }
+        let Some(value) = href_value(bytes, name_end) else {
+            continue;
+        };
+        at = value.end;
+        let raw = &html[value.start..value.end];
+        if has_jinja(raw) {
+            continue;
+        }
+        let url = decode_entities(raw.trim());
+        if !trackable(&url, own) {
+            continue;
+        }
+        if let Some(i) = links.number(&url) {
+            edits.push(Edit {
+                start: value.quoted_start,
+                end: value.quoted_end,
+                with: format!("\"{}\"", link_expr(i)),
+            });
+        }
+    }
+    edits
+}
+
+/// Where an attribute value is: inside its quotes, and with them.
+struct Value {
+    start: usize,
+    end: usize,
+    quoted_start: usize,
+    quoted_end: usize,
+}
+
+/// The `href` attribute value of the tag whose attributes start at `at`.
+fn href_value(b: &[u8], mut at: usize) -> Option<Value> {
+    loop {
+        while at < b.len() && b[at].is_ascii_whitespace() {
+            at += 1;
+        }
+        if at >= b.len() || b[at] == b'>' || b[at] == b'<' {
+            return None;
+        }
+        let name_start = at;
+        while at < b.len() && !b" \t\r\n=>/".contains(&b[at]) {
+            at += 1;
+        }
+        let is_href = b[name_start..at].eq_ignore_ascii_case(b"href");
+        if at == name_start {
+            at += 1; // a stray `/`
+            continue;
+        }
+        while at < b.len() && b[at].is_ascii_whitespace() {
+            at += 1;
+        }
+        if b.get(at) != Some(&b'=') {
+            continue; // an attribute without a value
+        }
+        at += 1;
+        while at < b.len() && b[at].is_ascii_whitespace() {
+            at += 1;
+        }
+        let quoted_start = at;
+        let (start, end, quoted_end) = match b.get(at) {
+            Some(&q) if q == b'"' || q == b'\'' => {
+                let end = at + 1 + b[at + 1..].iter().position(|&c| c == q)?;
+                (at + 1, end, end + 1)
+            }
+            Some(_) => {
+                let end = b[at..]
+                    .iter()
+                    .position(|c| c.is_ascii_whitespace() || *c == b'>')
+                    .map_or(b.len(), |e| at + e);
+                (at, end, end)
+            }
+            None => return None,
+        };
+        if is_href {
+            return Some(Value {
+                start,
+                end,
+                quoted_start,
+                quoted_end,
+            });
+        }
+        at = quoted_end;
+    }
+}
+
+/// The http(s) URLs written literally in a text part.
+fn text_links(text: &str, own: &[String], links: &mut Links) -> Vec<Edit> {
+    let tags = jinja_tags(text);
+    let lower = text.to_ascii_lowercase();
+    let mut edits = Vec::new();
+    let mut at = 0;
+    while let Some(found) = lower[at..].find("http") {
+        let start = at + found;
+        at = start + 4;
+        let rest = &lower[start..];
+        if !(rest.starts_with("http://") || rest.starts_with("https://")) || inside(&tags, start) {
+            continue;
+        }
+        // Not the tail of a longer word (`xhttp://`).
+        if lower[..start]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric())
+        {
+            continue;
+        }
+        let end = text[start..]
+            .find(|c: char| c.is_whitespace() || "<>\"'{}".contains(c))
+            .map_or(text.len(), |e| start + e);
+        at = end;
+        if ["{{", "{%", "{#"]
+            .iter()
+            .any(|o| text[end..].starts_with(o))
+        {
+            continue; // `https://x/{{ id }}`: differs per recipient
+        }
+        let url = trim_url(&text[start..end]);
+        if !trackable(url, own) {
+            continue;
+        }
+        if let Some(i) = links.number(url) {
+            edits.push(Edit {
+                start,
+                end: start + url.len(),
+                with: link_expr(i),
+            });
+        }
+    }
+    edits
+}
+
+/// A URL in running text without the punctuation after it: `(see
+/// https://x.test/a).` ends at `a`; a `)` the URL opened stays.
+fn trim_url(url: &str) -> &str {
+    let mut url = url;
+    loop {
+        let Some(last) = url.chars().next_back() else {
+            return url;
+        };
+        let unbalanced = last == ')' && url.matches('(').count() < url.matches(')').count();
+        if ".,;:!?]".contains(last) || unbalanced {
+            url = &url[..url.len() - 1];
+        } else {
+            return url;
+        }
+    }
+}
+
+/// Where the pixel goes: before the last literal `</body`, else the end.
+fn body_end(html: &str) -> usize {
+    let tags = jinja_tags(html);
+    let lower = html.to_ascii_lowercase();
+    lower
+        .rmatch_indices("</body")
+        .map(|(i, _)| i)
+        .find(|&i| !inside(&tags, i))
+        .unwrap_or(html.len())
+}
+
+/// HTML character references in an attribute value decoded: numeric ones
+/// (`&#x2f;`, `&#47;`) and the named ones templates and converters write
+/// (`&amp;`, `&lt;`, `&gt;`, `&quot;`, `&apos;`, `&sol;`, `&colon;`).
+pub fn decode_entities(s: &str) -> String {
+    if !s.contains('&') {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(amp) = rest.find('&') {
+        out.push_str(&rest[..amp]);
+        rest = &rest[amp..];
+        let decoded = rest[1..]
+            .find(';')
+            .filter(|&semi| semi <= 10)
+            .and_then(|semi| entity(&rest[1..1 + semi]).map(|c| (c, semi + 2)));
+        match decoded {
+            Some((c, len)) => {
+                out.push(c);
+                rest = &rest[len..];
+            }
+            None => {
+                out.push('&');
+                rest = &rest[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn entity(name: &str) -> Option<char> {
+    if let Some(num) = name.strip_prefix('#') {
+        let code = match num.strip_prefix(['x', 'X']) {
+            Some(hex) => u32::from_str_radix(hex, 16).ok()?,
+            None => num.parse().ok()?,
+        };
+        return char::from_u32(code);
+    }
+    Some(match name {
+        "amp" => '&',
+        "lt" => '<',
+        "gt" => '>',
+        "quot" => '"',
+        "apos" => '\'',
+        "sol" => '/',
+        "colon" => ':',
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: Track = Track {
+        opens: true,
+        clicks: true,
+    };
+
+    #[test]
+    fn rewrites_literal_links_only() {
+        let html = "<html><body><a class=x href=\"https://shop.test/a?b=1&amp;c=2\">A</a>\
+                    <A HREF='http://shop.test/b'>B</A> <a href=\"mailto:x@y.test\">m</a>\
+                    <a href=\"{{ unsubscribe_url }}\">u</a><a href=\"https://m.test/u/tok\">u2</a>\
+                    <link href=\"https://fonts.test/css\"><a href=\"https://x.test/{{ email }}\">d</a>\
+                    <a href=\"https&#x3a;&#x2f;&#x2f;shop.test&#x2f;b\">again</a></body></html>";
+        let text = "See https://shop.test/a?b=1&c=2, or (https://shop.test/c). \
+                    {{ unsubscribe_url }} https://m.test/u/tok https://x.test/{{ email }}";
+        let mut links = Links::new();
+        let (h, t) = rewrite(html, text, ALL, "https://m.test", &mut links);
+        assert_eq!(
+            links.urls(),
+            [
+                "https://shop.test/a?b=1&c=2",
+                "http://shop.test/b",
+                "https://shop.test/b",
+                "https://shop.test/c"
+            ]
+        );
+        assert!(
+            h.contains("<a class=x href=\"{{ __mailsplit_links[0]|safe }}\">A</a>"),
+            "{h}"
+        );
+        assert!(
+            h.contains("<A HREF=\"{{ __mailsplit_links[1]|safe }}\">B</A>"),
+            "{h}"
+        );
+        assert!(h.contains("href=\"mailto:x@y.test\""), "{h}");
+        assert!(h.contains("href=\"{{ unsubscribe_url }}\""), "{h}");
+        assert!(h.contains("href=\"https://m.test/u/tok\""), "{h}");
+        assert!(h.contains("<link href=\"https://fonts.test/css\">"), "{h}");
+        assert!(h.contains("href=\"https://x.test/{{ email }}\""), "{h}");
+        assert!(h.ends_with("height:1px;border:0\"></body></html>"), "{h}");
+        assert_eq!(
+            t,
+            "See {{ __mailsplit_links[0]|safe }}, or ({{ __mailsplit_links[3]|safe }}). \
+             {{ unsubscribe_url }} https://m.test/u/tok https://x.test/{{ email }}"
+        );
+        // The stored table numbers the same links the same way, and no more.
+        let mut stored = Links::stored(vec!["https://shop.test/c".into()]);
+        let (h2, t2) = rewrite(html, text, ALL, "https://m.test", &mut stored);
+        assert!(!h2.contains("__mailsplit_links"), "{h2}");
+        assert!(t2.contains("({{ __mailsplit_links[0]|safe }})"), "{t2}");
+    }
+
+    #[test]
+    fn opens_only_adds_a_pixel_and_no_links() {
+        let mut links = Links::new();
+        let (h, t) = rewrite(
+            "<p><a href=\"https://a.test\">a</a></p>",
+            "https://a.test",
+            Track {
+                opens: true,
+                clicks: false,
+            },
+            "https://m.test",
+            &mut links,
+        );
+        assert!(links.urls().is_empty());
+        assert!(h.starts_with(
+            "<p><a href=\"https://a.test\">a</a></p><img src=\"{{ __mailsplit_open|safe }}\""
+        ));
+        assert_eq!(t, "https://a.test");
+    }
+
+    #[test]
+    fn decodes_entities() {
+        assert_eq!(
+            decode_entities("https:&#x2f;&#47;a&amp;b&bogus;&"),
+            "https://a&b&bogus;&"
+        );
+    }
+}
