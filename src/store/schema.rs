@@ -179,6 +179,7 @@ diesel::table! {
         private_key -> Text,
         public_key -> Text,
         created_at -> BigInt,
+        state -> Text,
     }
 }
 

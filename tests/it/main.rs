@@ -27,6 +27,7 @@ mod content;
 mod dashboard;
 mod delay_proxy;
 mod dkim;
+mod dkim_rotate;
 mod edit;
 mod fleet;
 mod hardening;
