@@ -167,7 +167,10 @@ impl std::fmt::Debug for SigningKey {
 /// Keys parsed in this process, by (domain, selector): parsing and checking
 /// an RSA key costs more than a signature, and a worker reloads a
 /// campaign's keys on every change. A handful of entries (one per key).
-static LOADED: Mutex<Option<HashMap<(String, String), Arc<SigningKey>>>> = Mutex::new(None);
+static LOADED: Mutex<Option<Loaded>> = Mutex::new(None);
+
+/// Parsed keys by (domain, selector).
+type Loaded = HashMap<(String, String), Arc<SigningKey>>;
 
 /// Signatures made by this process, and their thread CPU time (ns).
 static SIGNATURES: AtomicU64 = AtomicU64::new(0);
