@@ -397,4 +397,45 @@ mod tests {
         assert!(text.contains("h=from:from:subject:subject;"), "{text}");
         assert!(text.lines().all(|l| l.len() <= FOLD_AT), "{text}");
     }
+
+    fn stored(selector: &str, key: &GeneratedKey, algorithm: DkimAlgorithm) -> StoredKey {
+        StoredKey::new(
+            "cache.test".into(),
+            selector.into(),
+            algorithm,
+            BASE64.encode(&key.private_pkcs8),
+            BASE64.encode(&key.public),
+        )
+    }
+
+    #[test]
+    fn a_key_is_parsed_once_and_a_new_key_under_its_selector_is_not_mistaken_for_it() {
+        let first = generate(DkimAlgorithm::Rsa).unwrap();
+        let a = SigningKey::cached(&stored("s1", &first, DkimAlgorithm::Rsa)).unwrap();
+        let again = SigningKey::cached(&stored("s1", &first, DkimAlgorithm::Rsa)).unwrap();
+        assert!(Arc::ptr_eq(&a, &again));
+        // Deleted and made anew under the same selector: parsed anew.
+        let second = generate(DkimAlgorithm::Ed25519).unwrap();
+        let b = SigningKey::cached(&stored("s1", &second, DkimAlgorithm::Ed25519)).unwrap();
+        assert!(!Arc::ptr_eq(&a, &b));
+        assert_eq!(b.algorithm(), DkimAlgorithm::Ed25519);
+        // A damaged key is an error, not a panic, and is not cached.
+        let mut bad = stored("s2", &first, DkimAlgorithm::Rsa);
+        bad = StoredKey::new(
+            bad.domain,
+            bad.selector,
+            DkimAlgorithm::Rsa,
+            BASE64.encode(&first.private_pkcs8[..100]),
+            bad.public_key,
+        );
+        assert!(matches!(
+            SigningKey::cached(&bad),
+            Err(DkimError::BadStoredKey { .. })
+        ));
+        // Each signature's CPU time is counted.
+        let (before, _) = signing_cpu();
+        a.signature(b"From: a@cache.test\r\n\r\nbody\r\n", 1)
+            .unwrap();
+        assert!(signing_cpu().0 > before);
+    }
 }
