@@ -27,10 +27,12 @@ BENCHMARKS.md.
 --import-compare times imports only (scripts/bench_import.py): N rows
 from CSV and from a PostgreSQL source table, into SQLite and PostgreSQL.
 
---dkim-compare runs only step 4 (SQLite, smtp-sink) three times on fresh
-databases: unsigned, with an RSA 2048 key and with an ed25519 key for the
-From domain (`mailsplit dkim keygen`), and prints msg/s for each: the cost
-of signing. Nothing is appended to BENCHMARKS.md. Every service it
+--dkim-compare runs only step 4 (SQLite, smtp-sink) on fresh databases:
+unsigned, with an RSA 2048 key, with an ed25519 key and with both for the
+From domain (`mailsplit dkim keygen`), and prints msg/s for each beside
+`openssl speed rsa2048` and the signing CPU per message (see
+scripts/bench_dkim.py; --repeat N: N interleaved rounds, median and
+min-max). Nothing is appended to BENCHMARKS.md. Every service it
 starts (beanstalkd, smtp-sink) listens on a free loopback port and is stopped
 at the end.
 """
@@ -269,6 +271,8 @@ def main():
     ap.add_argument("--lan-n", type=int, default=100_000, help="--network: recipients for the LAN runs")
     ap.add_argument("--import-compare", action="store_true",
                     help="only imports: N rows from CSV vs a PostgreSQL source, into SQLite and PostgreSQL")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="--dkim-compare: run each measure this many times, interleaved; median and min-max")
     ap.add_argument("--bin", default=BIN, help=f"mailsplit binary (default {BIN})")
     ap.add_argument("--template-compare", action="store_true",
                     help="compiled-in template vs a realistic user template (scripts/bench_template.py)")
@@ -341,32 +345,10 @@ def set_bin(path):
 
 
 def dkim_compare(args):
-    """The same SQLite campaign unsigned, RSA-signed and ed25519-signed."""
-    tmp = tempfile.mkdtemp(prefix="mailsplit-bench-dkim-")
-    svc = Services(tmp)
-    rates = {}
-    try:
-        bs = svc.beanstalkd()
-        sink_port, _ = svc.smtp_sink()
-        csv = os.path.join(tmp, "bench.csv")
-        write_csv(csv, args.n)
-        for mode in ("none", "rsa", "ed25519"):
-            print(f"==> {args.n:,} recipients, {args.workers} workers, DKIM: {mode}", flush=True)
-            env = dict(os.environ, BEANSTALKD=f"127.0.0.1:{bs}", MAILSPLIT_LOG="warn",
-                       DATABASE_URL=f"sqlite://{tmp}/bench-{mode}.db", MAILSPLIT_TUBE=f"bench-{mode}")
-            r = campaign(env, tmp, args.n, "bench", args.workers, args.concurrency,
-                         f"smtp://127.0.0.1:{sink_port}", 1800, dkim=None if mode == "none" else mode)
-            rates[mode] = r
-            print(f"    {r['msg_per_s']:,.0f} msg/s ({r['wall_s']:.1f} s wall, sent {r['sent']:,}, "
-                  f"pending {r['pending']:,}, {message_size(env, 'bench')} B messages)", flush=True)
-    finally:
-        svc.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-    base = rates["none"]["msg_per_s"]
-    print(f"\nDKIM signing cost, {args.n:,} recipients, {args.workers} workers x {args.concurrency} sessions, "
-          f"{os.cpu_count()} cores:")
-    for mode, r in rates.items():
-        print(f"  {mode:<8} {r['msg_per_s']:>10,.0f} msg/s  {r['msg_per_s'] / base * 100:5.1f} % of unsigned")
+    """The same SQLite campaign unsigned, RSA-signed, ed25519-signed and
+    with both, beside openssl speed (scripts/bench_dkim.py)."""
+    import bench_dkim
+    return bench_dkim.dkim_compare(args, sys.modules[__name__])
 
 
 def network(args):

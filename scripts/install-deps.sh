@@ -20,6 +20,7 @@ Installs, if any is missing, the Debian packages mailsplit needs:
                   over one message of each built-in template
   wrk             the HTTP load of `scripts/bench.sh --open-storm`
   pkg-config libsqlite3-dev libpq-dev   to build the SQLite and PostgreSQL drivers
+  libssl-dev      OpenSSL, which signs DKIM's RSA signatures (the openssl crate)
   gcc libc6-dev   only if no C compiler/linker (cc) is present
 
 and, for the DKIM tests' independent verifier, the Python packages dkimpy and
@@ -73,13 +74,14 @@ command -v wrk >/dev/null 2>&1 || missing+=(wrk)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 have_pkg libsqlite3-dev || missing+=(libsqlite3-dev)
 have_pkg libpq-dev || missing+=(libpq-dev)
+have_pkg libssl-dev || missing+=(libssl-dev)
 # why: rustup's cargo needs a system linker; Debian's cargo package brings one, rustup does not
 command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 
 if ((${#missing[@]} > 0)); then
     # why: the brief's fixed package set; install all (cheap when present) so
     # one run leaves a complete machine
-    pkgs=(beanstalkd postfix supervisor pkg-config libsqlite3-dev libpq-dev
+    pkgs=(beanstalkd postfix supervisor pkg-config libsqlite3-dev libpq-dev libssl-dev
         chromium chromium-driver python3-prometheus-client spamassassin wrk)
     command -v cc >/dev/null 2>&1 || pkgs+=(gcc libc6-dev)
     say "missing: ${missing[*]}; installing: ${pkgs[*]}"

@@ -196,7 +196,7 @@ pub struct CampaignMail {
     /// Message-ID and Feedback-ID.
     pub identity: Identity,
     /// The From domain's DKIM keys; none: the mail goes unsigned.
-    pub dkim: Arc<[SigningKey]>,
+    pub dkim: Arc<[Arc<SigningKey>]>,
     /// The VERP return path (`campaign create --return-path`).
     pub verp: Option<Verp>,
     /// The stored content version, compiled; `None` for a campaign made
@@ -243,7 +243,7 @@ impl CampaignMail {
         let domain = from_domain(&from);
         let keys = dkim_keys::for_domain(conn, &domain)?
             .iter()
-            .map(SigningKey::load)
+            .map(SigningKey::cached)
             .collect::<Result<Vec<_>, _>>()?;
         Ok(CampaignMail {
             id: c.id,

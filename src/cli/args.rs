@@ -340,19 +340,21 @@ pub enum DkimCommand {
     /// Generate a key for a domain, store it, and print the DNS TXT record
     ///
     /// Publish the record before sending: receivers look the key up at
-    /// SELECTOR._domainkey.DOMAIN. One key per algorithm and domain; a
-    /// domain with an RSA and an ed25519 key gets both signatures.
+    /// SELECTOR._domainkey.DOMAIN. One active key per algorithm and domain;
+    /// a domain with an RSA and an ed25519 key gets both signatures.
     Keygen {
         /// The From domain to sign for, e.g. example.com
         domain: String,
-        /// Selector: the DNS label the key is published under
-        #[arg(long, default_value = DEFAULT_DKIM_SELECTOR)]
-        selector: String,
+        /// Selector: the DNS label the key is published under (default
+        /// mailsplit; mailsplit-ed25519 when the domain already uses mailsplit)
+        #[arg(long)]
+        selector: Option<String>,
         /// rsa (2048 bits, verified everywhere) or ed25519 (RFC 8463)
         #[arg(long, default_value = "rsa", value_parser = ["rsa", "ed25519"])]
         algorithm: String,
     },
-    /// Domains, selectors, algorithms and the TXT record of each key
+    /// Domains, selectors, algorithms, states (active, pending, retired) and
+    /// the TXT record of each key
     List,
     /// Delete a domain's keys; its mail goes out unsigned
     Delete {
@@ -361,10 +363,23 @@ pub enum DkimCommand {
         #[arg(long)]
         selector: Option<String>,
     },
+    /// Make a new key for a domain (pending) and print its TXT record
+    ///
+    /// Mail stays signed with the active key until `dkim activate`, so the
+    /// new record can be published first.
+    Rotate {
+        domain: String,
+        /// rsa or ed25519 (default: the algorithm of the domain's active key)
+        #[arg(long, value_parser = ["rsa", "ed25519"])]
+        algorithm: Option<String>,
+        /// Selector of the new key (default mailsplit-YYYYMMDD)
+        #[arg(long)]
+        selector: Option<String>,
+    },
+    /// Sign the domain's mail with this key from now on (workers within
+    /// seconds); the active key of its algorithm is retired
+    Activate { domain: String, selector: String },
 }
-
-/// `dkim keygen`'s selector when none is given.
-pub const DEFAULT_DKIM_SELECTOR: &str = "mailsplit";
 
 // Parsed once per run: the size of `Create` costs nothing.
 #[allow(clippy::large_enum_variant)]

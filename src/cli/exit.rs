@@ -176,7 +176,12 @@ impl ExitKind for DkimError {
     fn exit_kind(&self) -> Exit {
         usage_if(matches!(
             self,
-            DkimError::BadDomain(_) | DkimError::BadSelector(_)
+            DkimError::BadDomain(_)
+                | DkimError::BadSelector(_)
+                | DkimError::NoActiveKey(_)
+                | DkimError::NoActiveKeyOf { .. }
+                | DkimError::WhichAlgorithm(_)
+                | DkimError::NoSuchKey { .. }
         ))
     }
 }

@@ -1,8 +1,10 @@
 //! DKIM keys kept in the database, so every worker on every machine signs
-//! with the same key without copying files around. One key per (domain,
-//! algorithm): a domain with an RSA and an ed25519 key gets both
-//! signatures. The private key is a secret: [`StoredKey`] never shows it
-//! in a debug dump, and nothing prints it.
+//! with the same key without copying files around. One *active* key per
+//! (domain, algorithm): a domain with an active RSA and an active ed25519
+//! key gets both signatures. Rotation (migration 30) adds `pending` keys
+//! beside the active one, and activating one retires the one it replaces.
+//! The private key is a secret: [`StoredKey`] never shows it in a debug
+//! dump, and nothing prints it.
 
 use diesel::prelude::*;
 
@@ -20,6 +22,18 @@ text_enum! {
     }
 }
 
+text_enum! {
+    /// Where a key is in its rotation.
+    pub enum KeyState ("DKIM key state (active, pending, retired)") {
+        /// Signs the domain's mail (one per algorithm).
+        Active = "active",
+        /// Made by `dkim rotate`; signs nothing until `dkim activate`.
+        Pending = "pending",
+        /// Replaced by an activated one; signs nothing, can be activated again.
+        Retired = "retired",
+    }
+}
+
 /// One stored key.
 #[derive(Clone, Queryable, Selectable)]
 #[diesel(table_name = k)]
@@ -33,6 +47,7 @@ pub struct StoredKey {
     /// The TXT record's `p=` value.
     pub public_key: String,
     pub created_at: i64,
+    pub state: KeyState,
 }
 
 impl StoredKey {
@@ -50,6 +65,7 @@ impl StoredKey {
             private_key,
             public_key,
             created_at: now_ms(),
+            state: KeyState::Active,
         }
     }
 
@@ -67,20 +83,24 @@ impl std::fmt::Debug for StoredKey {
             .field("algorithm", &self.algorithm)
             .field("private_key", &"<redacted>")
             .field("public_key", &self.public_key)
+            .field("state", &self.state)
             .finish()
     }
 }
 
-/// Store a new key; refuses a second key of the same algorithm, or a
-/// selector already used, for the domain (replacing a key that DNS still
-/// publishes would break every signature until DNS changes).
+/// Store a new key. An active one is refused when the domain has an
+/// active key of its algorithm (replacing a key that DNS still publishes
+/// would break every signature until DNS changes); any is refused when its
+/// selector is taken for the domain.
 pub fn insert(conn: &mut Conn, key: &StoredKey) -> Result<()> {
     conn.transaction(|conn| {
-        let existing = for_domain(conn, &key.domain)?;
-        if let Some(old) = existing
-            .iter()
-            .find(|o| o.algorithm == key.algorithm || o.selector == key.selector)
-        {
+        let existing = all_for_domain(conn, &key.domain)?;
+        if let Some(old) = existing.iter().find(|o| {
+            o.selector == key.selector
+                || (key.state == KeyState::Active
+                    && o.state == KeyState::Active
+                    && o.algorithm == key.algorithm)
+        }) {
             return Err(StoreError::DkimKeyExists {
                 domain: key.domain.clone(),
                 selector: old.selector.clone(),
@@ -95,10 +115,52 @@ pub fn insert(conn: &mut Conn, key: &StoredKey) -> Result<()> {
                 k::private_key.eq(&key.private_key),
                 k::public_key.eq(&key.public_key),
                 k::created_at.eq(key.created_at),
+                k::state.eq(key.state),
             ))
             .execute(c))?;
         Ok(())
     })
+}
+
+/// Make the key `selector` of `domain` the active one of its algorithm;
+/// the active key it replaces becomes retired. Returns the activated key
+/// and the retired one's selector; `None` if there is no such key.
+pub fn activate(
+    conn: &mut Conn,
+    domain: &str,
+    selector: &str,
+) -> Result<Option<(StoredKey, Option<String>)>> {
+    conn.transaction(|conn| {
+        let keys = all_for_domain(conn, domain)?;
+        let Some(mut key) = keys.iter().find(|k| k.selector == selector).cloned() else {
+            return Ok(None);
+        };
+        let replaced = keys
+            .iter()
+            .find(|o| {
+                o.state == KeyState::Active
+                    && o.algorithm == key.algorithm
+                    && o.selector != selector
+            })
+            .map(|o| o.selector.clone());
+        if let Some(old) = &replaced {
+            set_state(conn, domain, old, KeyState::Retired)?;
+        }
+        set_state(conn, domain, selector, KeyState::Active)?;
+        key.state = KeyState::Active;
+        Ok(Some((key, replaced)))
+    })
+}
+
+fn set_state(conn: &mut Conn, domain: &str, selector: &str, state: KeyState) -> Result<()> {
+    on!(conn, |c| diesel::update(
+        k::table
+            .filter(k::domain.eq(domain))
+            .filter(k::selector.eq(selector))
+    )
+    .set(k::state.eq(state))
+    .execute(c))?;
+    Ok(())
 }
 
 /// Every key, by domain then selector.
@@ -109,14 +171,24 @@ pub fn list(conn: &mut Conn) -> Result<Vec<StoredKey>> {
         .load(c))?)
 }
 
-/// The keys of one domain (RSA first).
+/// The active keys of one domain, the ones that sign (RSA first).
 pub fn for_domain(conn: &mut Conn, domain: &str) -> Result<Vec<StoredKey>> {
     let mut keys: Vec<StoredKey> = on!(conn, |c| k::table
         .filter(k::domain.eq(domain))
+        .filter(k::state.eq(KeyState::Active))
         .select(StoredKey::as_select())
         .load(c))?;
     keys.sort_by_key(|key| key.algorithm);
     Ok(keys)
+}
+
+/// Every key of one domain, whatever its state, by selector.
+pub fn all_for_domain(conn: &mut Conn, domain: &str) -> Result<Vec<StoredKey>> {
+    Ok(on!(conn, |c| k::table
+        .filter(k::domain.eq(domain))
+        .order(k::selector)
+        .select(StoredKey::as_select())
+        .load(c))?)
 }
 
 /// Delete a domain's keys (only the one with `selector` if given); returns

@@ -187,6 +187,7 @@ diesel::table! {
         private_key -> Text,
         public_key -> Text,
         created_at -> BigInt,
+        state -> Text,
     }
 }
 

@@ -3,7 +3,8 @@
 //! database every [`FLAG_REFRESH`](crate::config::FLAG_REFRESH) so a pause takes effect within a second,
 //! also when it was set by hand with SQL. The From domains' DKIM keys are
 //! re-read as often ([`Campaigns::refresh_keys`]): after `dkim delete` of
-//! a leaked key, or a new key, the next message is signed accordingly.
+//! a leaked key, a new key or `dkim activate`, the next message is signed
+//! accordingly.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,7 +18,7 @@ use crate::dkim::SigningKey;
 use crate::queue;
 use crate::store::campaigns::{self, Flags};
 use crate::store::content as stored;
-use crate::store::dkim_keys::{self, StoredKey};
+use crate::store::dkim_keys::{self, KeyState, StoredKey};
 use crate::store::{CampaignState, Db, StoreError};
 use crate::tokens::Identity;
 
@@ -251,15 +252,14 @@ impl Campaigns {
         for (id, info) in seen {
             let mut keys: Vec<&StoredKey> = stored
                 .iter()
-                .filter(|k| k.domain == info.mail.domain)
+                .filter(|k| k.domain == info.mail.domain && k.state == KeyState::Active)
                 .collect();
             let versions = key_versions(keys.iter().copied());
             if versions == info.keys {
                 continue;
             }
             keys.sort_by_key(|k| k.algorithm);
-            let loaded: Result<Vec<SigningKey>, _> =
-                keys.iter().map(|k| SigningKey::load(k)).collect();
+            let loaded: Result<Vec<_>, _> = keys.iter().map(|k| SigningKey::cached(k)).collect();
             let dkim = match loaded {
                 Ok(dkim) => dkim,
                 Err(e) => {

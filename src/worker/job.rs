@@ -316,6 +316,7 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
     let attempts: HashMap<i64, i32> = claim.owned.iter().copied().collect();
     for r in people {
         let rid = r.id;
+        let domain = r.email.rsplit('@').next().unwrap_or_default().to_string();
         let attempt = attempts.get(&rid).copied().unwrap_or(1);
         // The campaign as of the last refresh: a `dkim delete` or a new key
         // applies from the next message on, also within a long job.
@@ -323,15 +324,14 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
             .campaigns
             .current(info.mail.id)
             .unwrap_or_else(|| Arc::clone(&info));
-        let outcome = match compose::compose(&info.mail, &r) {
+        let outcome = match compose_one(&shared, &info, r).await {
             Ok(composed) => {
-                let domain = r.email.rsplit('@').next().unwrap_or_default();
                 let rate_generation = shared.limiter.generation();
                 Ok(Msg {
-                    rate_groups: shared.limiter.groups_for(&info.mail.name, domain),
+                    rate_groups: shared.limiter.groups_for(&info.mail.name, &domain),
                     weight: ratelimit::message_weight(composed.bytes.len()),
                     campaign_name: info.mail.name.clone(),
-                    domain: domain.to_string(),
+                    domain,
                     rate_generation,
                     tracker: Arc::clone(&tracker),
                     recipient_id: rid,
@@ -366,4 +366,30 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
             return;
         }
     }
+}
+
+/// Compose one recipient's message. A DKIM-signed one is composed on
+/// tokio's blocking pool, at most one per core at a time
+/// ([`Shared::signers`]): an RSA signature is a fraction of a millisecond of
+/// CPU that would otherwise stall the SMTP sessions sharing this thread.
+async fn compose_one(
+    shared: &Shared,
+    info: &Arc<CampaignInfo>,
+    r: recipients::Recipient,
+) -> Result<crate::mail::Composed, Unsendable> {
+    if info.mail.dkim.is_empty() {
+        return compose::compose(&info.mail, &r);
+    }
+    let Ok(permit) = Arc::clone(&shared.signers).acquire_owned().await else {
+        // Never closed; should it be, compose here.
+        return compose::compose(&info.mail, &r);
+    };
+    let info = Arc::clone(info);
+    tokio::task::spawn_blocking(move || {
+        let composed = compose::compose(&info.mail, &r);
+        drop(permit);
+        composed
+    })
+    .await
+    .unwrap_or_else(|e| Err(Unsendable::Invalid(format!("composing failed: {e}"))))
 }

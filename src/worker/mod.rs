@@ -171,6 +171,9 @@ async fn pipeline_run(
         limiter,
         scheduler: Arc::clone(&scheduler),
         unrecorded: Arc::new(Semaphore::new(settings.concurrency)),
+        signers: Arc::new(Semaphore::new(
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+        )),
         campaigns: Campaigns::default(),
         optouts: Default::default(),
         cmds: cmd_txs,
@@ -242,8 +245,24 @@ async fn pipeline_run(
     if let Some(e) = fatal {
         return Err(e.into());
     }
+    log_signing();
     tracing::info!("worker stopped");
     Ok(())
+}
+
+/// The DKIM signatures this worker made and their CPU time: what
+/// `scripts/bench.sh --dkim-compare` sets beside `openssl speed`.
+fn log_signing() {
+    let (signatures, cpu) = crate::dkim::signing_cpu();
+    if signatures > 0 {
+        let per = cpu.as_secs_f64() * 1e6 / signatures as f64;
+        tracing::info!(
+            signatures,
+            cpu_ms = cpu.as_millis() as u64,
+            cpu_us_per_signature = format_args!("{per:.1}"),
+            "DKIM signing CPU"
+        );
+    }
 }
 
 /// The reserve threads' command channels and the threads.

@@ -31,6 +31,7 @@ mod content;
 mod dashboard;
 mod delay_proxy;
 mod dkim;
+mod dkim_rotate;
 mod edit;
 mod eta;
 mod fencing;

@@ -3,10 +3,16 @@
 implementation, answering its DNS look-ups from records given on the
 command line instead of asking DNS.
 
-usage: dkim_verify.py MESSAGE_FILE NAME=TXT_VALUE [NAME=TXT_VALUE ...]
+usage: dkim_verify.py [--no-ed25519] MESSAGE_FILE NAME=TXT_VALUE [NAME=TXT_VALUE ...]
+
+--no-ed25519 plays a verifier that predates RFC 8463: dkimpy with
+ed25519-sha256 taken out of its known algorithms, so such a signature fails
+as "unknown signature algorithm" and only the others can pass the message.
 
 Prints one JSON object: {"results": [{"ok": bool, "error": str|null,
-"d": ..., "s": ..., "a": ..., "h": [...]}, ...], "lookups": [...]}. Exit 0 when it could check
+"d": ..., "s": ..., "a": ..., "h": [...]}, ...], "lookups": [...],
+"first_ok": bool (what a verifier that checks only the top signature,
+dkimpy's default, says)}. Exit 0 when it could check
 (whatever the verdict), 3 when dkimpy (or PyNaCl, for ed25519) is missing.
 """
 import json
@@ -22,9 +28,13 @@ except ImportError as e:
 
 
 def main():
-    message = open(sys.argv[1], "rb").read()
+    args = sys.argv[1:]
+    if args and args[0] == "--no-ed25519":
+        args = args[1:]
+        dkim.HASH_ALGORITHMS.pop(b"ed25519-sha256", None)
+    message = open(args[0], "rb").read()
     records = {}
-    for arg in sys.argv[2:]:
+    for arg in args[1:]:
         name, _, value = arg.partition("=")
         records[name.rstrip(".").lower()] = value.encode()
     lookups = []
@@ -52,7 +62,11 @@ def main():
             "a": sig.get(b"a", b"").decode(),
             "h": [h.strip().decode().lower() for h in sig.get(b"h", b"").split(b":") if h.strip()],
         })
-    print(json.dumps({"results": results, "lookups": lookups}))
+    try:
+        first_ok = bool(d.verify(dnsfunc=dnsfunc)) if results else False
+    except dkim.DKIMException:
+        first_ok = False
+    print(json.dumps({"results": results, "lookups": lookups, "first_ok": first_ok}))
 
 
 main()

@@ -1,40 +1,55 @@
-//! `mailsplit dkim keygen|list|delete`.
+//! `mailsplit dkim keygen|list|delete|rotate|activate`.
 
 use crate::cli::args::{DkimCommand, Global};
 use crate::cli::exit::UsageError;
 use crate::cli::out::{error_line, outln};
-use crate::dkim::{self as d, DkimAlgorithm, StoredKey};
+use crate::dkim::{self as d, DkimAlgorithm, KeyState, StoredKey};
 
 use super::{open_migrated, open_read_only, Conn, Result};
 
-/// `dkim keygen | list | delete`.
+/// `dkim keygen | list | delete | rotate | activate`.
 pub fn dkim(g: &Global, cmd: DkimCommand) -> Result {
     match cmd {
         DkimCommand::Keygen {
             domain,
             selector,
             algorithm,
-        } => keygen(&mut open_migrated(g)?, &domain, &selector, &algorithm),
+        } => keygen(
+            &mut open_migrated(g)?,
+            &domain,
+            selector.as_deref(),
+            &algorithm,
+        ),
         DkimCommand::List => list(&mut open_read_only(g)?),
         DkimCommand::Delete { domain, selector } => {
             delete(&mut open_migrated(g)?, &domain, selector.as_deref())
+        }
+        DkimCommand::Rotate {
+            domain,
+            algorithm,
+            selector,
+        } => rotate(
+            &mut open_migrated(g)?,
+            &domain,
+            algorithm.as_deref(),
+            selector.as_deref(),
+        ),
+        DkimCommand::Activate { domain, selector } => {
+            activate(&mut open_migrated(g)?, &domain, &selector)
         }
     }
 }
 
 /// Generate and store a key, and print the TXT record to publish.
-fn keygen(conn: &mut Conn, domain: &str, selector: &str, algorithm: &str) -> Result {
+fn keygen(conn: &mut Conn, domain: &str, selector: Option<&str>, algorithm: &str) -> Result {
     let stored = d::keygen(conn, domain, selector, algorithm)?;
     let (domain, algorithm) = (&stored.domain, stored.algorithm);
-    let size = match algorithm {
-        DkimAlgorithm::Rsa => format!("rsa {} bits", d::RSA_BITS),
-        DkimAlgorithm::Ed25519 => "ed25519".to_string(),
-    };
+    let size = size(algorithm);
     // The note first: it is on stderr, and stdout may be closed.
     let note = (algorithm == DkimAlgorithm::Ed25519).then(|| {
         format!(
             "mailsplit: note: not every receiver checks ed25519 signatures yet; keep an rsa \
-             key for {domain} too (`mailsplit dkim keygen {domain} --selector OTHER`)"
+             key for {domain} too (`mailsplit dkim keygen {domain}`)"
         )
     });
     let printed = print_keygen(domain, &size, &stored);
@@ -44,6 +59,13 @@ fn keygen(conn: &mut Conn, domain: &str, selector: &str, algorithm: &str) -> Res
     printed
 }
 
+fn size(algorithm: DkimAlgorithm) -> String {
+    match algorithm {
+        DkimAlgorithm::Rsa => format!("rsa {} bits", d::RSA_BITS),
+        DkimAlgorithm::Ed25519 => "ed25519".to_string(),
+    }
+}
+
 fn print_keygen(domain: &str, size: &str, stored: &StoredKey) -> Result {
     outln!(
         "stored a new DKIM key for {domain} ({size}, selector {}).",
@@ -51,10 +73,50 @@ fn print_keygen(domain: &str, size: &str, stored: &StoredKey) -> Result {
     )?;
     outln!("Publish this DNS TXT record; receivers verify the signatures with it:\n")?;
     print_txt(stored)?;
+    outln!("\nRunning workers sign mail from {domain} with it within seconds.")?;
+    Ok(())
+}
+
+/// Make a pending key and print its TXT record; the active one signs on.
+fn rotate(
+    conn: &mut Conn,
+    domain: &str,
+    algorithm: Option<&str>,
+    selector: Option<&str>,
+) -> Result {
+    let d::Rotated { key, signing } = d::rotate(conn, domain, algorithm, selector)?;
+    let domain = &key.domain;
     outln!(
-        "\nWorkers sign mail from {domain} for campaigns they load from now on \
-         (restart running workers to sign campaigns already in progress)."
+        "stored a new pending DKIM key for {domain} ({}, selector {}).",
+        size(key.algorithm),
+        key.selector
     )?;
+    outln!("Publish this DNS TXT record:\n")?;
+    print_txt(&key)?;
+    outln!(
+        "\nMail from {domain} is still signed with selector {signing}. Once the record \
+         resolves: `mailsplit dkim activate {domain} {}`; keep {signing}'s record until \
+         the mail it signed is delivered.",
+        key.selector
+    )?;
+    Ok(())
+}
+
+/// Make a key the active one of its algorithm.
+fn activate(conn: &mut Conn, domain: &str, selector: &str) -> Result {
+    let (key, retired) = d::activate(conn, domain, selector)?;
+    let domain = &key.domain;
+    outln!(
+        "{domain}: selector {} ({}) is active; workers sign with it within seconds.",
+        key.selector,
+        key.algorithm
+    )?;
+    if let Some(old) = retired {
+        outln!(
+            "selector {old} is retired (signs nothing; `mailsplit dkim activate {domain} {old}` \
+             switches back, `mailsplit dkim delete {domain} --selector {old}` removes it)."
+        )?;
+    }
     Ok(())
 }
 
@@ -65,8 +127,13 @@ fn list(conn: &mut Conn) -> Result {
         outln!("no DKIM keys; make one with `mailsplit dkim keygen DOMAIN`")?;
     }
     for key in keys {
+        let state = match key.state {
+            KeyState::Active => "active (signs)",
+            KeyState::Pending => "pending (`dkim activate` it once its record resolves)",
+            KeyState::Retired => "retired",
+        };
         outln!(
-            "{}  selector {}  {}",
+            "{}  selector {}  {}  {state}",
             key.domain,
             key.selector,
             key.algorithm
@@ -89,7 +156,7 @@ fn delete(conn: &mut Conn, domain: &str, selector: Option<&str>) -> Result {
         .into());
     }
     outln!(
-        "deleted {deleted} DKIM key(s) of {domain}; workers sign nothing more with them once they restart; \
+        "deleted {deleted} DKIM key(s) of {domain}; workers sign nothing more with them within seconds; \
          remove the TXT record only after the last signed messages are delivered"
     )?;
     Ok(())
