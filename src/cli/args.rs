@@ -58,6 +58,9 @@ impl std::fmt::Debug for Global {
     }
 }
 
+// why: one value, parsed once per process; boxing a variant would only
+// make every match on it longer
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Create or upgrade the database schema (safe to run again)

@@ -88,18 +88,7 @@ async fn check_flags(shared: &Shared, id: u64, info: &CampaignInfo) -> Result<()
     if let Some(f) = shared.campaigns.flag_state(info.mail.id).await {
         if f.flags.state == CampaignState::Draft {
             // The cache may predate `enqueue`: ask the database.
-            let fresh = shared
-                .campaigns
-                .fresh_flags(&shared.db, info.mail.id)
-                .await
-                .map_err(|e| {
-                    tracing::warn!(job = id, error = %e, "cannot read the campaign; job comes back in {DB_RETRY_DELAY:?}");
-                    Cmd::Release {
-                        id,
-                        priority: 0,
-                        delay: DB_RETRY_DELAY,
-                    }
-                })?;
+            let fresh = fresh_flags(shared, id, info).await?;
             if fresh.is_none_or(|f| f.state == CampaignState::Draft) {
                 tracing::warn!(
                     job = id,
@@ -130,12 +119,14 @@ async fn check_flags(shared: &Shared, id: u64, info: &CampaignInfo) -> Result<()
     Ok(())
 }
 
-/// A job of a campaign whose start time is still ahead as this worker's
-/// flags say: asked of the database (an edit may have moved the start
-/// earlier and kicked this job), then back with what is left of the wait
-/// (at most an hour: one release per job per hour, never a loop).
-async fn before_start(shared: &Shared, id: u64, info: &CampaignInfo) -> Result<(), Cmd> {
-    let fresh = shared
+/// The campaign's flags read from the database now (not the cache); when
+/// it cannot be read, the job goes back for [`DB_RETRY_DELAY`].
+async fn fresh_flags(
+    shared: &Shared,
+    id: u64,
+    info: &CampaignInfo,
+) -> Result<Option<crate::store::campaigns::Flags>, Cmd> {
+    shared
         .campaigns
         .fresh_flags(&shared.db, info.mail.id)
         .await
@@ -146,7 +137,15 @@ async fn before_start(shared: &Shared, id: u64, info: &CampaignInfo) -> Result<(
                 priority: 0,
                 delay: DB_RETRY_DELAY,
             }
-        })?;
+        })
+}
+
+/// A job of a campaign whose start time is still ahead as this worker's
+/// flags say: asked of the database (an edit may have moved the start
+/// earlier and kicked this job), then back with what is left of the wait
+/// (at most an hour: one release per job per hour, never a loop).
+async fn before_start(shared: &Shared, id: u64, info: &CampaignInfo) -> Result<(), Cmd> {
+    let fresh = fresh_flags(shared, id, info).await?;
     match fresh.and_then(|f| send_at::wait(f.send_at, now_ms())) {
         Some(delay) => {
             tracing::debug!(job = id, campaign = %info.mail.name, ?delay, "campaign not started yet: job back until its start");
