@@ -4,8 +4,9 @@
 //! status code and text), unsubscribes and complaints, content versions
 //! with their counts, and the finished outcomes per minute.
 //!
-//! The JSON has a `tracking` member, `null` until opens and clicks are
-//! tracked, for opens and clicks per link.
+//! The JSON's `tracking` member is `null` when no content version of the
+//! campaign tracks opens or clicks; else it has the engagement counters
+//! (unique recipients and totals, O(1)) and the clicks on each link.
 
 use std::collections::BTreeMap;
 
@@ -14,6 +15,7 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 use crate::status::CampaignStatus;
+use crate::store::engagement::{self, Engagement};
 use crate::store::report::{self as q, ReasonRow};
 use crate::store::{campaigns, content, Conn, StoreError};
 
@@ -37,8 +39,31 @@ pub struct Report {
     /// Finished outcomes per minute, oldest first (minutes without any
     /// are left out).
     pub rate_per_minute: Vec<Minute>,
-    /// Opens and clicks per link: `null` until the campaign is tracked.
-    pub tracking: Option<serde_json::Value>,
+    /// Opens and clicks per link: `null` when the campaign tracks neither.
+    pub tracking: Option<Tracking>,
+}
+
+/// What readers did, for a campaign that tracks opens or clicks.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Tracking {
+    /// What its versions track: `opens,clicks`, `opens` or `clicks`.
+    pub tracks: String,
+    /// `opened`, `machine_opened`, `clicked`, `unsubscribed`: unique
+    /// recipients; `opens`, `machine_opens`, `clicks`: totals.
+    #[serde(flatten)]
+    pub counts: Engagement,
+    /// Clicks on each link of each tracked version, link 1 first (every
+    /// click: unique clickers are kept per campaign, not per link).
+    pub links: Vec<LinkClicks>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct LinkClicks {
+    pub version: i64,
+    /// Link N of the version, as `/c/TOKEN/N` names it.
+    pub link: i64,
+    pub url: String,
+    pub clicks: i64,
 }
 
 /// The campaign's recipients at one domain (or `other`), by outcome.
@@ -86,7 +111,11 @@ pub struct Minute {
 pub fn build(conn: &mut Conn, name_or_id: &str, top: usize) -> Result<Report, StoreError> {
     let campaign = campaigns::find(conn, name_or_id)?;
     let counters = campaigns::counters(conn, campaign.id)?;
-    let status = CampaignStatus::new(&campaign, &counters);
+    let mut status = CampaignStatus::new(&campaign, &counters);
+    let tracking = tracking(conn, campaign.id)?;
+    if let Some(t) = &tracking {
+        status.engagement = t.counts;
+    }
     let (domains, unsubscribed) = domains(q::by_domain(conn, campaign.id)?, top);
     let mut reasons = group_reasons(q::failure_replies(conn, campaign.id, REPLIES_READ)?, "send");
     reasons.extend(group_reasons(
@@ -106,8 +135,33 @@ pub fn build(conn: &mut Conn, name_or_id: &str, top: usize) -> Result<Report, St
         bounce_reasons: reasons,
         versions_sent,
         rate_per_minute: minutes(q::per_minute(conn, campaign.id)?),
-        tracking: None,
+        tracking,
     })
+}
+
+/// The counters and clicks per link; `None` when nothing is tracked.
+fn tracking(conn: &mut Conn, campaign: i64) -> Result<Option<Tracking>, StoreError> {
+    let track = content::tracked(conn, campaign)?;
+    if !track.any() {
+        return Ok(None);
+    }
+    let counts = engagement::counts(conn, &[campaign])?
+        .remove(&campaign)
+        .unwrap_or_default();
+    let links = engagement::link_clicks(conn, campaign)?
+        .into_iter()
+        .map(|(version, link, url, clicks)| LinkClicks {
+            version,
+            link,
+            url,
+            clicks,
+        })
+        .collect();
+    Ok(Some(Tracking {
+        tracks: track.to_string(),
+        counts,
+        links,
+    }))
 }
 
 /// The `top` domains with the most recipients, then `other`; and the

@@ -1,7 +1,9 @@
 //! The dashboard's page for one campaign, `GET /campaigns/ID`: its
 //! progress, its schedule, its current content rendered for a sample
 //! recipient (the first active list member) and the history of its
-//! content versions with how many recipients got each.
+//! content versions with how many recipients got each; for a campaign
+//! that tracks them, first opens and first clicks over time on the same
+//! buckets as sent and failed, and the clicks on each link.
 //!
 //! The content is the user's own HTML: it is shown only inside
 //! `<iframe sandbox="" srcdoc="…">`, the whole document escaped into the
@@ -34,7 +36,8 @@ use super::State;
 use crate::compose::sample::{render_sample, sample, CampaignMail};
 use crate::compose::ComposeError;
 use crate::status::CampaignStatus;
-use crate::store::content::{self, VersionInfo};
+use crate::store::content::{self, Track, VersionInfo};
+use crate::store::engagement;
 use crate::store::timeline::{self, Timeline};
 use crate::store::{campaigns, Conn, Counters, StoreError};
 use crate::tokens::Identity;
@@ -65,6 +68,15 @@ pub struct VersionRow {
     pub current: bool,
 }
 
+/// One tracked link in the clicks table.
+pub struct LinkRow {
+    pub version: i64,
+    /// Link N of the version (what `/c/TOKEN/N` names).
+    pub n: i64,
+    pub url: String,
+    pub clicks: i64,
+}
+
 /// The current content rendered for the sample recipient.
 pub struct Preview {
     pub email: String,
@@ -80,8 +92,11 @@ pub struct CampaignView {
     /// `send_at`, RFC 3339 UTC; `None`: sends as soon as it is enqueued.
     pub send_at: Option<String>,
     pub versions: Vec<VersionRow>,
-    /// Sent and failed over the campaign's life, one chart each.
+    /// Sent and failed over the campaign's life, one chart each; opens
+    /// and clicks too when the campaign tracks them.
     pub charts: Vec<Figure>,
+    /// Clicks per link; `None` when the campaign does not track clicks.
+    pub links: Option<Vec<LinkRow>>,
     /// The preview, or why there is none (empty list, content that does
     /// not render for this recipient).
     pub preview: Result<Preview, String>,
@@ -116,18 +131,31 @@ pub const FRESH_FOR: Duration = Duration::from_secs(15);
 /// At most this many campaigns' timelines are kept.
 const KEPT: usize = 64;
 
+type Key = (Option<i64>, Option<i64>, i64, i64, i64, i64, (bool, bool));
+
 struct Read {
-    /// `first_at`, `last_at`, `sent`, `failed` when it was read.
-    at: (Option<i64>, Option<i64>, i64, i64),
+    /// `first_at`, `last_at`, `sent`, `failed`, `opened`, `clicked` and
+    /// what it tracks when it was read.
+    at: Key,
     when: Instant,
     timeline: Arc<Timeline>,
 }
 
 impl Timelines {
-    /// The campaign's timeline, read again only when its counters moved
-    /// and the last read is older than [`FRESH_FOR`].
-    pub fn get(&self, conn: &mut Conn, c: &Counters) -> Result<Arc<Timeline>, StoreError> {
-        let at = (c.first_at, c.last_at, c.sent, c.failed);
+    /// The campaign's timeline (with the first opens and clicks `track`
+    /// names), read again only when its counters (`c`, `e`) moved and the
+    /// last read is older than [`FRESH_FOR`].
+    pub fn get(
+        &self,
+        conn: &mut Conn,
+        c: &Counters,
+        e: &engagement::Engagement,
+        track: Track,
+    ) -> Result<Arc<Timeline>, StoreError> {
+        let tracks = (track.opens, track.clicks);
+        let at = (
+            c.first_at, c.last_at, c.sent, c.failed, e.opened, e.clicked, tracks,
+        );
         if let Ok(kept) = self.0.lock() {
             if let Some(r) = kept.get(&c.campaign_id) {
                 if r.at == at || r.when.elapsed() < FRESH_FOR {
@@ -135,7 +163,7 @@ impl Timelines {
                 }
             }
         }
-        let timeline = Arc::new(timeline::outcomes(conn, c)?);
+        let timeline = Arc::new(timeline::read(conn, c, track)?);
         if let Ok(mut kept) = self.0.lock() {
             if kept.len() >= KEPT {
                 kept.clear();
@@ -163,7 +191,15 @@ pub fn gather(
         return Ok(None);
     };
     let counters = campaigns::counters(conn, c.id)?;
-    let charts = charts(timelines.get(conn, &counters)?.as_ref());
+    let track = content::tracked(conn, c.id)?;
+    let engaged = engagement::counts(conn, &[c.id])?
+        .remove(&c.id)
+        .unwrap_or_default();
+    let charts = charts(timelines.get(conn, &counters, &engaged, track)?.as_ref());
+    let links = match track.clicks {
+        true => Some(links(conn, c.id)?),
+        false => None,
+    };
     let sent = content::sent_by_version(conn, c.id)?;
     let history = content::history(conn, c.id)?;
     let current = history.first().map_or(0, |v| v.version);
@@ -192,32 +228,58 @@ pub fn gather(
         row: CampaignRow::new(status),
         versions,
         charts,
+        links,
         preview,
     }))
 }
 
-/// One chart per series of the timeline; opens and clicks are more
-/// entries here.
+/// One chart per series of the timeline: sent, failed, and first opens
+/// and first clicks when the campaign tracks them.
 pub fn charts(t: &Timeline) -> Vec<Figure> {
     let axis = Axis {
         start_ms: t.start_ms,
         bucket_ms: t.bucket_ms,
     };
-    chart::figures(
-        axis,
-        &[
-            Series {
-                name: "Sent",
-                class: "sent",
-                values: &t.sent,
-            },
-            Series {
-                name: "Failed",
-                class: "failed",
-                values: &t.failed,
-            },
-        ],
-    )
+    let mut series = vec![
+        Series {
+            name: "Sent",
+            class: "sent",
+            values: &t.sent,
+        },
+        Series {
+            name: "Failed",
+            class: "failed",
+            values: &t.failed,
+        },
+    ];
+    if let Some(opens) = &t.opens {
+        series.push(Series {
+            name: "Opened (first opens)",
+            class: "opens",
+            values: opens,
+        });
+    }
+    if let Some(clicks) = &t.clicks {
+        series.push(Series {
+            name: "Clicked (first clicks)",
+            class: "clicks",
+            values: clicks,
+        });
+    }
+    chart::figures(axis, &series)
+}
+
+/// Clicks on each tracked link, by version and link number.
+fn links(conn: &mut Conn, campaign: i64) -> Result<Vec<LinkRow>, StoreError> {
+    Ok(engagement::link_clicks(conn, campaign)?
+        .into_iter()
+        .map(|(version, n, url, clicks)| LinkRow {
+            version,
+            n,
+            url,
+            clicks,
+        })
+        .collect())
 }
 
 /// The current content as the first active list member would read it.

@@ -177,6 +177,22 @@ pub fn links(conn: &mut Conn, campaign_id: i64, version: i64) -> Result<Vec<Stri
         .load(c))?)
 }
 
+/// What any of the campaign's content versions tracks (an edit may have
+/// turned tracking off after tracked mail went out): one row per version.
+pub fn tracked(conn: &mut Conn, campaign_id: i64) -> Result<Track> {
+    let rows: Vec<String> = on!(conn, |c| cc::table
+        .filter(cc::campaign_id.eq(campaign_id))
+        .select(cc::track)
+        .load(c))?;
+    Ok(rows.iter().fold(Track::default(), |t, s| {
+        let v = Track::from_column(s);
+        Track {
+            opens: t.opens || v.opens,
+            clicks: t.clicks || v.clicks,
+        }
+    }))
+}
+
 /// Forget every version (the campaign is being deleted).
 pub fn delete(conn: &mut Conn, campaign_id: i64) -> Result<usize> {
     use super::schema::campaign_links as l;

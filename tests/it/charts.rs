@@ -26,7 +26,7 @@ fn get(port: u16, path: &str) -> Http {
 }
 
 /// `(data-start-ms, data-count)` of every bar in the figure of `class`.
-fn bars(body: &str, class: &str) -> Vec<(i64, i64)> {
+pub fn bars(body: &str, class: &str) -> Vec<(i64, i64)> {
     let open = format!("<figure class=\"chart {class}\">");
     let at = body
         .find(&open)

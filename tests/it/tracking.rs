@@ -420,3 +420,180 @@ fn tracking_is_off_by_default_and_edits_turn_it_off() {
         m.html
     );
 }
+
+/// Wait until `serve` has recorded what was hit: `status --json` shows
+/// `want` (`engagement_json`'s order).
+fn wait_recorded(env: &Env, name: &str, want: [i64; 7]) {
+    for _ in 0..200 {
+        if engagement_json(&env.status(name)) == want {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("never recorded {want:?}: {}", env.status(name));
+}
+
+/// `report` and the campaign page show opens and clicks (issue 26): after
+/// hits through `serve`'s real `/o/` and `/c/`, `report --json`'s
+/// `tracking` equals the ledger's engagement rows, clicks per link are
+/// each link's own (3 on link 1, 2 on link 2, so a swap shows), and the
+/// page's opens and clicks charts sum to the unique openers and clickers.
+fn report_and_page_show_engagement(kind: Kind) {
+    let (_tmp, _bs, peer, mut env) = setup(
+        kind,
+        Script {
+            keep_data: true,
+            ..Script::default()
+        },
+    );
+    env.smtp = peer.url();
+    import(&env, 4);
+    let serve = env.serve(None);
+    let (port, base) = (serve.public, format!("http://127.0.0.1:{}", serve.public));
+    create(&env, "tracked", &base, &["--track", "opens,clicks"]);
+    let id = env.status("tracked")["id"].as_i64().unwrap();
+    env.ok(&["enqueue", "tracked"]);
+    let w = env.worker(&[]);
+    wait_done(&env, "tracked", 60);
+    stop_worker(w);
+    let got = messages(&peer);
+    for email in got.keys() {
+        age_delivery(&env, email);
+    }
+    let link = |email: &str, i: usize| path_of(&hrefs(&got[email].html)[i], port);
+    let open = |email: &str| {
+        let html = &got[email].html;
+        let at = html.find("/o/").unwrap();
+        html[at..at + html[at..].find('"').unwrap()].to_string()
+    };
+    // Clicks: r0 link 1 three times and link 2 once, r1 link 2 once.
+    // Opens: r0 twice and r2 once by readers, r3 through an image proxy.
+    let hits = [
+        (link("r0@example.test", 0), 3, BROWSER.1),
+        (link("r0@example.test", 1), 1, BROWSER.1),
+        (link("r1@example.test", 1), 1, BROWSER.1),
+        (open("r0@example.test"), 2, BROWSER.1),
+        (open("r2@example.test"), 1, BROWSER.1),
+        (
+            open("r3@example.test"),
+            1,
+            "Mozilla/5.0 (via ggpht.com GoogleImageProxy)",
+        ),
+    ];
+    for (path, times, agent) in &hits {
+        for _ in 0..*times {
+            let r = http("GET", port, path, &[("User-Agent", agent)], None);
+            assert!(matches!(r.status, 200 | 302 | 303), "{path}: {r:?}");
+        }
+    }
+    wait_recorded(&env, "tracked", [2, 3, 1, 1, 2, 5, 0]);
+    let ledger = engagement::counted(&mut env.conn(), id).unwrap();
+
+    let r: serde_json::Value =
+        serde_json::from_str(&env.ok(&["report", "tracked", "--json"])).unwrap();
+    let t = &r["tracking"];
+    assert_eq!(t["tracks"], "opens,clicks", "{t}");
+    let e = ledger;
+    assert_eq!(
+        engagement_json(t),
+        [
+            e.opened,
+            e.opens,
+            e.machine_opened,
+            e.machine_opens,
+            e.clicked,
+            e.clicks,
+            e.unsubscribed
+        ],
+        "{t}"
+    );
+    assert_eq!(engagement_json(t), [2, 3, 1, 1, 2, 5, 0], "{t}");
+    let links: Vec<(i64, i64, &str, i64)> = t["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            let n = |k: &str| l[k].as_i64().unwrap();
+            (
+                n("version"),
+                n("link"),
+                l["url"].as_str().unwrap(),
+                n("clicks"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        links,
+        [
+            (1, 1, "https://shop.example/a?x=1&y=2", 3),
+            (1, 2, "https://shop.example/b", 2)
+        ]
+    );
+    let text = env.ok(&["report", "tracked"]);
+    assert!(
+        text.contains(
+            "opened 2 (3 opens; machine 1 (1 opens))  clicked 2 (5 clicks)  unsubscribed 0"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("1         3  https://shop.example/a?x=1&y=2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("2         2  https://shop.example/b"),
+        "{text}"
+    );
+
+    let page = http("GET", serve.admin, &format!("/campaigns/{id}"), &[], None);
+    assert_eq!(page.status, 200, "{}", page.body);
+    let sum = |class: &str| -> i64 {
+        crate::charts::bars(&page.body, class)
+            .iter()
+            .map(|b| b.1)
+            .sum()
+    };
+    assert_eq!(sum("opens"), ledger.opened, "{}", page.body);
+    assert_eq!(sum("clicks"), ledger.clicked, "{}", page.body);
+    assert_eq!(sum("sent"), 4);
+    let table = &page.body[page
+        .body
+        .find("<table class=\"link-clicks\">")
+        .expect("no link table")..];
+    assert!(
+        table.contains("data-link=\"1\"><td class=\"num\">1</td><th scope=\"row\" class=\"num\">1</th><td class=\"url\"><code>https://shop.example/a?x=1&#38;y=2</code></td><td class=\"num clicks\">3</td>"),
+        "{table}"
+    );
+    assert!(
+        table.contains("<code>https://shop.example/b</code></td><td class=\"num clicks\">2</td>"),
+        "{table}"
+    );
+
+    // An untracked campaign: `tracking` null, no opens or clicks shown.
+    create(&env, "plain", &base, &[]);
+    let plain = env.status("plain")["id"].as_i64().unwrap();
+    let r: serde_json::Value =
+        serde_json::from_str(&env.ok(&["report", "plain", "--json"])).unwrap();
+    assert!(r["tracking"].is_null(), "{r}");
+    let page = http(
+        "GET",
+        serve.admin,
+        &format!("/campaigns/{plain}"),
+        &[],
+        None,
+    );
+    assert_eq!(page.status, 200);
+    for absent in ["chart opens", "chart clicks", "link-clicks"] {
+        assert!(!page.body.contains(absent), "{absent}: {}", page.body);
+    }
+}
+
+#[test]
+fn report_and_page_show_engagement_sqlite() {
+    report_and_page_show_engagement(Kind::Sqlite);
+}
+
+#[test]
+fn report_and_page_show_engagement_pg() {
+    report_and_page_show_engagement(Kind::Postgres);
+}

@@ -23,7 +23,41 @@ pub fn report(g: &Global, campaign: &str, json: bool, top: usize) -> Result {
     print_summary(&r)?;
     print_domains(&r)?;
     print_reasons(&r)?;
+    print_tracking(&r)?;
     print_versions_and_rate(&r)
+}
+
+fn print_tracking(r: &Report) -> Result {
+    let Some(t) = &r.tracking else {
+        return Ok(());
+    };
+    let e = &t.counts;
+    outln!("\ntracking ({}):", t.tracks)?;
+    outln!(
+        "  opened {} ({} opens; machine {} ({} opens))  clicked {} ({} clicks)  unsubscribed {}",
+        e.opened,
+        e.opens,
+        e.machine_opened,
+        e.machine_opens,
+        e.clicked,
+        e.clicks,
+        e.unsubscribed
+    )?;
+    if t.links.is_empty() {
+        return Ok(());
+    }
+    outln!("\nclicks per link:")?;
+    outln!("  {:>7} {:>5} {:>9}  url", "version", "link", "clicks")?;
+    for l in &t.links {
+        outln!(
+            "  {:>7} {:>5} {:>9}  {}",
+            l.version,
+            l.link,
+            l.clicks,
+            l.url
+        )?;
+    }
+    Ok(())
 }
 
 fn print_summary(r: &Report) -> Result {
