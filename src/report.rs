@@ -30,7 +30,10 @@ pub const TOP_REASONS: usize = 10;
 pub struct Report {
     #[serde(flatten)]
     pub status: CampaignStatus,
-    /// Recipients who left by this campaign's one-click link.
+    /// Recipients who left by this campaign's one-click link, as the
+    /// domains' rows add up (the text report's total; in JSON the status'
+    /// own `unsubscribed` says it, so the key is not printed twice).
+    #[serde(skip)]
     pub unsubscribed: i64,
     pub domains: Vec<DomainOutcomes>,
     pub bounce_reasons: Vec<Reason>,
@@ -112,10 +115,12 @@ pub fn build(conn: &mut Conn, name_or_id: &str, top: usize) -> Result<Report, St
     let campaign = campaigns::find(conn, name_or_id)?;
     let counters = campaigns::counters(conn, campaign.id)?;
     let mut status = CampaignStatus::new(&campaign, &counters);
+    // Unsubscribes are counted for every campaign, opens and clicks only
+    // for tracked ones (zero otherwise).
+    status.engagement = engagement::counts(conn, &[campaign.id])?
+        .remove(&campaign.id)
+        .unwrap_or_default();
     let tracking = tracking(conn, campaign.id)?;
-    if let Some(t) = &tracking {
-        status.engagement = t.counts;
-    }
     let (domains, unsubscribed) = domains(q::by_domain(conn, campaign.id)?, top);
     let mut reasons = group_reasons(q::failure_replies(conn, campaign.id, REPLIES_READ)?, "send");
     reasons.extend(group_reasons(
