@@ -35,7 +35,8 @@ const FOREIGN_DELAY: Duration = Duration::from_secs(30);
 /// DKIM-signed messages composed per hand-off to the blocking pool: enough
 /// that the hand-off costs little beside the signatures, few enough that a
 /// batch of RSA signatures (about 16 × 0.4 ms of one core) keeps the
-/// senders fed and bounds what waits between composing and sending.
+/// senders fed. Smaller when the senders' queue has less room
+/// ([`sign_batch`]).
 const SIGN_BATCH: usize = 16;
 
 /// A recipient's id and address, and its composed message (or why there
@@ -334,7 +335,7 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
         let take = if info.mail.dkim.is_empty() {
             1
         } else {
-            SIGN_BATCH
+            sign_batch(&shared.to_send)
         };
         let batch: Vec<recipients::Recipient> = people.by_ref().take(take).collect();
         for (rid, email, composed) in compose_batch(&shared, &info, batch).await {
@@ -347,6 +348,17 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
             }
         }
     }
+}
+
+/// How many DKIM-signed messages to compose in the next hand-off: up to
+/// [`SIGN_BATCH`], but no more than the senders' queue has room for, so a
+/// batch never waits composed (with a key a `dkim activate` may have just
+/// retired) for room in the queue; at least one.
+fn sign_batch(to_send: &async_channel::Sender<Msg>) -> usize {
+    let room = to_send
+        .capacity()
+        .map_or(SIGN_BATCH, |cap| cap.saturating_sub(to_send.len()));
+    room.clamp(1, SIGN_BATCH)
 }
 
 /// Hand one recipient's composed message to the senders, or its outcome
