@@ -71,8 +71,8 @@ pub struct Shared {
     /// `concurrency` permits: a message holds one from before it is sent
     /// until its outcome is committed (see [`SendOutcome::unrecorded`]).
     pub unrecorded: Arc<tokio::sync::Semaphore>,
-    /// One permit per core: how many DKIM-signed messages are composed at
-    /// once on the blocking pool (see `job::compose_one`).
+    /// One permit per core: how many batches of DKIM-signed messages are
+    /// composed at once on the blocking pool (see `job::compose_batch`).
     pub signers: Arc<tokio::sync::Semaphore>,
     /// Other databases whose jobs this worker has met (each logged once),
     /// and how many jobs of theirs it moved to their own tubes.
