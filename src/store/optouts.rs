@@ -8,30 +8,21 @@ use super::outbox;
 use super::schema::recipients as r;
 use super::{now_ms, on, Conn, RecipientStatus, Result};
 
-/// Unsubscribe a recipient, recording why and when. Only an active
-/// recipient changes (a bounced one keeps its status and reason), so
-/// repeating it is harmless. Returns the status after, or `None` when no
-/// such recipient exists.
+/// Unsubscribe a recipient, recording why and when, outside any campaign's
+/// link (a campaign's one-click link goes through
+/// `engagement::unsubscribe`, which also counts it for the campaign). Only
+/// an active recipient changes (a bounced one keeps its status and
+/// reason), so repeating it is harmless; a change is reported to the
+/// webhooks that want `unsubscribed` events, in the same transaction.
+/// Returns the status after, or `None` when no such recipient exists.
 pub fn unsubscribe(
     conn: &mut Conn,
     recipient_id: i64,
     reason: &str,
 ) -> Result<Option<RecipientStatus>> {
-    unsubscribe_from(conn, None, recipient_id, reason)
-}
-
-/// [`unsubscribe`] by a campaign's one-click link: a recipient who was
-/// active is reported to the webhooks that want `unsubscribed` events, in
-/// the same transaction.
-pub fn unsubscribe_from(
-    conn: &mut Conn,
-    campaign_id: Option<i64>,
-    recipient_id: i64,
-    reason: &str,
-) -> Result<Option<RecipientStatus>> {
     conn.transaction(|conn| {
         if set_unsubscribed(conn, recipient_id, reason)? {
-            report_unsubscribed(conn, campaign_id, recipient_id)?;
+            report_unsubscribed(conn, None, recipient_id)?;
         }
         status_of(conn, recipient_id)
     })
