@@ -11,7 +11,10 @@ Called by scripts/bench.sh (which installs and builds first). Steps:
   5. the same N through ../shared/bench/peer_seed003.py; ratio
   6. latency-bound relay (smtp-sink -w 1), --concurrency 200, one worker
   7. steps 1-4 again on PostgreSQL
-Prints a table and appends a dated row to BENCHMARKS.md.
+Prints a table and appends a dated row to BENCHMARKS.md. --repeat N runs
+steps 1-4 and 7 N times, interleaved (SQLite, PostgreSQL, SQLite, ...), on
+fresh databases each round, and reports each figure's median and min-max
+(steps 5 and 6 run once); the row holds the medians.
 
 --network runs the campaign with real round-trip times instead, each server
 behind target/release/delay-proxy (which holds every chunk for RTT/2 in each
@@ -45,6 +48,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -272,7 +276,8 @@ def main():
     ap.add_argument("--import-compare", action="store_true",
                     help="only imports: N rows from CSV vs a PostgreSQL source, into SQLite and PostgreSQL")
     ap.add_argument("--repeat", type=int, default=1,
-                    help="--dkim-compare: run each measure this many times, interleaved; median and min-max")
+                    help="run each measure this many times, interleaved, and give the median and min-max "
+                         "(the default run and --dkim-compare)")
     ap.add_argument("--bin", default=BIN, help=f"mailsplit binary (default {BIN})")
     ap.add_argument("--template-compare", action="store_true",
                     help="compiled-in template vs a realistic user template (scripts/bench_template.py)")
@@ -295,20 +300,41 @@ def main():
     skip = set(filter(None, args.skip.split(",")))
     tmp = tempfile.mkdtemp(prefix="mailsplit-bench-")
     svc = Services(tmp)
+    rounds = []
     results = {}
     try:
         bs = svc.beanstalkd()
         base_env = dict(os.environ, BEANSTALKD=f"127.0.0.1:{bs}", MAILSPLIT_LOG="warn")
-        env = dict(base_env, DATABASE_URL=f"sqlite://{tmp}/bench.db", MAILSPLIT_TUBE="bench-sqlite")
         sink_port, sink = svc.smtp_sink()
+        write_csv(os.path.join(tmp, "bench.csv"), args.n)
+        # Each round runs every measure once, on fresh databases, so a
+        # busy moment of the machine lands on one round, not on one measure.
+        for run in range(1, args.repeat + 1):
+            tag = f" (round {run}/{args.repeat})" if args.repeat > 1 else ""
+            r = {}
+            print(f"==> SQLite: import, enqueue and send {args.n:,} recipients with {args.workers} workers{tag}",
+                  flush=True)
+            env = dict(base_env, DATABASE_URL=f"sqlite://{tmp}/bench-{run}.db", MAILSPLIT_TUBE=f"bench-sqlite-{run}")
+            r["sqlite"] = campaign_with_reference(env, tmp, args, sink_port, r)
+            if "pg" not in skip:
+                db = f"mailsplit_bench_{os.getpid()}_{run}"
+                psql(args.pg, f"DROP DATABASE IF EXISTS {db}")
+                psql(args.pg, f"CREATE DATABASE {db}")
+                try:
+                    print(f"==> PostgreSQL: the same campaign{tag}", flush=True)
+                    penv = dict(base_env, DATABASE_URL=pg_url(args.pg, db), MAILSPLIT_TUBE=f"bench-pg-{run}")
+                    r["pg"] = campaign(penv, tmp, args.n, "bench", args.workers, args.concurrency,
+                                       f"smtp://127.0.0.1:{sink_port}", 1800)
+                finally:
+                    psql(args.pg, f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+            os.remove(os.path.join(tmp, f"bench-{run}.db"))
+            rounds.append(r)
+            print_round(r)
+        results = combine(rounds)
 
-        print(f"==> SQLite: import, enqueue and send {args.n:,} recipients with {args.workers} workers", flush=True)
-        # smtp-source first, on the same sink, with our message size.
-        subprocess.run([BIN, "migrate"], env=env, check=True, capture_output=True)
-        results["sqlite"] = None
-        sq = campaign_with_reference(env, tmp, args, sink_port, results)
-        results["sqlite"] = sq
-
+        # The seed pipeline and the latency-bound run are measured once:
+        # neither is among the figures that swing (and the seed pipeline
+        # takes ten minutes at 1M).
         if "peer" not in skip:
             print(f"==> seed pipeline (peer_seed003.py), {args.n:,} recipients, 2 workers x 200 senders", flush=True)
             results["peer_msg_per_s"] = peer_rate(args.peer_python, tmp, args.n, sink_port, bs)
@@ -319,22 +345,67 @@ def main():
             lenv = dict(base_env, DATABASE_URL=f"sqlite://{tmp}/latency.db", MAILSPLIT_TUBE="bench-latency")
             r = campaign(lenv, tmp, args.latency_n, "latency", 1, 200, f"smtp://127.0.0.1:{slow_port}", 600)
             results["latency_msg_per_s"] = r["msg_per_s"]
-
-        if "pg" not in skip:
-            db = f"mailsplit_bench_{os.getpid()}"
-            psql(args.pg, f"DROP DATABASE IF EXISTS {db}")
-            psql(args.pg, f"CREATE DATABASE {db}")
-            try:
-                print(f"==> PostgreSQL: the same campaign", flush=True)
-                penv = dict(base_env, DATABASE_URL=pg_url(args.pg, db), MAILSPLIT_TUBE="bench-pg")
-                results["pg"] = campaign(penv, tmp, args.n, "bench", args.workers, args.concurrency,
-                                         f"smtp://127.0.0.1:{sink_port}", 1800)
-            finally:
-                psql(args.pg, f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
     finally:
         svc.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     report(args, results)
+
+
+def whole_s(c):
+    """Import, enqueue and send: the whole campaign's seconds."""
+    return c["import_s"] + c["enqueue_s"] + c["wall_s"]
+
+
+def print_round(r):
+    sq, pg, src = r["sqlite"], r.get("pg"), r["smtp_source_msg_per_s"]
+    line = (f"    SQLite {sq['msg_per_s']:,.0f} msg/s = {sq['msg_per_s'] / src * 100:.0f} % of smtp-source "
+            f"{src:,.0f}; whole campaign {whole_s(sq):.1f} s")
+    if pg:
+        line += (f"; PostgreSQL {pg['msg_per_s']:,.0f} msg/s = {pg['msg_per_s'] / sq['msg_per_s'] * 100:.0f} % "
+                 f"of SQLite, whole campaign {whole_s(pg):.1f} s")
+    print(line, flush=True)
+
+
+def combine(rounds):
+    """The rounds' figures as one set: each number the median over the
+    rounds (each figure's own median: they need not come from one round),
+    a worker's peak RSS the highest; and `spread`, each headline figure's
+    values over the rounds, for the min-max beside its median."""
+    def merged(runs):
+        if not runs:
+            return None
+        out = {}
+        for k, v in runs[0].items():
+            if k == "worker_rss_mb":
+                out[k] = [max(r[k][i] for r in runs) for i in range(len(v))]
+            elif isinstance(v, (int, float)):
+                out[k] = statistics.median(r[k] for r in runs)
+        out["whole_s"] = statistics.median(whole_s(r) for r in runs)
+        return out
+    sq = [r["sqlite"] for r in rounds]
+    pg = [r["pg"] for r in rounds if r.get("pg")]
+    src = [r["smtp_source_msg_per_s"] for r in rounds]
+    spread = {
+        "smtp-source msg/s": src,
+        "SQLite msg/s": [c["msg_per_s"] for c in sq],
+        "SQLite % of smtp-source": [c["msg_per_s"] / s * 100 for c, s in zip(sq, src)],
+        "SQLite import s": [c["import_s"] for c in sq],
+        "SQLite enqueue s": [c["enqueue_s"] for c in sq],
+        "SQLite whole campaign s": [whole_s(c) for c in sq],
+    }
+    if pg:
+        spread.update({
+            "PostgreSQL msg/s": [c["msg_per_s"] for c in pg],
+            "PostgreSQL % of SQLite": [p["msg_per_s"] / s["msg_per_s"] * 100 for p, s in zip(pg, sq)],
+            "PostgreSQL import s": [c["import_s"] for c in pg],
+            "PostgreSQL import / SQLite's": [p["import_s"] / s["import_s"] for p, s in zip(pg, sq)],
+            "PostgreSQL whole campaign s": [whole_s(c) for c in pg],
+        })
+    return {
+        "rounds": len(rounds), "sqlite": merged(sq), "pg": merged(pg),
+        "smtp_source_msg_per_s": statistics.median(src),
+        "message_bytes": rounds[0].get("message_bytes"), "spread": spread,
+    }
 
 
 def set_bin(path):
@@ -442,8 +513,6 @@ def network(args):
 
 
 def campaign_with_reference(env, tmp, args, sink_port, results):
-    csv = os.path.join(tmp, "bench.csv")
-    write_csv(csv, args.n)
     r = campaign(env, tmp, args.n, "bench", args.workers, args.concurrency,
                  f"smtp://127.0.0.1:{sink_port}", 1800)
     size = message_size(env, "bench")
@@ -476,11 +545,22 @@ def report(args, r):
         ("latency-bound (1 s/msg, 200 sessions)", f"{fmt(r.get('latency_msg_per_s'), 1)} msg/s"),
         (f"mailsplit PostgreSQL, {args.workers} workers", f"{fmt(pg.get('msg_per_s'))} msg/s, {fmt(pg.get('wall_s'), 1)} s wall; enqueue {fmt(pg.get('enqueue_s'), 2)} s; import {fmt(pg.get('import_s'), 1)} s"),
         ("  PostgreSQL / SQLite", f"{pg['msg_per_s'] / sq['msg_per_s'] * 100:.0f} %" if pg and sq else "-"),
+        ("whole campaign (import + enqueue + send)",
+         f"SQLite {fmt(sq.get('whole_s'), 1)} s, PostgreSQL {fmt(pg.get('whole_s'), 1)} s"),
     ]
     width = max(len(k) for k, _ in rows)
     print()
+    if r.get("rounds", 1) > 1:
+        print(f"each figure the median of {r['rounds']} interleaved rounds; worker RSS the highest")
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
+    spread = r.get("spread") if r.get("rounds", 1) > 1 else None
+    if spread:
+        print(f"\nmedian (min-max) over {r['rounds']} rounds:")
+        width = max(len(k) for k in spread)
+        for k, values in spread.items():
+            digits = (2 if max(values) < 10 else 1) if k.endswith((" s", "'s")) else 0
+            print(f"  {k:<{width}}  {median_spread(values, digits)}")
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True).stdout.decode().strip()
     dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"], capture_output=True).stdout.strip()
     if dirty:
@@ -498,9 +578,13 @@ def report(args, r):
                     "Rates in msg/s; RSS is peak resident memory.\n\n"
                     "| date | machine | commit | N | import s | enqueue s (jobs/s) | smtp-source | SQLite msg/s (% of smtp-source) | wall s | worker RSS MB | seed peer msg/s (x) | latency-bound msg/s | PostgreSQL msg/s (% of SQLite) |\n"
                     "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    n = fmt(args.n)
+    if spread:
+        n += f" (median of {r['rounds']}: SQLite msg/s {median_spread(spread['SQLite msg/s'])}" + (
+            f", PostgreSQL msg/s {median_spread(spread['PostgreSQL msg/s'])}" if "PostgreSQL msg/s" in spread else "") + ")"
     row = ("| {date} | {machine} | {commit} | {n} | {imp} | {enq} ({jps}) | {src} | {sq} ({ratio}) | {wall} | {rss} | {peer} ({px}) | {lat} | {pg} ({pgr}) |\n".format(
             date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
-            machine=machine, commit=commit, n=fmt(args.n),
+            machine=machine, commit=commit, n=n,
             imp=fmt(sq.get("import_s"), 1), enq=fmt(sq.get("enqueue_s"), 2), jps=fmt(sq.get("jobs_per_s")),
             src=fmt(src), sq=fmt(sq.get("msg_per_s")),
             ratio=f"{sq['msg_per_s'] / src * 100:.0f} %" if src and sq else "-",
@@ -510,6 +594,11 @@ def report(args, r):
             pg=fmt(pg.get("msg_per_s")), pgr=f"{pg['msg_per_s'] / sq['msg_per_s'] * 100:.0f} %" if pg and sq else "-"))
     insert_run_row(path, row)
     print(f"\nadded a row to the runs table of {path}")
+
+
+def median_spread(values, digits=0):
+    """median (min-max)"""
+    return f"{fmt(statistics.median(values), digits)} ({fmt(min(values), digits)}-{fmt(max(values), digits)})"
 
 
 def insert_run_row(path, row):

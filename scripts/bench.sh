@@ -7,7 +7,8 @@ set -euo pipefail
 
 usage() {
     cat <<'USAGE'
-Usage: scripts/bench.sh [--n N] [--workers W] [--concurrency C] [--skip peer,latency,pg]
+Usage: scripts/bench.sh [--n N] [--workers W] [--concurrency C] [--skip peer,latency,pg] [--repeat 3]
+                                                 # --repeat: N interleaved rounds, median and min-max
        scripts/bench.sh --network [--relay-n N] [--lan-n N] [--relay-rtt-ms 20] [--lan-rtt-ms 1]
        scripts/bench.sh --dkim-compare [--n N] [--repeat 3]   # msg/s unsigned, RSA 2048, ed25519, both;
                                                  # signing CPU per message vs openssl speed rsa2048

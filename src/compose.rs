@@ -14,6 +14,7 @@ pub mod headers;
 pub mod sample;
 pub mod source;
 pub mod tracking;
+pub mod transfer;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -494,12 +495,12 @@ fn mime(
                 .singlepart(
                     SinglePart::builder()
                         .header(ContentType::TEXT_PLAIN)
-                        .body(rendered.text),
+                        .body(transfer::text(rendered.text)),
                 )
                 .singlepart(
                     SinglePart::builder()
                         .header(ContentType::TEXT_HTML)
-                        .body(rendered.html),
+                        .body(transfer::html(rendered.html)),
                 ),
         )
         .map_err(build_err)?;

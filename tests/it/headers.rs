@@ -170,7 +170,7 @@ fn links_are_only_ever_http_or_mailto() {
     );
     assert!(header(&b, "List-Unsubscribe-Post").is_empty());
     assert!(
-        b.contains("href=3D\"https://prefs.example.test/leave?id=3Db\""),
+        b.contains("href=\"https://prefs.example.test/leave?id=b\""),
         "{b}"
     );
 
@@ -182,7 +182,7 @@ fn links_are_only_ever_http_or_mailto() {
     let e = env.ok(&["preview", "c", "--recipient", "e@example.test"]);
     assert!(!e.to_ascii_lowercase().contains("javascript"), "{e}");
     assert!(
-        e.contains("href=3D\"mailto:news@example.test?subject=3Dunsubscribe\""),
+        e.contains("href=\"mailto:news@example.test?subject=unsubscribe\""),
         "{e}"
     );
 
