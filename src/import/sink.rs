@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use super::{ImportError, Options, Rejected, Summary};
 use crate::store::import_lock::{self, ImportLock};
 use crate::store::imports::{self, Row, Run};
-use crate::store::{Conn, StoreError};
+use crate::store::{Backend, Conn, StoreError};
 
 /// Where parsed rows go: batched, written, counted.
 pub(super) struct Sink<'a> {
@@ -21,6 +21,9 @@ pub(super) struct Sink<'a> {
     pub(super) batch: Batch,
     pub(super) summary: Summary,
     on_reject: &'a mut dyn FnMut(&Rejected),
+    /// Batches were committed without waiting for the disk (see
+    /// [`imports::begin_batch`]).
+    deferred: bool,
 }
 
 impl<'a> Sink<'a> {
@@ -39,6 +42,7 @@ impl<'a> Sink<'a> {
             batch: Batch::default(),
             summary: Summary::default(),
             on_reject,
+            deferred: false,
         }
     }
 
@@ -95,14 +99,22 @@ impl<'a> Sink<'a> {
             return Ok(());
         }
         let resubscribe = self.options.resubscribe;
+        // Keep each statement well under SQLite's bound-parameter limit;
+        // PostgreSQL takes the batch as arrays, whatever its length.
+        let chunk = match self.conn.backend() {
+            Backend::Sqlite => 1_000,
+            Backend::Postgres => rows.len(),
+        };
+        let mut deferred = false;
         let written = self.conn.transaction(|conn| {
+            deferred = imports::begin_batch(conn)?;
             let mut all = Vec::new();
-            // Keep each statement well under SQLite's bound-parameter limit.
-            for chunk in rows.chunks(1_000) {
+            for chunk in rows.chunks(chunk) {
                 all.push(imports::write_batch(conn, run, chunk, resubscribe)?);
             }
             Ok::<_, StoreError>(all)
         })?;
+        self.deferred |= deferred;
         for w in written {
             self.summary.added += w.added;
             self.summary.updated += w.updated;
@@ -115,13 +127,17 @@ impl<'a> Sink<'a> {
         Ok(())
     }
 
-    /// The last batch, `--sync`'s removal, fresh planner statistics.
+    /// The last batch, `--sync`'s removal, every commit on disk, fresh
+    /// planner statistics.
     pub(super) fn finish(mut self) -> Result<Summary, ImportError> {
         self.flush()?;
         if self.options.sync {
             let run = self.run()?;
             self.refuse_emptying(run)?;
             self.summary.removed = imports::sweep(self.conn, run)?;
+        }
+        if self.deferred {
+            imports::make_durable(self.conn)?;
         }
         // The tables may have grown by orders of magnitude: let the planner
         // know before enqueue pages through them.

@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Nullable};
+use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text};
 use diesel::upsert::excluded;
 use serde_json::{Map, Value};
 
@@ -50,6 +50,44 @@ pub fn begin(conn: &mut Conn, name: &str) -> Result<Run> {
             generation,
         })
     })
+}
+
+/// Ready the caller's transaction for one batch (PostgreSQL; SQLite has
+/// nothing to change). Returns whether its commit will be deferred, so
+/// that [`make_durable`] must follow before the import reports done.
+///
+/// - `plan_cache_mode = auto`: every new membership fires two foreign-key
+///   checks, each a saved plan; under the connections' `force_custom_plan`
+///   (see `store::plans`) each check was planned afresh, and those checks
+///   were two thirds of the membership insert's time.
+/// - `synchronous_commit = off`: the batch's commit returns without
+///   waiting for the disk, an fsync less per batch. The import is not done
+///   until [`make_durable`] has flushed them all; a server crash before
+///   that loses the last batches of an import that never reported success,
+///   and running it again writes them.
+pub fn begin_batch(conn: &mut Conn) -> Result<bool> {
+    match conn.backend() {
+        super::Backend::Postgres => {
+            conn.execute_batch(
+                "SET LOCAL plan_cache_mode = auto; SET LOCAL synchronous_commit = off",
+            )?;
+            Ok(true)
+        }
+        super::Backend::Sqlite => Ok(false),
+    }
+}
+
+/// Return once every batch committed after [`begin_batch`] is on disk: a
+/// transaction with an id, committed synchronously, waits for the log to
+/// be flushed up to its commit record, and the log is flushed in order,
+/// so the deferred commits before it are flushed too.
+pub fn make_durable(conn: &mut Conn) -> Result<()> {
+    match conn.backend() {
+        super::Backend::Postgres => conn.execute_batch(
+            "BEGIN; SET LOCAL synchronous_commit = on; SELECT txid_current(); COMMIT",
+        ),
+        super::Backend::Sqlite => Ok(()),
+    }
 }
 
 /// One validated row: only what its source has.
@@ -106,38 +144,14 @@ type Found = (
     Option<i64>,
 );
 
-/// Write one batch (no key twice; at most 1,000 rows, for SQLite's
+/// Write one batch (no key twice; at most 1,000 rows on SQLite, for its
 /// parameter limit) in the caller's transaction.
 pub fn write_batch(conn: &mut Conn, run: Run, rows: &[Row], resubscribe: bool) -> Result<Written> {
     let keys: Vec<&str> = rows.iter().map(|r| r.email_key.as_str()).collect();
-    let query = r::table.filter(r::email_key.eq_any(&keys)).select((
-        r::id,
-        r::email_key,
-        r::name,
-        r::attributes,
-        r::status,
-        r::status_reason,
-        r::status_at,
-    ));
-    // PostgreSQL: lock the rows, so an unsubscribe arriving meanwhile
-    // waits for this batch and is never overwritten. SQLite's write lock
-    // is the transaction's already.
-    let found: Vec<Found> = match conn.inner_mut() {
-        InnerMut::Sqlite(c) => query.load(c)?,
-        InnerMut::Pg(c) => query.for_update().load(c)?,
+    let (found, marks) = match conn.inner_mut() {
+        InnerMut::Sqlite(c) => find_sqlite(c, run, &keys)?,
+        InnerMut::Pg(c) => find_pg(c, run, &keys)?,
     };
-    let ids: Vec<i64> = found.iter().map(|f| f.0).collect();
-    let marks: HashMap<i64, Option<i64>> = on!(conn, |c| m::table
-        .filter(m::list_id.eq(run.list_id))
-        .filter(m::recipient_id.eq_any(&ids))
-        .select((m::recipient_id, m::import_gen))
-        .load::<(i64, Option<i64>)>(c))?
-    .into_iter()
-    .collect();
-    let found: HashMap<String, Found> = found
-        .into_iter()
-        .filter_map(|f| Some((f.1.clone()?, f)))
-        .collect();
     let now = now_ms();
     let mut done = Written::default();
     let mut writes = Vec::new();
@@ -164,9 +178,132 @@ pub fn write_batch(conn: &mut Conn, run: Run, rows: &[Row], resubscribe: bool) -
         writes.extend(write);
         marked.push(row.email_key.as_str());
     }
-    upsert(conn, &writes)?;
-    mark_members(conn, run, &marked)?;
+    match conn.inner_mut() {
+        InnerMut::Sqlite(c) => {
+            upsert_sqlite(c, &writes)?;
+            mark_members_sqlite(c, run, &marked)?;
+        }
+        InnerMut::Pg(c) => {
+            // Members by id: the ids of the recipients found, and those the
+            // upsert returns for the rows that were not (new recipients).
+            let mut ids: Vec<i64> = marked
+                .iter()
+                .filter_map(|k| found.get(*k).map(|f| f.0))
+                .collect();
+            ids.extend(
+                upsert_pg(c, &writes)?
+                    .into_iter()
+                    .filter(|(key, _)| !found.contains_key(key))
+                    .map(|(_, id)| id),
+            );
+            mark_members_pg(c, run, &ids)?;
+        }
+    }
     Ok(done)
+}
+
+/// The batch's recipients on file, by key, and the list's marks on those
+/// that are members (recipient id → the generation that last wrote it).
+type FoundMarks = (HashMap<String, Found>, HashMap<i64, Option<i64>>);
+
+/// [`FoundMarks`] on SQLite: two indexed reads, in process.
+fn find_sqlite(c: &mut diesel::SqliteConnection, run: Run, keys: &[&str]) -> Result<FoundMarks> {
+    let found: Vec<Found> = r::table
+        .filter(r::email_key.eq_any(keys))
+        .select((
+            r::id,
+            r::email_key,
+            r::name,
+            r::attributes,
+            r::status,
+            r::status_reason,
+            r::status_at,
+        ))
+        .load(c)?;
+    let ids: Vec<i64> = found.iter().map(|f| f.0).collect();
+    let marks = m::table
+        .filter(m::list_id.eq(run.list_id))
+        .filter(m::recipient_id.eq_any(&ids))
+        .select((m::recipient_id, m::import_gen))
+        .load::<(i64, Option<i64>)>(c)?
+        .into_iter()
+        .collect();
+    let found = found
+        .into_iter()
+        .filter_map(|f| Some((f.1.clone()?, f)))
+        .collect();
+    Ok((found, marks))
+}
+
+/// A row of [`find_pg`].
+#[derive(QueryableByName)]
+struct FoundPg {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Text)]
+    email_key: String,
+    #[diesel(sql_type = Text)]
+    name: String,
+    #[diesel(sql_type = Text)]
+    attributes: String,
+    #[diesel(sql_type = Text)]
+    status: RecipientStatus,
+    #[diesel(sql_type = Nullable<Text>)]
+    status_reason: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    status_at: Option<i64>,
+    #[diesel(sql_type = Bool)]
+    member: bool,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    import_gen: Option<i64>,
+}
+
+/// [`FoundMarks`] on PostgreSQL, in one statement, the recipients locked
+/// (an unsubscribe arriving meanwhile waits for this batch and is never
+/// overwritten; SQLite's write lock is the transaction's already).
+///
+/// Each key is looked up on its own (`LATERAL`), which can only be an
+/// index probe of `recipients_mailbox`: an import into an empty database
+/// grows `recipients` from nothing, and with no statistics yet (autovacuum
+/// may be off, and is slow anyway) PostgreSQL planned `email_key = ANY(…)`,
+/// and a join with the keys, as a scan of the whole table, every batch: the
+/// import grew quadratic (BENCHMARKS.md, "Import into PostgreSQL").
+fn find_pg(c: &mut diesel::PgConnection, run: Run, keys: &[&str]) -> Result<FoundMarks> {
+    // In key order: two imports of different lists that share recipients
+    // lock them in the same order, and so never deadlock.
+    let mut keys = keys.to_vec();
+    keys.sort_unstable();
+    let rows: Vec<FoundPg> = diesel::sql_query(
+        "SELECT r.id, r.email_key, r.name, r.attributes, r.status, r.status_reason, \
+           r.status_at, m.recipient_id IS NOT NULL AS member, m.import_gen \
+         FROM unnest($1::text[]) AS k(key) \
+         CROSS JOIN LATERAL (SELECT id, email_key, name, attributes, status, status_reason, \
+             status_at FROM recipients WHERE email_key = k.key FOR UPDATE) r \
+         LEFT JOIN LATERAL (SELECT recipient_id, import_gen FROM list_members \
+             WHERE list_id = $2 AND recipient_id = r.id) m ON true",
+    )
+    .bind::<Array<Text>, _>(&keys)
+    .bind::<BigInt, _>(run.list_id)
+    .load(c)?;
+    let mut found = HashMap::with_capacity(rows.len());
+    let mut marks = HashMap::with_capacity(rows.len());
+    for f in rows {
+        if f.member {
+            marks.insert(f.id, f.import_gen);
+        }
+        let key = f.email_key.clone();
+        let row = (
+            f.id,
+            Some(f.email_key),
+            f.name,
+            f.attributes,
+            f.status,
+            f.status_reason,
+            f.status_at,
+        );
+        found.insert(key, row);
+    }
+    Ok((found, marks))
 }
 
 /// A recipient nobody had on file.
@@ -246,27 +383,15 @@ fn merged(mut attributes: Map<String, Value>, changes: &Map<String, Value>) -> M
 }
 
 /// Insert or update the rows; an existing recipient keeps the spelling it
-/// was first imported with.
-fn upsert(conn: &mut Conn, rows: &[Write]) -> Result<()> {
+/// was first imported with. diesel cannot batch an upsert on SQLite, nor
+/// cache one: row by row, each row's statement was parsed and planned anew
+/// (two thirds of a 1M import's CPU in SQLite's parser and code
+/// generator). The batch goes as one JSON array of rows instead, unpacked
+/// by `json_each` in array order (so ids follow the file's order).
+fn upsert_sqlite(c: &mut diesel::SqliteConnection, rows: &[Write]) -> Result<()> {
     if rows.is_empty() {
         return Ok(());
     }
-    // diesel cannot batch an upsert on SQLite, nor cache one: row by row,
-    // each row's statement was parsed and planned anew (two thirds of a 1M
-    // import's CPU in SQLite's parser and code generator). SQLite gets the
-    // batch as one JSON array instead, PostgreSQL as eight arrays
-    // (`unnest`): one statement a batch, its text the same whatever the
-    // batch.
-    match conn.inner_mut() {
-        InnerMut::Sqlite(c) => upsert_sqlite(c, rows)?,
-        InnerMut::Pg(c) => upsert_pg(c, rows)?,
-    }
-    Ok(())
-}
-
-/// [`upsert`] on SQLite: the batch as one JSON array of rows, unpacked by
-/// `json_each` in array order (so ids follow the file's order, as before).
-fn upsert_sqlite(c: &mut diesel::SqliteConnection, rows: &[Write]) -> Result<()> {
     let batch: Vec<_> = rows
         .iter()
         .map(|w| {
@@ -301,11 +426,24 @@ fn upsert_sqlite(c: &mut diesel::SqliteConnection, rows: &[Write]) -> Result<()>
     Ok(())
 }
 
-/// [`upsert`] on PostgreSQL: the batch as arrays, one per column.
-fn upsert_pg(c: &mut diesel::PgConnection, rows: &[Write]) -> Result<()> {
-    use diesel::sql_types::{Array, Text};
+/// A row [`upsert_pg`] wrote.
+#[derive(QueryableByName)]
+struct Upserted {
+    #[diesel(sql_type = Text)]
+    email_key: String,
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+}
+
+/// [`upsert_sqlite`] on PostgreSQL: one statement of eight arrays
+/// (`unnest`), the same text whatever the batch, instead of eight
+/// parameters a row. Returns each row's key and recipient id.
+fn upsert_pg(c: &mut diesel::PgConnection, rows: &[Write]) -> Result<Vec<(String, i64)>> {
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
     let column = |f: fn(&Write) -> String| rows.iter().map(f).collect::<Vec<String>>();
-    diesel::sql_query(
+    let written = diesel::sql_query(
         "INSERT INTO recipients (email, email_key, name, attributes, status, \
            status_reason, status_at, updated_at) \
          SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
@@ -313,7 +451,8 @@ fn upsert_pg(c: &mut diesel::PgConnection, rows: &[Write]) -> Result<()> {
          ON CONFLICT (email_key) DO UPDATE SET name = excluded.name, \
            attributes = excluded.attributes, status = excluded.status, \
            status_reason = excluded.status_reason, status_at = excluded.status_at, \
-           updated_at = excluded.updated_at",
+           updated_at = excluded.updated_at \
+         RETURNING email_key, id",
     )
     .bind::<Array<Text>, _>(column(|w| w.email.clone()))
     .bind::<Array<Text>, _>(column(|w| w.email_key.clone()))
@@ -327,17 +466,17 @@ fn upsert_pg(c: &mut diesel::PgConnection, rows: &[Write]) -> Result<()> {
     )
     .bind::<Array<Nullable<BigInt>>, _>(rows.iter().map(|w| w.status_at).collect::<Vec<_>>())
     .bind::<Array<BigInt>, _>(rows.iter().map(|w| w.updated_at).collect::<Vec<_>>())
-    .execute(c)?;
-    Ok(())
+    .load::<Upserted>(c)?;
+    Ok(written.into_iter().map(|u| (u.email_key, u.id)).collect())
 }
 
 /// Make the recipients members of the run's list, marked with its
 /// generation.
-fn mark_members(conn: &mut Conn, run: Run, keys: &[&str]) -> Result<()> {
+fn mark_members_sqlite(c: &mut diesel::SqliteConnection, run: Run, keys: &[&str]) -> Result<()> {
     if keys.is_empty() {
         return Ok(());
     }
-    on!(conn, |c| diesel::insert_into(m::table)
+    diesel::insert_into(m::table)
         .values(r::table.filter(r::email_key.eq_any(keys)).select((
             run.list_id.into_sql::<BigInt>(),
             r::id,
@@ -347,7 +486,25 @@ fn mark_members(conn: &mut Conn, run: Run, keys: &[&str]) -> Result<()> {
         .on_conflict((m::list_id, m::recipient_id))
         .do_update()
         .set(m::import_gen.eq(excluded(m::import_gen)))
-        .execute(c))?;
+        .execute(c)?;
+    Ok(())
+}
+
+/// [`mark_members_sqlite`] on PostgreSQL, by recipient id (no second
+/// lookup of the keys), one array.
+fn mark_members_pg(c: &mut diesel::PgConnection, run: Run, ids: &[i64]) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    diesel::sql_query(
+        "INSERT INTO list_members (list_id, recipient_id, import_gen) \
+         SELECT $1, id, $2 FROM unnest($3::bigint[]) AS k(id) \
+         ON CONFLICT (list_id, recipient_id) DO UPDATE SET import_gen = excluded.import_gen",
+    )
+    .bind::<BigInt, _>(run.list_id)
+    .bind::<BigInt, _>(run.generation)
+    .bind::<Array<BigInt>, _>(ids)
+    .execute(c)?;
     Ok(())
 }
 
