@@ -191,6 +191,55 @@ fn import_counts_duplicates(kind: Kind) {
     );
 }
 
+/// One import whose batches mix every kind of row: new recipients, members
+/// it changes, members it leaves as they are, and recipients of another
+/// list who join this one (not new recipients: their rows are reused).
+/// Every row it names ends up a member, each counted once.
+fn import_mixes_new_and_known_recipients(kind: Kind) {
+    let env = env(kind);
+    let mut shop = String::from("email,name\n");
+    let mut club = String::from("email,name\n");
+    for i in 0..3_000 {
+        match i % 3 {
+            0 => shop.push_str(&format!("s{i}@example.test,S{i}\n")),
+            1 => club.push_str(&format!("c{i}@example.test,C{i}\n")),
+            _ => {}
+        }
+    }
+    import(&env, &csv(&env, "shop.csv", &shop), "shop", &[]);
+    import(&env, &csv(&env, "club.csv", &club), "club", &[]);
+    // Lines in source order across two batches: every third row a shop
+    // member (renamed when i % 2 == 0), a club member, or nobody yet.
+    let mut text = String::from("email,name\n");
+    let mut wanted = Vec::new();
+    for i in 0..3_000 {
+        let (email, name) = match i % 3 {
+            0 if i % 2 == 0 => (format!("s{i}@example.test"), format!("Renamed {i}")),
+            0 => (format!("s{i}@example.test"), format!("S{i}")),
+            1 => (format!("c{i}@example.test"), format!("C{i}")),
+            _ => (format!("n{i}@example.test"), format!("N{i}")),
+        };
+        text.push_str(&format!("{email},{name}\n"));
+        wanted.push(email);
+    }
+    let out = import(&env, &csv(&env, "mixed.csv", &text), "shop", &[]);
+    // 1,000 each; of the shop members, i % 3 == 0 and even: 500 renamed.
+    assert!(
+        out.contains("added 2000 / updated 500 / unchanged 500 / skipped 0 / duplicates 0"),
+        "{out}"
+    );
+    wanted.sort();
+    assert_eq!(members(&env, "shop"), wanted);
+    assert_eq!(members(&env, "club").len(), 1_000);
+    assert_eq!(recipient(&env, "s0@example.test").name, "Renamed 0");
+    assert_eq!(recipient(&env, "s3@example.test").name, "S3");
+    // The club's recipients joined the shop under their existing rows.
+    let shop_ids = member_ids(&env, "shop");
+    assert!(member_ids(&env, "club")
+        .iter()
+        .all(|id| shop_ids.contains(id)));
+}
+
 // ------------------------------------------------------------ --sync
 
 pub(crate) fn members(env: &Env, list: &str) -> Vec<String> {
@@ -606,4 +655,5 @@ both!(
     import_never_resubscribes,
     import_changes_only_its_columns,
     import_counts_duplicates,
+    import_mixes_new_and_known_recipients,
 );
