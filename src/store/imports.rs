@@ -83,9 +83,9 @@ pub fn begin_batch(conn: &mut Conn) -> Result<bool> {
 /// so the deferred commits before it are flushed too.
 pub fn make_durable(conn: &mut Conn) -> Result<()> {
     match conn.backend() {
-        super::Backend::Postgres => conn.execute_batch(
-            "BEGIN; SET LOCAL synchronous_commit = on; SELECT txid_current(); COMMIT",
-        ),
+        super::Backend::Postgres => {
+            conn.execute_atomic("SET LOCAL synchronous_commit = on; SELECT txid_current()")
+        }
         super::Backend::Sqlite => Ok(()),
     }
 }
