@@ -187,18 +187,77 @@ pub fn import_sql(
     }
     let mut sink = Sink::new(conn, list, options, &mut on_reject);
     sink.lock(on_wait)?;
-    let mut n = 0u64;
-    source.rows(|row| {
-        n += 1;
-        sink.row(n, sql_row(row))?;
-        if sink.batch.rows.len() >= BATCH_ROWS {
-            sink.flush()?;
-            on_progress(sink.summary.read);
+    // The source is read on a thread of its own, a few pages ahead, so its
+    // round trips and the parsing of its rows overlap the writes (1M rows
+    // from PostgreSQL into SQLite: BENCHMARKS.md, import compare); the
+    // channel bounds what is read ahead.
+    std::thread::scope(|scope| {
+        let (pages, ahead) = std::sync::mpsc::sync_channel::<Vec<Map<String, Value>>>(READ_AHEAD);
+        let reader = scope.spawn(move || {
+            let mut page = Vec::with_capacity(READ_PAGE);
+            source.rows(|row| {
+                page.push(row);
+                if page.len() == READ_PAGE {
+                    let full = std::mem::replace(&mut page, Vec::with_capacity(READ_PAGE));
+                    pages.send(full).map_err(|_| Reading::Stopped)?;
+                }
+                Ok::<_, Reading>(())
+            })?;
+            pages.send(page).map_err(|_| Reading::Stopped)
+        });
+        let written = write_pages(&mut sink, ahead, &mut on_progress);
+        // The reader stops at its next page once `ahead` is dropped.
+        let read = reader.join().unwrap_or_else(|_| {
+            Err(Reading::Source(SourceError::Fetch(
+                "the source reader panicked".into(),
+            )))
+        });
+        written?;
+        match read {
+            Ok(()) | Err(Reading::Stopped) => Ok(()),
+            Err(Reading::Source(e)) => Err(ImportError::Source(e)),
         }
-        Ok::<_, ImportError>(())
     })?;
     on_progress(sink.summary.read);
     sink.finish()
+}
+
+/// Source rows read ahead, at most this many pages of [`READ_PAGE`].
+const READ_AHEAD: usize = 4;
+const READ_PAGE: usize = 500;
+
+/// Why the source reader stopped early.
+enum Reading {
+    Source(SourceError),
+    /// The writer is gone (it failed): nothing more to read for.
+    Stopped,
+}
+
+impl From<SourceError> for Reading {
+    fn from(e: SourceError) -> Self {
+        Reading::Source(e)
+    }
+}
+
+/// Write the pages the source reader sends until it is done or a write
+/// fails (which drops `pages`, and so stops the reader).
+fn write_pages(
+    sink: &mut Sink,
+    pages: std::sync::mpsc::Receiver<Vec<Map<String, Value>>>,
+    on_progress: &mut impl FnMut(u64),
+) -> Result<(), ImportError> {
+    let mut n = 0u64;
+    for page in pages {
+        for row in page {
+            n += 1;
+            sink.row(n, sql_row(row))?;
+            if sink.batch.rows.len() >= BATCH_ROWS {
+                sink.flush()?;
+                on_progress(sink.summary.read);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// One source row (a JSON object from the source database) as a row to

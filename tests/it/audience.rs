@@ -647,6 +647,35 @@ fn from_sql_login_failure_hides_the_password() {
     );
 }
 
+/// A source that fails part way (PostgreSQL raises at row 2,500, on the
+/// third page the reader fetches, while the writer holds the first pages):
+/// exit 1 naming the source's error, no hang, and the rows of the batch
+/// written before it (2,000) kept; a rerun of a fixed query completes it.
+#[test]
+fn a_source_failing_part_way_stops_the_import() {
+    let env = env(Kind::Sqlite);
+    let db = TestDb::new(Kind::Postgres);
+    let rows = "FROM generate_series(1, 5000) n";
+    let query = format!("SELECT 'u' || n || '@example.test' AS email, 1 / (n - 2500) AS x {rows}");
+    let out = from_sql(&env, &db.url, &query, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("reading the source failed")
+            && stderr(&out).contains("division by zero"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(members(&env, "shop").len(), 2000);
+    let fixed = format!("SELECT 'u' || n || '@example.test' AS email {rows}");
+    let out = from_sql(&env, &db.url, &fixed, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("added 3000 / updated 0 / unchanged 2000"),
+        "{}",
+        stdout(&out)
+    );
+}
+
 both!(
     import_from_sql,
     optouts_lists_everyone_who_left,
