@@ -33,18 +33,24 @@ pub const MAX_LINE: usize = 998;
 /// when at most a third of it needs escaping, as lettre would choose (with
 /// the same encoder), without lettre's scans; else lettre's base64.
 pub fn text(text: String) -> Body {
-    if let Some(crlf) = seven_bit(text.as_bytes()) {
-        return Body::dangerous_pre_encoded(crlf, ContentTransferEncoding::SevenBit);
+    let bytes = text.as_bytes();
+    if bytes.is_ascii() && memchr::memchr(0, bytes).is_none() {
+        if let Some(crlf) = crlf(bytes, MAX_LINE) {
+            return Body::dangerous_pre_encoded(crlf, ContentTransferEncoding::SevenBit);
+        }
     }
-    let crlf = crlf_string(&text);
+    let Some(crlf) = crlf(bytes, usize::MAX) else {
+        return Body::new(text);
+    };
     let escaped = crlf
-        .bytes()
+        .iter()
         .filter(|b| !matches!(b, b'\t' | b' '..=b'~'))
         .count();
     if escaped <= crlf.len() / 3 {
-        let encoded = quoted_printable::encode(crlf.as_bytes());
+        let encoded = quoted_printable::encode(&crlf);
         Body::dangerous_pre_encoded(encoded, ContentTransferEncoding::QuotedPrintable)
     } else {
+        // Bytes, not a string: lettre leaves their line ends alone.
         Body::new(crlf)
     }
 }
@@ -60,45 +66,26 @@ pub fn html(html: String) -> Body {
     }
 }
 
-/// `text` with every line end (`\n`, `\r\n` or a lone `\r`) made CRLF,
-/// or `None` when it cannot go out as `7bit`: non-ASCII, a NUL, or a line
-/// longer than [`MAX_LINE`].
-fn seven_bit(text: &[u8]) -> Option<Vec<u8>> {
-    if !text.is_ascii() || memchr::memchr(0, text).is_some() {
-        return None;
-    }
+/// `text` with every line end (`\n`, `\r\n` or a lone `\r`) made CRLF in
+/// one pass, or `None` if a line is longer than `limit` octets.
+fn crlf(text: &[u8], limit: usize) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(text.len() + text.len() / 16 + 2);
     let mut rest = text;
     loop {
         let Some(end) = memchr::memchr2(b'\r', b'\n', rest) else {
-            return (rest.len() <= MAX_LINE).then(|| {
+            return (rest.len() <= limit).then(|| {
                 out.extend_from_slice(rest);
                 out
             });
         };
-        if end > MAX_LINE {
+        if end > limit {
             return None;
         }
         out.extend_from_slice(&rest[..end]);
         out.extend_from_slice(b"\r\n");
-        let crlf = rest[end] == b'\r' && rest.get(end + 1) == Some(&b'\n');
-        rest = &rest[end + if crlf { 2 } else { 1 }..];
+        let pair = rest[end] == b'\r' && rest.get(end + 1) == Some(&b'\n');
+        rest = &rest[end + if pair { 2 } else { 1 }..];
     }
-}
-
-/// `text` with every line end made CRLF, so that lettre finds none left
-/// to fix (its own fix inserts one `\r` at a time).
-fn crlf_string(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + text.len() / 16 + 2);
-    let mut rest = text;
-    while let Some(end) = memchr::memchr2(b'\r', b'\n', rest.as_bytes()) {
-        out.push_str(&rest[..end]);
-        out.push_str("\r\n");
-        let crlf = rest.as_bytes()[end] == b'\r' && rest.as_bytes().get(end + 1) == Some(&b'\n');
-        rest = &rest[end + if crlf { 2 } else { 1 }..];
-    }
-    out.push_str(rest);
-    out
 }
 
 /// `html` with every non-ASCII character written as a numeric character
@@ -227,7 +214,7 @@ mod tests {
             encoded("Viele Grüße aus Berlin\n").0,
             ContentTransferEncoding::QuotedPrintable
         );
-        assert_eq!(seven_bit(b"a\0b"), None);
+        assert_ne!(encoded("a\0b").0, ContentTransferEncoding::SevenBit);
         assert_eq!(encoded("").0, ContentTransferEncoding::SevenBit);
     }
 
