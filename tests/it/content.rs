@@ -451,3 +451,54 @@ mod test_send {
     use super::*;
     both!(test_send_reaches_the_relay_and_leaves_the_ledger);
 }
+
+/// The parts' transfer encoding (`src/compose/transfer.rs`): inlined CSS
+/// makes lines longer than 76 octets and css-inline writes `&euro;` back
+/// as `€`, so lettre would quoted-print every HTML part. The HTML part goes
+/// out `7bit`, its non-ASCII as character references, its lines within
+/// 998 octets; the non-ASCII text part stays quoted-printable; a reader
+/// sees the same characters in both.
+#[test]
+fn html_parts_go_out_7bit_with_the_same_characters() {
+    let env = Env::new(Kind::Sqlite, "127.0.0.1:1");
+    import(&env, "news", "email,name\nzoe@example.test,Zoë\n");
+    let long = "x".repeat(300);
+    let page = file(
+        &env,
+        "page.html",
+        &format!(
+            "<html><head><style>p {{ color: #333; font-family: Georgia, serif }}</style></head>\
+             <body><p title=\"Grüße\">Hello {{{{ name }}}}, &euro; 49 — {long}</p></body></html>\n"
+        ),
+    );
+    let text = file(&env, "page.txt", "Hello {{ name }}, € 49\n");
+    let out = create(&env, "euro", &["--html", &page, "--text", &text], "Prices");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let raw = env.ok(&["preview", "euro"]);
+    let html_part = raw
+        .split("Content-Type: text/html")
+        .nth(1)
+        .expect("an HTML part");
+    assert!(
+        html_part.contains("Content-Transfer-Encoding: 7bit"),
+        "{html_part}"
+    );
+    assert!(
+        html_part.contains("Zo&#235;") && html_part.contains("&#8364; 49 &#8212;"),
+        "{html_part}"
+    );
+    assert!(raw.is_ascii());
+    assert!(raw.lines().all(|l| l.len() <= 998));
+    let text_part = raw.split("Content-Type: text/plain").nth(1).unwrap();
+    assert!(
+        text_part.contains("Content-Transfer-Encoding: quoted-printable"),
+        "{text_part}"
+    );
+    let p = parts(&raw);
+    assert!(p.text.contains("Hello Zoë, € 49"), "{}", p.text);
+    assert!(
+        p.html.contains(&long) && p.html.contains("Gr&#252;&#223;e"),
+        "{}",
+        p.html
+    );
+}
