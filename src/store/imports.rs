@@ -409,13 +409,17 @@ fn upsert_sqlite(c: &mut diesel::SqliteConnection, rows: &[Write]) -> Result<()>
         .collect();
     let json = serde_json::to_string(&batch)
         .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
-    // `WHERE true`: SQLite's grammar needs it between an INSERT's SELECT
-    // and its ON CONFLICT.
+    // `json_extract`, not `->>`, which needs SQLite 3.38 (Debian 11 has
+    // 3.34). `WHERE true`: SQLite's grammar needs it between an INSERT's
+    // SELECT and its ON CONFLICT.
     diesel::sql_query(
         "INSERT INTO recipients (email, email_key, name, attributes, status, \
            status_reason, status_at, updated_at) \
-         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, \
-           value ->> 5, value ->> 6, value ->> 7 FROM json_each(?) WHERE true \
+         SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), \
+           json_extract(value, '$[2]'), json_extract(value, '$[3]'), \
+           json_extract(value, '$[4]'), json_extract(value, '$[5]'), \
+           json_extract(value, '$[6]'), json_extract(value, '$[7]') \
+         FROM json_each(?) WHERE true \
          ON CONFLICT (email_key) DO UPDATE SET name = excluded.name, \
            attributes = excluded.attributes, status = excluded.status, \
            status_reason = excluded.status_reason, status_at = excluded.status_at, \
