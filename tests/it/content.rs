@@ -56,23 +56,6 @@ fn send_all(env: &Env, peer: &ScriptedSmtp, name: &str, n: i64) -> Vec<(String, 
     got
 }
 
-struct Parts {
-    subject: String,
-    html: String,
-    text: String,
-}
-
-fn parts(message: &str) -> Parts {
-    let m = mail_parser::MessageParser::default()
-        .parse(message.as_bytes())
-        .unwrap();
-    Parts {
-        subject: m.subject().unwrap_or_default().to_string(),
-        html: m.body_html(0).map(|h| h.to_string()).unwrap_or_default(),
-        text: m.body_text(0).map(|t| t.to_string()).unwrap_or_default(),
-    }
-}
-
 const PAGE: &str = "<html><head><style>p.city { color: #c00 }</style></head><body>\n\
 <p>Hello {{ name | default(\"friend\") }},</p>\n\
 <p class=\"city\">News from {{ attributes.city }}{% if not attributes.city %}everywhere{% endif %}.</p>\n\

@@ -45,10 +45,7 @@ fn create(env: &Env, name: &str) {
 }
 
 fn subject(message: &str) -> String {
-    mail_parser::MessageParser::default()
-        .parse(message.as_bytes())
-        .and_then(|m| m.subject().map(str::to_string))
-        .unwrap_or_default()
+    parts(message).subject
 }
 
 /// `deliveries.content_version` of the campaign's sent rows, by address.

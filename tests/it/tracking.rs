@@ -74,11 +74,10 @@ struct Got {
 }
 
 fn parse(raw: &str) -> Got {
-    let m = mail_parser::MessageParser::default()
-        .parse(raw.as_bytes())
-        .unwrap();
-    let html = m.body_html(0).unwrap().replace("&#x2f;", "/");
-    let text = m.body_text(0).unwrap().to_string();
+    let p = parts(raw);
+    assert!(!p.html.is_empty() && !p.text.is_empty(), "{raw}");
+    let html = p.html.replace("&#x2f;", "/");
+    let text = p.text;
     let link = header(raw, "List-Unsubscribe");
     Got {
         html,

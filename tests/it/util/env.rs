@@ -240,6 +240,25 @@ pub fn header(message: &str, name: &str) -> Vec<String> {
         .collect()
 }
 
+/// A message's subject and its HTML and text parts, transfer-decoded by
+/// mail-parser (empty where the message has no such part).
+pub struct Parts {
+    pub subject: String,
+    pub html: String,
+    pub text: String,
+}
+
+pub fn parts(message: &str) -> Parts {
+    let m = mail_parser::MessageParser::default()
+        .parse(message.as_bytes())
+        .expect("a MIME message");
+    Parts {
+        subject: m.subject().unwrap_or_default().to_string(),
+        html: m.body_html(0).map(|h| h.to_string()).unwrap_or_default(),
+        text: m.body_text(0).map(|t| t.to_string()).unwrap_or_default(),
+    }
+}
+
 /// Stop a worker started by [`Env::worker`] with SIGTERM, insist on a
 /// clean exit, and return what it logged.
 pub fn stop_worker(mut w: Proc) -> String {
