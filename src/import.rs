@@ -19,6 +19,7 @@ use crate::store::recipients::RecipientStatus;
 use crate::store::{Conn, StoreError};
 
 mod sink;
+mod writers;
 use sink::Sink;
 
 /// Rows written per transaction.
@@ -312,6 +313,7 @@ fn sql_row(map: Map<String, Value>) -> Result<Row, String> {
         name,
         attributes,
         status,
+        new_id: None,
     })
 }
 
@@ -496,6 +498,7 @@ fn parse_row(record: &csv::ByteRecord, columns: &Columns) -> Result<Row, String>
         name: name.map(str::to_string),
         attributes,
         status,
+        new_id: None,
     })
 }
 

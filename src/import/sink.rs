@@ -4,9 +4,10 @@
 
 use std::collections::HashMap;
 
+use super::writers::Writers;
 use super::{ImportError, Options, Rejected, Summary};
 use crate::store::import_lock::{self, ImportLock};
-use crate::store::imports::{self, Row, Run};
+use crate::store::imports::{self, Row, Run, Written};
 use crate::store::{Backend, Conn, StoreError};
 
 /// Where parsed rows go: batched, written, counted.
@@ -24,6 +25,8 @@ pub(super) struct Sink<'a> {
     /// Batches were committed without waiting for the disk (see
     /// [`imports::begin_batch`]).
     deferred: bool,
+    /// PostgreSQL: the connections the batches are written on.
+    writers: Option<Writers>,
 }
 
 impl<'a> Sink<'a> {
@@ -43,6 +46,7 @@ impl<'a> Sink<'a> {
             summary: Summary::default(),
             on_reject,
             deferred: false,
+            writers: None,
         }
     }
 
@@ -99,38 +103,59 @@ impl<'a> Sink<'a> {
             return Ok(());
         }
         let resubscribe = self.options.resubscribe;
-        // Keep each statement well under SQLite's bound-parameter limit;
-        // PostgreSQL takes the batch as arrays, whatever its length.
-        let chunk = match self.conn.backend() {
-            Backend::Sqlite => 1_000,
-            Backend::Postgres => rows.len(),
-        };
-        let mut deferred = false;
-        let written = self.conn.transaction(|conn| {
-            deferred = imports::begin_batch(conn)?;
-            let mut all = Vec::new();
-            for chunk in rows.chunks(chunk) {
-                all.push(imports::write_batch(conn, run, chunk, resubscribe)?);
+        let written = match self.conn.backend() {
+            Backend::Postgres => {
+                if self.writers.is_none() {
+                    self.writers = Some(Writers::start(self.conn, run, resubscribe)?);
+                    self.deferred = true;
+                }
+                let mut rows = rows;
+                let ids = imports::draw_ids(self.conn, rows.len())?;
+                for (row, id) in rows.iter_mut().zip(ids) {
+                    row.new_id = Some(id);
+                }
+                match self.writers.as_mut() {
+                    Some(writers) => writers.write(rows)?,
+                    None => Vec::new(),
+                }
             }
-            Ok::<_, StoreError>(all)
-        })?;
-        self.deferred |= deferred;
+            // One statement per 1,000 rows: well under SQLite's
+            // bound-parameter limit.
+            Backend::Sqlite => self.conn.transaction(|conn| {
+                rows.chunks(1_000)
+                    .map(|chunk| imports::write_batch(conn, run, chunk, resubscribe))
+                    .collect::<Result<Vec<_>, _>>()
+            })?,
+        };
+        self.count(written);
+        Ok(())
+    }
+
+    /// Add what written batches did to the summary, and report their
+    /// duplicates in source order.
+    fn count(&mut self, written: Vec<Written>) {
+        let mut duplicates = Vec::new();
         for w in written {
             self.summary.added += w.added;
             self.summary.updated += w.updated;
             self.summary.unchanged += w.unchanged;
             self.summary.kept_unsubscribed += w.kept_unsubscribed;
-            for line in w.duplicates {
-                self.duplicate(line, None);
-            }
+            duplicates.extend(w.duplicates);
         }
-        Ok(())
+        duplicates.sort_unstable();
+        for line in duplicates {
+            self.duplicate(line, None);
+        }
     }
 
     /// The last batch, `--sync`'s removal, every commit on disk, fresh
     /// planner statistics.
     pub(super) fn finish(mut self) -> Result<Summary, ImportError> {
         self.flush()?;
+        if let Some(mut writers) = self.writers.take() {
+            let written = writers.wait()?;
+            self.count(written);
+        }
         if self.options.sync {
             let run = self.run()?;
             self.refuse_emptying(run)?;
@@ -172,6 +197,8 @@ impl Drop for Sink<'_> {
     /// An import that failed gives its lock back too (the process may go
     /// on, and so may its connection).
     fn drop(&mut self) {
+        // Writers first: none may still be writing once the lock is free.
+        self.writers.take();
         if let Some(lock) = self.lock.take() {
             // Failing here leaves the lock to the connection's end.
             let _ = import_lock::release(self.conn, lock);
@@ -179,7 +206,8 @@ impl Drop for Sink<'_> {
     }
 }
 
-/// Rows in source order (new recipients get ids in that order), each
+/// Rows in source order (new recipients get ids in that order; on
+/// PostgreSQL, in that order within each writer's share), each
 /// mailbox once: a later row for a mailbox already in the batch is a
 /// duplicate, and the first row wins.
 #[derive(Default)]

@@ -90,6 +90,33 @@ pub fn make_durable(conn: &mut Conn) -> Result<()> {
     }
 }
 
+/// `n` new ids of `recipients`, ascending (PostgreSQL): a batch's rows
+/// take them in source order, so new recipients are numbered as the
+/// source lists them however the batch is then split (see
+/// [`Row::new_id`]). The ids of rows that turn out to be known are
+/// skipped, a gap in the sequence and nothing else.
+pub fn draw_ids(conn: &mut Conn, n: usize) -> Result<Vec<i64>> {
+    #[derive(QueryableByName)]
+    struct Drawn {
+        #[diesel(sql_type = BigInt)]
+        id: i64,
+    }
+    let InnerMut::Pg(c) = conn.inner_mut() else {
+        return Ok(Vec::new());
+    };
+    let mut ids: Vec<i64> = diesel::sql_query(
+        "SELECT nextval(pg_get_serial_sequence('recipients', 'id')) AS id \
+         FROM generate_series(1, $1)",
+    )
+    .bind::<BigInt, _>(n as i64)
+    .load::<Drawn>(c)?
+    .into_iter()
+    .map(|d| d.id)
+    .collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
+
 /// One validated row: only what its source has.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
@@ -102,6 +129,10 @@ pub struct Row {
     /// Keys to set; `Value::Null` removes the key.
     pub attributes: Map<String, Value>,
     pub status: Option<RecipientStatus>,
+    /// The id this row's recipient gets if it is new; `None`: the next of
+    /// the table's sequence. PostgreSQL's import draws them in source order
+    /// ([`draw_ids`]) before a batch is split across its writers.
+    pub new_id: Option<i64>,
 }
 
 /// What one batch did.
@@ -155,11 +186,14 @@ pub fn write_batch(conn: &mut Conn, run: Run, rows: &[Row], resubscribe: bool) -
     let now = now_ms();
     let mut done = Written::default();
     let mut writes = Vec::new();
+    // Per write: the id a new recipient gets (an existing one keeps its own).
+    let mut new_ids = Vec::new();
     let mut marked = Vec::new();
     for row in rows {
         let Some(f) = found.get(&row.email_key) else {
             done.added += 1;
             writes.push(new_recipient(row, now));
+            new_ids.push(row.new_id);
             marked.push(row.email_key.as_str());
             continue;
         };
@@ -175,7 +209,10 @@ pub fn write_batch(conn: &mut Conn, run: Run, rows: &[Row], resubscribe: bool) -
             (true, true) => done.updated += 1,
             (true, false) => done.unchanged += 1,
         }
-        writes.extend(write);
+        if let Some(write) = write {
+            writes.push(write);
+            new_ids.push(None);
+        }
         marked.push(row.email_key.as_str());
     }
     match conn.inner_mut() {
@@ -191,7 +228,7 @@ pub fn write_batch(conn: &mut Conn, run: Run, rows: &[Row], resubscribe: bool) -
                 .filter_map(|k| found.get(*k).map(|f| f.0))
                 .collect();
             ids.extend(
-                upsert_pg(c, &writes)?
+                upsert_pg(c, &writes, &new_ids)?
                     .into_iter()
                     .filter(|(key, _)| !found.contains_key(key))
                     .map(|(_, id)| id),
@@ -442,16 +479,25 @@ struct Upserted {
 /// [`upsert_sqlite`] on PostgreSQL: one statement of eight arrays
 /// (`unnest`), the same text whatever the batch, instead of eight
 /// parameters a row. Returns each row's key and recipient id.
-fn upsert_pg(c: &mut diesel::PgConnection, rows: &[Write]) -> Result<Vec<(String, i64)>> {
+fn upsert_pg(
+    c: &mut diesel::PgConnection,
+    rows: &[Write],
+    new_ids: &[Option<i64>],
+) -> Result<Vec<(String, i64)>> {
     if rows.is_empty() {
         return Ok(Vec::new());
     }
     let column = |f: fn(&Write) -> String| rows.iter().map(f).collect::<Vec<String>>();
     let written = diesel::sql_query(
-        "INSERT INTO recipients (email, email_key, name, attributes, status, \
+        "INSERT INTO recipients (id, email, email_key, name, attributes, status, \
            status_reason, status_at, updated_at) \
-         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
-           $6::text[], $7::bigint[], $8::bigint[]) \
+         SELECT COALESCE(u.id, nextval(pg_get_serial_sequence('recipients', 'id'))), \
+           u.email, u.email_key, u.name, u.attributes, u.status, u.status_reason, \
+           u.status_at, u.updated_at \
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+           $6::text[], $7::bigint[], $8::bigint[], $9::bigint[]) \
+           AS u(email, email_key, name, attributes, status, status_reason, status_at, \
+             updated_at, id) \
          ON CONFLICT (email_key) DO UPDATE SET name = excluded.name, \
            attributes = excluded.attributes, status = excluded.status, \
            status_reason = excluded.status_reason, status_at = excluded.status_at, \
@@ -470,6 +516,7 @@ fn upsert_pg(c: &mut diesel::PgConnection, rows: &[Write]) -> Result<Vec<(String
     )
     .bind::<Array<Nullable<BigInt>>, _>(rows.iter().map(|w| w.status_at).collect::<Vec<_>>())
     .bind::<Array<BigInt>, _>(rows.iter().map(|w| w.updated_at).collect::<Vec<_>>())
+    .bind::<Array<Nullable<BigInt>>, _>(new_ids)
     .load::<Upserted>(c)?;
     Ok(written.into_iter().map(|u| (u.email_key, u.id)).collect())
 }

@@ -169,6 +169,9 @@ pub struct Conn {
     plans: plans::PlanMode,
     /// Who wants which webhook event (see [`outbox::subscribers`]).
     subscribers: outbox::Subscribers,
+    /// What opened it, for [`Conn::another`]; never shown (it may hold a
+    /// password).
+    url: std::sync::Arc<str>,
 }
 
 enum Inner {
@@ -390,9 +393,16 @@ impl Conn {
             depth: 0,
             plans: plans::PlanMode::default(),
             subscribers: outbox::Subscribers::default(),
+            url: url.into(),
         };
         conn.refuse_newer_schema()?;
         Ok(conn)
+    }
+
+    /// A second connection to the same database, for work split across
+    /// connections (an import's writers).
+    pub fn another(&self) -> Result<Conn> {
+        Conn::open_with(&self.url, Access::ReadWrite)
     }
 
     pub(crate) fn inner_mut(&mut self) -> InnerMut<'_> {

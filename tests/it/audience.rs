@@ -651,9 +651,10 @@ fn from_sql_login_failure_hides_the_password() {
 /// third page the reader fetches, while the writer holds the first pages):
 /// exit 1 naming the source's error, no hang, and the rows of the batch
 /// written before it (2,000) kept; a rerun of a fixed query completes it.
-#[test]
-fn a_source_failing_part_way_stops_the_import() {
-    let env = env(Kind::Sqlite);
+/// Into PostgreSQL, that batch is still with the writers when the source
+/// fails: they finish it before the import ends.
+fn a_source_failing_part_way_stops_the_import(kind: Kind) {
+    let env = env(kind);
     let db = TestDb::new(Kind::Postgres);
     let rows = "FROM generate_series(1, 5000) n";
     let query = format!("SELECT 'u' || n || '@example.test' AS email, 1 / (n - 2500) AS x {rows}");
@@ -676,7 +677,50 @@ fn a_source_failing_part_way_stops_the_import() {
     );
 }
 
+/// PostgreSQL writes each batch on two connections: one failing part way
+/// (a trigger refuses one mailbox of the second batch, so one writer fails
+/// while the other commits its share) ends the import with exit 1 naming
+/// the server's error, without a hang; the first batch is kept, and a rerun
+/// once the cause is gone completes the list with nobody twice.
+#[test]
+fn a_writer_failing_part_way_stops_the_import() {
+    let env = env(Kind::Postgres);
+    env.sql(
+        "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           IF NEW.email = 'u2500@example.test' THEN RAISE EXCEPTION 'refused by a test trigger'; \
+           END IF; RETURN NEW; END $$; \
+         CREATE TRIGGER refuse BEFORE INSERT ON recipients FOR EACH ROW EXECUTE FUNCTION refuse()",
+    );
+    let mut text = String::from("email\n");
+    for n in 1..=5_000 {
+        text.push_str(&format!("u{n}@example.test\n"));
+    }
+    let path = csv(&env, "five.csv", &text);
+    let out = env.run(&["import", path.to_str().unwrap(), "--list", "shop"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("refused by a test trigger"),
+        "{}",
+        stderr(&out)
+    );
+    let kept = members(&env, "shop").len();
+    assert!((2_000..4_000).contains(&kept), "{kept} members kept");
+    env.sql("DROP TRIGGER refuse ON recipients");
+    let out = env.run(&["import", path.to_str().unwrap(), "--list", "shop"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "added {} / updated 0 / unchanged {kept}",
+            5_000 - kept
+        )),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(members(&env, "shop").len(), 5_000);
+}
+
 both!(
+    a_source_failing_part_way_stops_the_import,
     import_from_sql,
     optouts_lists_everyone_who_left,
     lists_are_managed,
