@@ -105,19 +105,19 @@ impl<'a> Sink<'a> {
         let resubscribe = self.options.resubscribe;
         let written = match self.conn.backend() {
             Backend::Postgres => {
-                if self.writers.is_none() {
-                    self.writers = Some(Writers::start(self.conn, run, resubscribe)?);
-                    self.deferred = true;
-                }
+                let writers = match &mut self.writers {
+                    Some(writers) => writers,
+                    none => {
+                        self.deferred = true;
+                        none.insert(Writers::start(self.conn, run, resubscribe)?)
+                    }
+                };
                 let mut rows = rows;
                 let ids = imports::draw_ids(self.conn, rows.len())?;
                 for (row, id) in rows.iter_mut().zip(ids) {
                     row.new_id = Some(id);
                 }
-                match self.writers.as_mut() {
-                    Some(writers) => writers.write(rows)?,
-                    None => Vec::new(),
-                }
+                writers.write(rows)?
             }
             // One statement per 1,000 rows: well under SQLite's
             // bound-parameter limit.
@@ -206,8 +206,7 @@ impl Drop for Sink<'_> {
     }
 }
 
-/// Rows in source order (new recipients get ids in that order; on
-/// PostgreSQL, in that order within each writer's share), each
+/// Rows in source order (new recipients get ids in that order), each
 /// mailbox once: a later row for a mailbox already in the batch is a
 /// duplicate, and the first row wins.
 #[derive(Default)]

@@ -9,6 +9,8 @@
 //! in source order, so "the first row wins" holds across batches as it
 //! does on one connection, and no two writers ever touch the same
 //! recipient or membership (they cannot deadlock on each other's rows).
+//! New recipients' ids are drawn in source order before the split
+//! ([`imports::draw_ids`]), so they are numbered as on one connection.
 
 use std::hash::{Hash, Hasher};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -18,7 +20,8 @@ use crate::store::imports::{self, Row, Run, Written};
 use crate::store::{Conn, StoreError};
 
 /// Connections writing at once: one per core of the machine this was
-/// measured on (BENCHMARKS.md, "Import into PostgreSQL").
+/// measured on (BENCHMARKS.md, "Import into PostgreSQL on two
+/// connections"); the import is CPU-bound with two there.
 pub(super) const WRITERS: usize = 2;
 
 struct Writer {
