@@ -476,8 +476,9 @@ struct Upserted {
     id: i64,
 }
 
-/// [`upsert_sqlite`] on PostgreSQL: one statement of eight arrays
-/// (`unnest`), the same text whatever the batch, instead of eight
+/// [`upsert_sqlite`] on PostgreSQL: one statement of nine arrays
+/// (`unnest`: the eight columns and each new recipient's id, see
+/// [`Row::new_id`]), the same text whatever the batch, instead of nine
 /// parameters a row. Returns each row's key and recipient id.
 fn upsert_pg(
     c: &mut diesel::PgConnection,
