@@ -22,10 +22,9 @@ pub(super) struct Sink<'a> {
     pub(super) batch: Batch,
     pub(super) summary: Summary,
     on_reject: &'a mut dyn FnMut(&Rejected),
-    /// Batches were committed without waiting for the disk (see
+    /// PostgreSQL: the connections the batches are written on, each
+    /// committing without waiting for the disk (see
     /// [`imports::begin_batch`]).
-    deferred: bool,
-    /// PostgreSQL: the connections the batches are written on.
     writers: Option<Writers>,
 }
 
@@ -45,7 +44,6 @@ impl<'a> Sink<'a> {
             batch: Batch::default(),
             summary: Summary::default(),
             on_reject,
-            deferred: false,
             writers: None,
         }
     }
@@ -107,10 +105,7 @@ impl<'a> Sink<'a> {
             Backend::Postgres => {
                 let writers = match &mut self.writers {
                     Some(writers) => writers,
-                    none => {
-                        self.deferred = true;
-                        none.insert(Writers::start(self.conn, run, resubscribe)?)
-                    }
+                    none => none.insert(Writers::start(self.conn, run, resubscribe)?),
                 };
                 let mut rows = rows;
                 let ids = imports::draw_ids(self.conn, rows.len())?;
@@ -152,16 +147,22 @@ impl<'a> Sink<'a> {
     /// planner statistics.
     pub(super) fn finish(mut self) -> Result<Summary, ImportError> {
         self.flush()?;
-        if let Some(mut writers) = self.writers.take() {
-            let written = writers.wait()?;
-            self.count(written);
-        }
+        // Batches written by the writers were committed without waiting
+        // for the disk: made durable below, once the writers are closed.
+        let deferred = match self.writers.take() {
+            Some(mut writers) => {
+                let written = writers.wait()?;
+                self.count(written);
+                true
+            }
+            None => false,
+        };
         if self.options.sync {
             let run = self.run()?;
             self.refuse_emptying(run)?;
             self.summary.removed = imports::sweep(self.conn, run)?;
         }
-        if self.deferred {
+        if deferred {
             imports::make_durable(self.conn)?;
         }
         // The tables may have grown by orders of magnitude: let the planner

@@ -53,8 +53,8 @@ pub fn begin(conn: &mut Conn, name: &str) -> Result<Run> {
 }
 
 /// Ready the caller's transaction for one batch (PostgreSQL; SQLite has
-/// nothing to change). Returns whether its commit will be deferred, so
-/// that [`make_durable`] must follow before the import reports done.
+/// nothing to change). Its commit is deferred, so [`make_durable`] must
+/// follow before the import reports done.
 ///
 /// - `plan_cache_mode = auto`: every new membership fires two foreign-key
 ///   checks, each a saved plan; under the connections' `force_custom_plan`
@@ -65,15 +65,11 @@ pub fn begin(conn: &mut Conn, name: &str) -> Result<Run> {
 ///   until [`make_durable`] has flushed them all; a server crash before
 ///   that loses the last batches of an import that never reported success,
 ///   and running it again writes them.
-pub fn begin_batch(conn: &mut Conn) -> Result<bool> {
+pub fn begin_batch(conn: &mut Conn) -> Result<()> {
     match conn.backend() {
-        super::Backend::Postgres => {
-            conn.execute_batch(
-                "SET LOCAL plan_cache_mode = auto; SET LOCAL synchronous_commit = off",
-            )?;
-            Ok(true)
-        }
-        super::Backend::Sqlite => Ok(false),
+        super::Backend::Postgres => conn
+            .execute_batch("SET LOCAL plan_cache_mode = auto; SET LOCAL synchronous_commit = off"),
+        super::Backend::Sqlite => Ok(()),
     }
 }
 
