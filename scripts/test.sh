@@ -171,6 +171,8 @@ scripts/services.sh start --dir "$smoke/run" >/dev/null
 scripts/services.sh env --dir "$smoke/run" | grep -q '^export BEANSTALKD=127.0.0.1:'
 scripts/workers.sh start --dir "$smoke/run" --workers 2 --bin "$smoke/fake" >/dev/null
 [[ $(scripts/workers.sh status --dir "$smoke/run" | grep -c RUNNING) == 2 ]]
+scripts/workers.sh serve --dir "$smoke/run" >/dev/null
+[[ $(scripts/workers.sh status --dir "$smoke/run" | grep -c RUNNING) == 3 ]]
 scripts/workers.sh stop --dir "$smoke/run" >/dev/null
 scripts/services.sh stop --dir "$smoke/run" >/dev/null
 smoke_cleanup

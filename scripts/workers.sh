@@ -4,10 +4,15 @@ set -euo pipefail
 
 usage() {
     cat <<'EOF'
-Usage: scripts/workers.sh start|stop|status [options]
+Usage: scripts/workers.sh start|serve|stop|status [options]
 
   start   start supervisord (daemonized) running N `mailsplit worker`s; waits
           until they are RUNNING
+  serve   also start `mailsplit serve` (program mailsplit-serve) under the
+          supervisord that `start` started; waits until it is RUNNING.
+          serve reads its settings (MAILSPLIT_LISTEN, MAILSPLIT_ADMIN_LISTEN,
+          MAILSPLIT_ADMIN_TOKEN, ...) from supervisord's environment, which is
+          fixed when supervisord starts: export them before `start`
   stop    shut supervisord and its workers down (TERM: workers finish or hand
           back their jobs); idempotent
   status  supervisorctl status
@@ -50,7 +55,7 @@ bin="$here/../target/release/mailsplit"
 while (($# > 0)); do
     case "$1" in
         -h | --help) usage; exit 0 ;;
-        start | stop | status)
+        start | serve | stop | status)
             [[ -z $cmd ]] || usage_error "only one command, got '$cmd' and '$1'"
             cmd=$1 ;;
         --workers) workers=${2:?--workers needs a value}; shift ;;
@@ -63,7 +68,7 @@ while (($# > 0)); do
     esac
     shift
 done
-[[ -n $cmd ]] || usage_error "missing command: start, stop or status"
+[[ -n $cmd ]] || usage_error "missing command: start, serve, stop or status"
 [[ $workers =~ ^[1-9][0-9]*$ ]] || usage_error "--workers must be a positive number, got '$workers'"
 command -v supervisord >/dev/null 2>&1 || die "supervisord not found: run scripts/install-deps.sh"
 
@@ -117,6 +122,24 @@ case "$cmd" in
     status)
         supervisord_pid >/dev/null || { echo "workers: not running (no supervisord for $dir)"; exit 3; }
         exec "${ctl[@]}" status
+        ;;
+
+    serve)
+        supervisord_pid >/dev/null ||
+            die "no supervisord for $dir: run 'scripts/workers.sh start --dir $dir' first (with serve's settings exported)"
+        "${ctl[@]}" start mailsplit-serve >/dev/null 2>&1 || true
+        state=""
+        for ((i = 0; i < 50; i++)); do
+            state=$("${ctl[@]}" status mailsplit-serve 2>/dev/null || true)
+            [[ $state == *' RUNNING '* || $state == *' FATAL '* ]] && break
+            sleep 0.2
+        done
+        if [[ $state != *' RUNNING '* ]]; then
+            echo "$state" >&2
+            tail -n 20 "$dir/mailsplit-serve.log" >&2 2>/dev/null || true
+            die "mailsplit serve did not start (see $dir/mailsplit-serve.log); its settings come from the environment 'scripts/workers.sh start' had"
+        fi
+        echo "serve: running under supervisord; log in $dir/mailsplit-serve.log"
         ;;
 
     stop)

@@ -6,6 +6,8 @@
 
 pub mod args;
 pub mod commands;
+#[cfg(test)]
+mod docs_check;
 pub mod exit;
 pub mod out;
 pub mod resolve;
