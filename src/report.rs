@@ -114,12 +114,11 @@ pub struct Minute {
 pub fn build(conn: &mut Conn, name_or_id: &str, top: usize) -> Result<Report, StoreError> {
     let campaign = campaigns::find(conn, name_or_id)?;
     let counters = campaigns::counters(conn, campaign.id)?;
-    let mut status = CampaignStatus::new(&campaign, &counters);
-    // Unsubscribes are counted for every campaign, opens and clicks only
-    // for tracked ones (zero otherwise).
-    status.engagement = engagement::counts(conn, &[campaign.id])?
-        .remove(&campaign.id)
-        .unwrap_or_default();
+    // The same object `status --json` prints (content version, versions
+    // sent, engagement), so the two never disagree.
+    let status = crate::status::with_versions(conn, &[(campaign.clone(), counters)])?
+        .pop()
+        .ok_or_else(|| StoreError::UnknownCampaign(name_or_id.to_owned()))?;
     let tracking = tracking(conn, campaign.id)?;
     let (domains, unsubscribed) = domains(q::by_domain(conn, campaign.id)?, top);
     let mut reasons = group_reasons(q::failure_replies(conn, campaign.id, REPLIES_READ)?, "send");

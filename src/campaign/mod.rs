@@ -12,7 +12,7 @@ pub mod test_send;
 use crate::compose;
 use crate::compose::tracking::{self, Links};
 use crate::config::{self, ConfigError};
-use crate::status::CampaignStatus;
+use crate::status::{CampaignStatus, Phase};
 use crate::store::campaigns::{self, NewCampaign};
 use crate::store::content::{self as stored, ContentKind, Track, Tracking};
 use crate::store::{dkim_keys, recipients, Campaign, Conn, StoreError};
@@ -43,8 +43,12 @@ pub enum CampaignError {
     #[error("test send failed: {0}")]
     Send(String),
     /// `campaign delete` of a campaign that is past its draft.
-    #[error("campaign {name:?} is {state}: only a draft, or a scheduled campaign before its start (nothing sent), can be deleted; `mailsplit cancel {name}` stops it")]
-    NotDraft { name: String, state: String },
+    #[error("campaign {name:?} is {state}: only a draft, or a scheduled campaign before its start (nothing sent), can be deleted; {hint}")]
+    NotDraft {
+        name: String,
+        state: String,
+        hint: String,
+    },
     /// `campaign edit` of a campaign that is sending, done or cancelled.
     #[error("cannot edit campaign {name:?}: {why}")]
     NotEditable { name: String, why: String },
@@ -306,6 +310,17 @@ pub fn statuses(conn: &mut Conn, name: Option<&str>) -> Result<Vec<CampaignStatu
     crate::status::with_versions(conn, &rows)
 }
 
+/// What to do instead of deleting a campaign in this phase: stop one that
+/// may still send; one that ended stays for its report.
+fn delete_hint(phase: Phase, name: &str) -> String {
+    match phase {
+        Phase::Done | Phase::Cancelled => {
+            "it has ended and stays for its history (`mailsplit report` reads it); there is nothing to stop".to_owned()
+        }
+        _ => format!("`mailsplit cancel {name}` stops it"),
+    }
+}
+
 /// `campaign delete`: the campaign and its content, counters and ledger,
 /// while it is a draft or scheduled with nothing sent (its jobs are
 /// dropped as workers meet them). Returns its name.
@@ -315,10 +330,11 @@ pub fn delete(conn: &mut Conn, name_or_id: &str) -> Result<String, CampaignError
         None => Ok(c.name),
         Some(now) => {
             let counters = campaigns::counters(conn, now.id)?;
-            let state = CampaignStatus::new(&now, &counters).state.to_string();
+            let phase = CampaignStatus::new(&now, &counters).state;
             Err(CampaignError::NotDraft {
+                hint: delete_hint(phase, &now.name),
                 name: now.name,
-                state,
+                state: phase.to_string(),
             })
         }
     }

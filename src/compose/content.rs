@@ -260,11 +260,94 @@ fn problem(file: &str, e: &minijinja::Error) -> TemplateProblem {
     TemplateProblem {
         file: file.to_string(),
         line: e.line(),
-        problem: match e.detail() {
-            Some(detail) => format!("{}: {detail}", e.kind()),
-            None => e.kind().to_string(),
-        },
+        problem: describe(e),
     }
+}
+
+/// An engine error in one sentence: its kind, then what it adds (an
+/// unknown filter said once, with the nearest built-in one).
+fn describe(e: &minijinja::Error) -> String {
+    let unknown_filter = (e.kind() == minijinja::ErrorKind::UnknownFilter)
+        .then(|| {
+            e.detail()?
+                .strip_prefix("filter ")?
+                .strip_suffix(" is unknown")
+        })
+        .flatten();
+    if let Some(name) = unknown_filter {
+        return match nearest_filter(name) {
+            Some(near) => format!("unknown filter `{name}`: did you mean `{near}`?"),
+            None => format!(
+                "unknown filter `{name}`: the filters are {}",
+                BUILTIN_FILTERS.join(", ")
+            ),
+        };
+    }
+    match e.detail() {
+        Some(detail) => format!("{}: {detail}", e.kind()),
+        None => e.kind().to_string(),
+    }
+}
+
+/// The engine's built-in filters (minijinja's `builtins` feature); a unit
+/// test checks that each exists in the engine.
+const BUILTIN_FILTERS: [&str; 46] = [
+    "abs",
+    "attr",
+    "batch",
+    "bool",
+    "capitalize",
+    "chain",
+    "count",
+    "d",
+    "default",
+    "dictsort",
+    "e",
+    "escape",
+    "first",
+    "float",
+    "format",
+    "groupby",
+    "indent",
+    "int",
+    "items",
+    "join",
+    "last",
+    "length",
+    "lines",
+    "list",
+    "lower",
+    "map",
+    "max",
+    "min",
+    "pprint",
+    "reject",
+    "rejectattr",
+    "replace",
+    "reverse",
+    "round",
+    "safe",
+    "select",
+    "selectattr",
+    "slice",
+    "sort",
+    "split",
+    "string",
+    "sum",
+    "title",
+    "trim",
+    "unique",
+    "upper",
+];
+
+/// The built-in filter a typo most likely meant: at most two edits away.
+fn nearest_filter(name: &str) -> Option<&'static str> {
+    BUILTIN_FILTERS
+        .iter()
+        .map(|f| (strsim::damerau_levenshtein(name, f), *f))
+        .filter(|(d, _)| *d <= 2)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, f)| f)
 }
 
 /// The first line on which `word` appears as a whole word.
@@ -431,5 +514,21 @@ mod tests {
         assert_eq!(e.file, "a.txt", "{e}");
         let e = compile("{{ name | nosuchfilter }}", "t").unwrap_err();
         assert!(e.problem.contains("nosuchfilter"), "{e}");
+        let e = compile("{{ name | defualt('x') }}", "t").unwrap_err();
+        assert_eq!(
+            e.problem, "unknown filter `defualt`: did you mean `default`?",
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn every_listed_filter_is_one_of_the_engine() {
+        let env = engine();
+        for name in BUILTIN_FILTERS {
+            let probe = format!("{{{{ '{name}' is filter }}}}");
+            assert_eq!(env.render_str(&probe, ()).unwrap(), "True", "{name}");
+        }
+        let none = env.render_str("{{ 'defualt' is filter }}", ()).unwrap();
+        assert_eq!(none, "False", "the probe tells a missing filter");
     }
 }

@@ -359,7 +359,24 @@ fn delete_takes_a_draft_only(kind: Kind) {
         "{}",
         stderr(&out)
     );
+    assert!(
+        stderr(&out).contains("`mailsplit cancel oops` stops it"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(env.status("oops")["recipients"], 2);
+    // Once it has ended, nothing is left to stop: the advice is not
+    // `cancel` (which would refuse), but where its history is.
+    env.ok(&["cancel", "oops"]);
+    let out = env.run(&["campaign", "delete", "oops"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        !stderr(&out).contains("mailsplit cancel"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("has ended"), "{}", stderr(&out));
+    assert_eq!(env.run(&["cancel", "oops"]).status.code(), Some(2));
     let out = env.run(&["campaign", "delete", "nope"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }

@@ -105,6 +105,17 @@ fn report_shows_outcomes_by_domain_and_reasons(kind: Kind) {
         r["versions_sent"],
         serde_json::json!([{"version": 1, "sent": 30}])
     );
+    // The report's status fields are `status --json`'s, versions included.
+    assert_eq!(r["content_version"], 1, "{r}");
+    assert_eq!(r["versions"], serde_json::json!({"1": 30}), "{r}");
+    let status: serde_json::Value =
+        serde_json::from_str(env.ok(&["status", "spring", "--json"]).trim()).unwrap();
+    for key in ["content_version", "versions", "sent", "failed", "state"] {
+        assert_eq!(
+            r[key], status[key],
+            "{key}: report {r} against status {status}"
+        );
+    }
     let minutes = r["rate_per_minute"].as_array().unwrap();
     let sum = |k: &str| minutes.iter().map(|m| m[k].as_i64().unwrap()).sum::<i64>();
     assert_eq!((sum("sent"), sum("failed")), (30, 20), "{r}");
