@@ -73,6 +73,7 @@ fn restore(converted: &str, tags: &[String]) -> String {
 /// A Markdown template as an HTML template.
 pub fn markdown_to_html(markdown: &str) -> String {
     let (protected, tags) = protect(markdown, false);
+    let protected = statements_as_blocks(&protected, &tags);
     let parser = pulldown_cmark::Parser::new_ext(
         &protected,
         pulldown_cmark::Options::ENABLE_TABLES | pulldown_cmark::Options::ENABLE_STRIKETHROUGH,
@@ -80,6 +81,34 @@ pub fn markdown_to_html(markdown: &str) -> String {
     let mut html = String::with_capacity(markdown.len() * 2);
     pulldown_cmark::html::push_html(&mut html, parser);
     restore(&html, &tags)
+}
+
+/// A line holding nothing but Jinja statements (`{% for … %}`,
+/// `{% endif %}`, `{# … #}`) becomes HTML comments, which Markdown keeps
+/// as a block of their own: as words they would open a paragraph that the
+/// list or heading after them cuts (`<p>{% for %}</p><ul>…`), leaving a
+/// `</p>` without its `<p>` in every iteration.
+fn statements_as_blocks(protected: &str, tags: &[String]) -> String {
+    let statement = |word: &str| {
+        let n = word.strip_prefix(MARK.0)?.strip_suffix(MARK.1)?;
+        let tag = tags.get(n.parse::<usize>().ok()?)?;
+        (tag.starts_with("{%") || tag.starts_with("{#")).then_some(())
+    };
+    let mut out = String::with_capacity(protected.len() + 16 * tags.len());
+    for line in protected.split_inclusive('\n') {
+        let mut words = line.split_whitespace().peekable();
+        let only_statements =
+            words.peek().is_some() && line.split_whitespace().all(|w| statement(w).is_some());
+        if only_statements {
+            for word in words {
+                out.push_str(&format!("<!--{word}-->"));
+            }
+            out.push('\n');
+        } else {
+            out.push_str(line);
+        }
+    }
+    out
 }
 
 /// Width the derived text part is wrapped at.
@@ -221,5 +250,37 @@ mod tests {
             html.contains("<a href=\"https://x.test\">shop</a>"),
             "{html}"
         );
+    }
+
+    #[test]
+    fn markdown_loops_around_list_items_make_whole_lists() {
+        let html = markdown_to_html(
+            "Our picks:\n\n{% for p in products %}\n- {{ p.name }}\n{% endfor %}\n\n{# note #}\nBye\n",
+        );
+        assert!(!html.contains("<p>{%"), "{html}");
+        for (open, close) in [("<p>", "</p>"), ("<ul>", "</ul>"), ("<li>", "</li>")] {
+            assert_eq!(
+                html.matches(open).count(),
+                html.matches(close).count(),
+                "{open}: {html}"
+            );
+        }
+        let mut env = minijinja::Environment::new();
+        env.add_template("t", &html).unwrap();
+        let products = [
+            minijinja::context! {name => "Mug"},
+            minijinja::context! {name => "Tea"},
+        ];
+        let out = env
+            .get_template("t")
+            .unwrap()
+            .render(minijinja::context! {products})
+            .unwrap();
+        assert!(
+            out.contains("<li>Mug</li>") && out.contains("<li>Tea</li>"),
+            "{out}"
+        );
+        assert!(!out.contains("<p></p>") && !out.contains("note"), "{out}");
+        assert!(out.contains("<p>Bye</p>"), "{out}");
     }
 }
