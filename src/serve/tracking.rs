@@ -10,7 +10,7 @@
 //! of its version's link table (cached).
 //!
 //! Machine opens: an open from a known mail proxy is marked here (see
-//! [`is_proxy`]); one within seconds of delivery is marked by the store.
+//! [`is_prefetch`]); one within seconds of delivery is marked by the store.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -86,7 +86,7 @@ pub async fn open(
         return not_found();
     };
     if m.recipient != 0 {
-        let hit = hit(m, HitKind::Open, is_proxy(&headers, peer.ip()));
+        let hit = hit(m, HitKind::Open, is_prefetch(&headers, peer.ip()));
         if !state
             .tracking
             .recorder
@@ -205,11 +205,15 @@ fn hit(m: Tracked, kind: HitKind, proxy: bool) -> Hit {
     }
 }
 
-/// Whether a request comes from a mail provider's image proxy rather than
-/// a reader: Google's (`GoogleImageProxy` in the user agent, via
-/// ggpht.com), Yahoo's (`YahooMailProxy`), Apple Mail Privacy Protection's
-/// (the bare user agent `Mozilla/5.0`, or an address in Apple's 17.0.0.0/8).
-pub fn is_proxy(headers: &HeaderMap, peer: IpAddr) -> bool {
+/// Whether an open comes from a mail provider fetching images before
+/// anybody reads the message: Apple Mail Privacy Protection (the bare user
+/// agent `Mozilla/5.0`, or an address in Apple's 17.0.0.0/8) loads them
+/// when the message arrives. Gmail's and Yahoo's proxies
+/// (`GoogleImageProxy`, `YahooMailProxy`) are not counted here: they fetch
+/// when the reader opens the message, so their opens are the readers'
+/// (one within seconds of delivery is still a machine's, by the store's
+/// rule).
+pub fn is_prefetch(headers: &HeaderMap, peer: IpAddr) -> bool {
     let agent = headers
         .get(header::USER_AGENT)
         .and_then(|v| v.to_str().ok())
@@ -219,10 +223,7 @@ pub fn is_proxy(headers: &HeaderMap, peer: IpAddr) -> bool {
         IpAddr::V4(v4) => v4.octets()[0] == 17,
         IpAddr::V6(v6) => v6.to_ipv4_mapped().is_some_and(|v4| v4.octets()[0] == 17),
     };
-    apple
-        || agent == "Mozilla/5.0"
-        || agent.contains("GoogleImageProxy")
-        || agent.contains("YahooMailProxy")
+    apple || agent == "Mozilla/5.0"
 }
 
 /// The one answer to anything that is not a genuine token and link.

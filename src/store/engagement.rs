@@ -114,17 +114,18 @@ pub fn record_batch(conn: &mut Conn, hits: &[Hit]) -> Result<()> {
 /// by a person (machine opens make none), `clicked` for their first
 /// click; the same unique recipients `status` counts.
 fn first_event(hit: &Hit, recorded: Recorded) -> Option<outbox::NewEvent> {
-    let kind = match (hit.kind, recorded) {
+    let (kind, link) = match (hit.kind, recorded) {
         (_, Recorded { first: false, .. }) => return None,
         (HitKind::Open, Recorded { machine: true, .. }) => return None,
-        (HitKind::Open, _) => outbox::EventKind::Opened,
-        (HitKind::Click(_), _) => outbox::EventKind::Clicked,
+        (HitKind::Open, _) => (outbox::EventKind::Opened, None),
+        (HitKind::Click(n), _) => (outbox::EventKind::Clicked, Some((hit.version, n))),
     };
     Some(outbox::NewEvent {
         kind,
         campaign_id: Some(hit.campaign),
         recipient_id: Some(hit.recipient),
         at: hit.at,
+        link,
     })
 }
 

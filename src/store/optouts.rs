@@ -40,6 +40,7 @@ pub fn report_unsubscribed(
         campaign_id,
         recipient_id: Some(recipient_id),
         at: now_ms(),
+        link: None,
     };
     outbox::record(conn, &[event])?;
     Ok(())

@@ -57,6 +57,8 @@ pub struct NewEvent {
     pub recipient_id: Option<i64>,
     /// When it happened (ms).
     pub at: i64,
+    /// A click's link: (content version, link number).
+    pub link: Option<(i64, i64)>,
 }
 
 /// The webhooks that want `kind`, from the connection's copy (read again
@@ -119,6 +121,8 @@ pub fn record(conn: &mut Conn, events: &[NewEvent]) -> Result<usize> {
                 o::campaign_id.eq(e.campaign_id),
                 o::recipient_id.eq(e.recipient_id),
                 o::at.eq(e.at),
+                o::link_version.eq(e.link.map(|(v, _)| v)),
+                o::link_n.eq(e.link.map(|(_, n)| n)),
             ));
         }
     }
@@ -149,6 +153,7 @@ pub fn record_recipients(
             campaign_id: Some(campaign_id),
             recipient_id: Some(rid),
             at,
+            link: None,
         })
         .collect();
     record(conn, &events)
@@ -188,6 +193,7 @@ pub fn finish_campaigns(conn: &mut Conn, now: i64) -> Result<Vec<i64>> {
                 campaign_id: Some(id),
                 recipient_id: None,
                 at: now,
+                link: None,
             })
             .collect();
         record(conn, &events)?;

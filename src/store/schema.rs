@@ -344,9 +344,13 @@ diesel::table! {
         campaign_id -> Nullable<BigInt>,
         recipient_id -> Nullable<BigInt>,
         at -> BigInt,
+        /// Migration 68: a `clicked` event's link (content version, number).
+        link_version -> Nullable<BigInt>,
+        link_n -> Nullable<BigInt>,
     }
 }
 
 diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, webhooks);
+diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, campaign_links);
 diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, campaigns);
 diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, recipients);

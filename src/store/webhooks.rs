@@ -5,7 +5,7 @@
 use diesel::prelude::*;
 
 use super::outbox::EventKind;
-use super::schema::{campaigns, recipients, webhook_outbox as o, webhooks as w};
+use super::schema::{campaign_links, campaigns, recipients, webhook_outbox as o, webhooks as w};
 use super::{now_ms, on, Conn, Result};
 
 /// One webhook as `webhook ls` shows it (never its secret).
@@ -44,6 +44,8 @@ pub struct Pending {
     pub campaign: Option<String>,
     pub email: Option<String>,
     pub at: i64,
+    /// A click's link.
+    pub url: Option<String>,
 }
 
 /// Store a webhook; returns its id.
@@ -159,6 +161,13 @@ pub fn batch(conn: &mut Conn, id: i64, limit: i64) -> Result<Vec<Pending>> {
     Ok(on!(conn, |c| o::table
         .left_join(campaigns::table.on(campaigns::id.nullable().eq(o::campaign_id)))
         .left_join(recipients::table.on(recipients::id.nullable().eq(o::recipient_id)))
+        .left_join(
+            campaign_links::table.on(campaign_links::campaign_id
+                .nullable()
+                .eq(o::campaign_id)
+                .and(campaign_links::version.nullable().eq(o::link_version))
+                .and(campaign_links::n.nullable().eq(o::link_n))),
+        )
         .filter(o::webhook_id.eq(id))
         .order(o::id)
         .limit(limit)
@@ -167,7 +176,8 @@ pub fn batch(conn: &mut Conn, id: i64, limit: i64) -> Result<Vec<Pending>> {
             o::kind,
             campaigns::name.nullable(),
             recipients::email.nullable(),
-            o::at
+            o::at,
+            campaign_links::url.nullable(),
         ))
         .load(c))?)
 }

@@ -178,11 +178,18 @@ pub fn retry_delay(base: Duration, failures: i64) -> Duration {
 /// One event as the receiver gets it.
 #[derive(Serialize)]
 struct EventOut<'a> {
+    /// The same for every delivery of this event to this webhook: a
+    /// receiver deduplicates on it (a batch whose answer was lost comes
+    /// again).
+    id: i64,
     #[serde(rename = "type")]
     kind: &'static str,
     campaign: Option<&'a str>,
     email: Option<&'a str>,
     at: String,
+    /// The link a `clicked` event is about.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    url: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -190,15 +197,18 @@ struct Body<'a> {
     events: Vec<EventOut<'a>>,
 }
 
-/// `{"events":[{"type","campaign","email","at"},…]}`, `at` RFC 3339 UTC.
+/// `{"events":[{"id","type","campaign","email","at","url"?},…]}`, `at`
+/// RFC 3339 UTC.
 fn body(events: &[Pending]) -> Vec<u8> {
     let events = events
         .iter()
         .map(|e| EventOut {
+            id: e.id,
             kind: e.kind.as_str(),
             campaign: e.campaign.as_deref(),
             email: e.email.as_deref(),
             at: rfc3339(e.at),
+            url: e.url.as_deref(),
         })
         .collect();
     // Serializing plain strings into a Vec cannot fail.

@@ -137,16 +137,40 @@ fn report_shows_outcomes_by_domain_and_reasons(kind: Kind) {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
 
-/// A one-click unsubscribe while only `serve` runs: `serve` delivers the
-/// `unsubscribed` event, and the report counts it for the campaign.
+/// A one-click unsubscribe and a click while only `serve` runs: `serve`
+/// delivers the `unsubscribed` and `clicked` events (the click with its
+/// link's URL, each event with an id), and the report counts them.
 #[test]
-fn serve_delivers_an_unsubscribe_event_and_the_report_counts_it() {
+fn serve_delivers_unsubscribe_and_click_events_and_the_report_counts_them() {
     let (_tmp, _bs, _peer, env) = setup(Kind::Sqlite, Script::default());
     let receiver = Receiver::start();
     env.import_n("news", 5);
     let s = env.serve(None);
     let base = format!("http://127.0.0.1:{}", s.public);
-    env.create_campaign("news", "news", &["--public-url", &base]);
+    let html = env.dir.path().join("news.html");
+    std::fs::write(
+        &html,
+        "<p>Hi {{ name }}: <a href=\"https://shop.example/sale?a=1&amp;b=2\">sale</a></p>\n\
+         <p><a href=\"{{ unsubscribe_url }}\">Unsubscribe</a></p>\n",
+    )
+    .unwrap();
+    env.ok(&[
+        "campaign",
+        "create",
+        "news",
+        "--list",
+        "news",
+        "--html",
+        html.to_str().unwrap(),
+        "--subject",
+        "Hi",
+        "--from",
+        "news@example.test",
+        "--public-url",
+        &base,
+        "--track",
+        "clicks",
+    ]);
     env.ok(&["enqueue", "news"]);
     let w = env.worker(&[]);
     wait_done(&env, "news", 60);
@@ -156,7 +180,7 @@ fn serve_delivers_an_unsubscribe_event_and_the_report_counts_it() {
         "add",
         &format!("http://127.0.0.1:{}/in", receiver.port),
         "--events",
-        "unsubscribed",
+        "unsubscribed,clicked",
     ]);
     let message = env.ok(&["preview", "news", "--recipient", "user2@example.test"]);
     let link = header(&message, "List-Unsubscribe")[0]
@@ -166,19 +190,49 @@ fn serve_delivers_an_unsubscribe_event_and_the_report_counts_it() {
         .send_form(&[("List-Unsubscribe", "One-Click")])
         .unwrap();
     assert_eq!(answer.status(), 200);
-    wait_for(30, "the unsubscribe at the receiver", || {
-        receiver.bodies().iter().any(|b| b.contains("unsubscribed"))
+    // user3 clicks the sale link of their own message (its first link).
+    let message = env.ok(&["preview", "news", "--recipient", "user3@example.test"]);
+    let at = message
+        .find(&format!("href=\"{base}/c/"))
+        .expect("a tracked link")
+        + 6;
+    let click: String = message[at..].chars().take_while(|c| *c != '"').collect();
+    let agent = ureq::AgentBuilder::new().redirects(0).build();
+    let answer = agent
+        .get(&click)
+        .call()
+        .unwrap_or_else(|e| panic!("{click}: {e}"));
+    assert_eq!(answer.status(), 302, "{click}");
+    wait_for(30, "both events at the receiver", || {
+        let all = receiver.bodies().concat();
+        all.contains("\"unsubscribed\"") && all.contains("\"clicked\"")
     });
-    let body: serde_json::Value = serde_json::from_str(&receiver.bodies()[0]).unwrap();
-    let e = &body["events"][0];
+    let events: Vec<serde_json::Value> = receiver
+        .bodies()
+        .iter()
+        .flat_map(|b| {
+            let body: serde_json::Value = serde_json::from_str(b).unwrap();
+            body["events"].as_array().unwrap().clone()
+        })
+        .collect();
+    let of = |kind: &str| events.iter().find(|e| e["type"] == kind).unwrap().clone();
+    let (unsub, clicked) = (of("unsubscribed"), of("clicked"));
     assert_eq!(
-        (e["type"].as_str(), e["campaign"].as_str()),
-        (Some("unsubscribed"), Some("news"))
+        (unsub["campaign"].as_str(), unsub["email"].as_str()),
+        (Some("news"), Some("user2@example.test"))
     );
-    assert_eq!(e["email"], "user2@example.test");
+    assert!(unsub.get("url").is_none(), "{unsub}");
+    assert_eq!(clicked["email"], "user3@example.test", "{clicked}");
+    assert_eq!(
+        clicked["url"], "https://shop.example/sale?a=1&b=2",
+        "{clicked}"
+    );
+    let ids: Vec<i64> = events.iter().map(|e| e["id"].as_i64().unwrap()).collect();
+    assert!(ids.windows(2).all(|w| w[0] != w[1]), "{ids:?}");
     let r: serde_json::Value =
         serde_json::from_str(env.ok(&["report", "news", "--json"]).trim()).unwrap();
     assert_eq!(r["unsubscribed"], 1, "{r}");
+    assert_eq!(r["tracking"]["clicked"], 1, "{r}");
 }
 
 /// Answers 200 to every POST and keeps the bodies.

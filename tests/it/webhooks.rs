@@ -311,6 +311,20 @@ fn check_everything_arrived(env: &Env, receiver: &Receiver) {
     let duplicates = taken.len() - want.len();
     // A batch is sent again only when its answer was lost: never here.
     assert!(duplicates <= refused, "{duplicates} duplicates");
+    // Every event has an id; a batch sent again after a refusal carries
+    // the same ids, so a receiver can drop what it has seen.
+    let mut by_id: BTreeMap<i64, (String, String)> = BTreeMap::new();
+    for e in receiver.taken("/hook") {
+        let id = e["id"].as_i64().unwrap_or_else(|| panic!("no id: {e}"));
+        let what = (e["type"].to_string(), e["email"].to_string());
+        let first = by_id.entry(id).or_insert_with(|| what.clone());
+        assert_eq!(*first, what, "event id {id} names two events");
+    }
+    assert_eq!(
+        by_id.len(),
+        want.len() + 1,
+        "one id per event (and campaign.finished)"
+    );
     let finished = receiver
         .taken("/hook")
         .into_iter()

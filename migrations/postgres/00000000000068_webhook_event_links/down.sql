@@ -1,0 +1,2 @@
+ALTER TABLE webhook_outbox DROP COLUMN link_n;
+ALTER TABLE webhook_outbox DROP COLUMN link_version;
