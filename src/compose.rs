@@ -303,10 +303,32 @@ pub fn compose(campaign: &CampaignMail, r: &Recipient) -> Result<Composed, Unsen
 }
 
 fn build(campaign: &CampaignMail, r: &Recipient) -> Result<Composed, Unsendable> {
+    build_active(campaign, r, Purpose::Send)
+}
+
+fn build_active(
+    campaign: &CampaignMail,
+    r: &Recipient,
+    purpose: Purpose,
+) -> Result<Composed, Unsendable> {
     if r.status != RecipientStatus::Active {
         return Err(Unsendable::Inactive(r.status));
     }
-    build_for(campaign, r, None)
+    build_for(campaign, r, purpose)
+}
+
+/// What a composed message is for, which decides whom its tokens name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose<'a> {
+    /// The real message: its links act for the recipient.
+    Send,
+    /// Shown to the operator (`preview`): the recipient's message, with
+    /// links that name [`TEST_RECIPIENT`], so clicking one while reading
+    /// a preview unsubscribes or credits nobody.
+    Preview,
+    /// `campaign test`: like a preview, sent to another address with
+    /// `[TEST]` before the subject.
+    Test { to: &'a str },
 }
 
 /// Recipient id the links, Message-ID and VERP sender of a test message
@@ -323,35 +345,37 @@ pub fn compose_test(
     to: &str,
 ) -> Result<Composed, Unsendable> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        build_for(campaign, r, Some(to))
+        build_for(campaign, r, Purpose::Test { to })
     }))
     .unwrap_or_else(|_| Err(Unsendable::Invalid("internal error while composing".into())))
 }
 
-/// One message: to `r`, or (a test) rendered for `r` and sent to `test_to`.
+/// One message rendered for `r`, for `purpose`.
 fn build_for(
     campaign: &CampaignMail,
     r: &Recipient,
-    test_to: Option<&str>,
+    purpose: Purpose,
 ) -> Result<Composed, Unsendable> {
-    let rid = if test_to.is_some() {
-        TEST_RECIPIENT
-    } else {
-        r.id
+    let rid = match purpose {
+        Purpose::Send => r.id,
+        Purpose::Preview | Purpose::Test { .. } => TEST_RECIPIENT,
     };
     let attributes: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(&r.attributes).unwrap_or_default();
-    // A test never carries the recipient's own unsubscribe link.
-    let own = if test_to.is_some() {
-        &Default::default()
-    } else {
-        &attributes
+    // Only the real message carries the recipient's own unsubscribe link.
+    let own = match purpose {
+        Purpose::Send => &attributes,
+        _ => &Default::default(),
     };
     let (unsubscribe_url, one_click) = unsubscribe(campaign, rid, own);
     let (mut subject, rendered) = render(campaign, (rid, r), &attributes, &unsubscribe_url)?;
-    if test_to.is_some() {
-        subject = format!("[TEST] {subject}");
-    }
+    let to = match purpose {
+        Purpose::Test { to } => {
+            subject = format!("[TEST] {subject}");
+            to
+        }
+        _ => &r.email,
+    };
     let database = &campaign.identity.database_id;
     let message_id = message_id_of(&campaign.identity, campaign.id, rid, &campaign.domain);
     let mut extra = vec![
@@ -369,7 +393,7 @@ fn build_for(
         &subject,
         message_id,
         &r.name,
-        test_to.unwrap_or(&r.email),
+        to,
         rendered,
         extra,
     )?;
@@ -548,11 +572,13 @@ pub fn header_line(text: &str) -> String {
 
 /// The message a recipient of a campaign would get, exactly as a worker
 /// composes it (for `mailsplit preview`): to `email`, or to the first
-/// member of the campaign's list.
+/// member of the campaign's list. Its links name nobody unless
+/// `real_links` (then following one acts for the recipient).
 pub fn preview(
     conn: &mut Conn,
     campaign: &str,
     email: Option<&str>,
+    real_links: bool,
 ) -> Result<Vec<u8>, ComposeError> {
     let c = campaigns::find(conn, campaign)?;
     let id = match email {
@@ -567,15 +593,24 @@ pub fn preview(
         .pop()
         .ok_or_else(|| ComposeError::UnknownRecipient(format!("id {id}")))?;
     let identity = Identity::from(&installation::load(conn)?);
-    compose(&CampaignMail::load(conn, &c, &identity)?, &r)
-        .map(|m| m.bytes)
-        .map_err(|why| ComposeError::Unsendable {
-            email: r.email.clone(),
-            why: match why {
-                Unsendable::Inactive(s) => format!("the recipient is {s}"),
-                Unsendable::Invalid(e) => e,
-            },
-        })
+    let purpose = if real_links {
+        Purpose::Send
+    } else {
+        Purpose::Preview
+    };
+    let mail = CampaignMail::load(conn, &c, &identity)?;
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        build_active(&mail, &r, purpose)
+    }))
+    .unwrap_or_else(|_| Err(Unsendable::Invalid("internal error while composing".into())))
+    .map(|m| m.bytes)
+    .map_err(|why| ComposeError::Unsendable {
+        email: r.email.clone(),
+        why: match why {
+            Unsendable::Inactive(s) => format!("the recipient is {s}"),
+            Unsendable::Invalid(e) => e,
+        },
+    })
 }
 
 #[cfg(test)]

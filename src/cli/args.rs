@@ -158,12 +158,20 @@ pub enum Command {
         campaign: String,
     },
     /// Print the message one recipient of a campaign would get (MIME source)
+    ///
+    /// Its links (unsubscribe, tracked links, the open pixel) name nobody,
+    /// so a link clicked while reading a preview changes no recipient and
+    /// counts for no campaign; everything else is the recipient's message.
     Preview {
         /// Campaign name or id
         campaign: String,
         /// Recipient email (default: the first member of the campaign's list)
         #[arg(long)]
         recipient: Option<String>,
+        /// Print the recipient's real links instead: following one acts for
+        /// the recipient (unsubscribes them, counts a click)
+        #[arg(long)]
+        real_links: bool,
     },
     /// Serve HTTP: one-click unsubscribe (public) and the admin routes
     ///

@@ -75,7 +75,8 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Preview {
             campaign,
             recipient,
-        } => c::campaign::preview(g, &campaign, recipient.as_deref())?,
+            real_links,
+        } => c::campaign::preview(g, &campaign, recipient.as_deref(), real_links)?,
         Command::Rate(cmd) => c::rate::rate(g, cmd)?,
         Command::Dkim(cmd) => c::dkim::dkim(g, cmd)?,
         Command::Webhook(cmd) => c::webhook::webhook(g, cmd)?,

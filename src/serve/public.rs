@@ -70,7 +70,8 @@ async fn unsubscribe(Extract(state): Extract<State>, Path(token): Path<String>) 
         .await
     {
         Ok(status) => {
-            tracing::info!(campaign, recipient, now = ?status, "one-click unsubscribe");
+            let now = status.map_or("no such recipient", |s| s.as_str());
+            tracing::info!(campaign, recipient, now, "one-click unsubscribe");
             page(
                 StatusCode::OK,
                 "Unsubscribed",

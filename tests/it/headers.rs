@@ -163,7 +163,13 @@ fn links_are_only_ever_http_or_mailto() {
         .try_create_campaign_from("c", "news", "news@example.test", &[])
         .status
         .success());
-    let b = env.ok(&["preview", "c", "--recipient", "b@example.test"]);
+    let b = env.ok(&[
+        "preview",
+        "c",
+        "--recipient",
+        "b@example.test",
+        "--real-links",
+    ]);
     assert_eq!(
         header(&b, "List-Unsubscribe"),
         ["<https://prefs.example.test/leave?id=b>"]
@@ -179,7 +185,13 @@ fn links_are_only_ever_http_or_mailto() {
         "UPDATE recipients SET attributes = '{\"unsubscribe_url\":\"javascript:alert(1)\"}' \
          WHERE email = 'e@example.test'",
     );
-    let e = env.ok(&["preview", "c", "--recipient", "e@example.test"]);
+    let e = env.ok(&[
+        "preview",
+        "c",
+        "--recipient",
+        "e@example.test",
+        "--real-links",
+    ]);
     assert!(!e.to_ascii_lowercase().contains("javascript"), "{e}");
     assert!(
         e.contains("href=\"mailto:news@example.test?subject=unsubscribe\""),
@@ -197,7 +209,13 @@ fn links_are_only_ever_http_or_mailto() {
         )
         .status
         .success());
-    let b = env.ok(&["preview", "oneclick", "--recipient", "b@example.test"]);
+    let b = env.ok(&[
+        "preview",
+        "oneclick",
+        "--recipient",
+        "b@example.test",
+        "--real-links",
+    ]);
     assert!(!b.contains("prefs.example.test"), "{b}");
     assert!(header(&b, "List-Unsubscribe")[0].starts_with("<https://mail.example.test/u/"));
 }

@@ -182,27 +182,54 @@ fn serve_delivers_unsubscribe_and_click_events_and_the_report_counts_them() {
         "--events",
         "unsubscribed,clicked",
     ]);
-    let message = env.ok(&["preview", "news", "--recipient", "user2@example.test"]);
-    let link = header(&message, "List-Unsubscribe")[0]
-        .trim_matches(['<', '>'])
-        .to_string();
-    let answer = ureq::post(&link)
-        .send_form(&[("List-Unsubscribe", "One-Click")])
-        .unwrap();
-    assert_eq!(answer.status(), 200);
-    // user3 clicks the sale link of their own message (its first link).
-    let message = env.ok(&["preview", "news", "--recipient", "user3@example.test"]);
-    let at = message
-        .find(&format!("href=\"{base}/c/"))
-        .expect("a tracked link")
-        + 6;
-    let click: String = message[at..].chars().take_while(|c| *c != '"').collect();
-    let agent = ureq::AgentBuilder::new().redirects(0).build();
-    let answer = agent
-        .get(&click)
-        .call()
-        .unwrap_or_else(|e| panic!("{click}: {e}"));
-    assert_eq!(answer.status(), 302, "{click}");
+    let unsubscribe = |message: &str| {
+        let link = header(message, "List-Unsubscribe")[0]
+            .trim_matches(['<', '>'])
+            .to_string();
+        match ureq::post(&link).send_form(&[("List-Unsubscribe", "One-Click")]) {
+            Ok(answer) => answer.status(),
+            Err(ureq::Error::Status(status, _)) => status,
+            Err(e) => panic!("{link}: {e}"),
+        }
+    };
+    let click = |message: &str| {
+        let at = message
+            .find(&format!("href=\"{base}/c/"))
+            .expect("a tracked link")
+            + 6;
+        let link: String = message[at..].chars().take_while(|c| *c != '"').collect();
+        let agent = ureq::AgentBuilder::new().redirects(0).build();
+        let answer = agent
+            .get(&link)
+            .call()
+            .unwrap_or_else(|e| panic!("{link}: {e}"));
+        assert_eq!(answer.status(), 302, "{link}");
+        assert_eq!(
+            answer.header("Location"),
+            Some("https://shop.example/sale?a=1&b=2")
+        );
+    };
+    // An operator reading user4's preview follows both its links: they
+    // work, and act for nobody.
+    let preview = env.ok(&["preview", "news", "--recipient", "user4@example.test"]);
+    assert_eq!(unsubscribe(&preview), 404, "a preview's link names nobody");
+    click(&preview);
+    // user2 unsubscribes and user3 clicks the sale link, each from their
+    // own message.
+    unsubscribe(&env.ok(&[
+        "preview",
+        "news",
+        "--recipient",
+        "user2@example.test",
+        "--real-links",
+    ]));
+    click(&env.ok(&[
+        "preview",
+        "news",
+        "--recipient",
+        "user3@example.test",
+        "--real-links",
+    ]));
     wait_for(30, "both events at the receiver", || {
         let all = receiver.bodies().concat();
         all.contains("\"unsubscribed\"") && all.contains("\"clicked\"")
@@ -233,6 +260,16 @@ fn serve_delivers_unsubscribe_and_click_events_and_the_report_counts_them() {
         serde_json::from_str(env.ok(&["report", "news", "--json"]).trim()).unwrap();
     assert_eq!(r["unsubscribed"], 1, "{r}");
     assert_eq!(r["tracking"]["clicked"], 1, "{r}");
+    assert_eq!(
+        r["tracking"]["clicks"], 1,
+        "the preview's click counted: {r}"
+    );
+    assert!(
+        events.iter().all(|e| e["email"] != "user4@example.test"),
+        "{events:?}"
+    );
+    // user4 is still on the list: the preview's message composes.
+    env.ok(&["preview", "news", "--recipient", "user4@example.test"]);
 }
 
 /// Answers 200 to every POST and keeps the bodies.

@@ -75,7 +75,7 @@ fn without_a_token_the_admin_listener_stays_on_loopback() {
 /// The one-click link of a recipient, read from the message `preview`
 /// composes for them (the message a worker would send).
 fn unsubscribe_link(env: &Env, campaign: &str, email: &str) -> String {
-    let message = env.ok(&["preview", campaign, "--recipient", email]);
+    let message = env.ok(&["preview", campaign, "--recipient", email, "--real-links"]);
     assert_eq!(
         crate::util::header(&message, "List-Unsubscribe-Post"),
         ["List-Unsubscribe=One-Click"],

@@ -128,7 +128,13 @@ fn serve_runs_under_supervisord() {
         "news",
         &["--public-url", &format!("http://127.0.0.1:{public}")],
     );
-    let message = env.ok(&["preview", "news", "--recipient", "user1@example.test"]);
+    let message = env.ok(&[
+        "preview",
+        "news",
+        "--recipient",
+        "user1@example.test",
+        "--real-links",
+    ]);
     let link = header(&message, "List-Unsubscribe")[0]
         .trim_matches(['<', '>'])
         .to_string();

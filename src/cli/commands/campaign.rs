@@ -206,8 +206,8 @@ fn list(g: &Global) -> Result {
 }
 
 /// The message one recipient of a campaign would get (MIME source).
-pub fn preview(g: &Global, campaign: &str, recipient: Option<&str>) -> Result {
+pub fn preview(g: &Global, campaign: &str, recipient: Option<&str>, real_links: bool) -> Result {
     let mut conn = open_read_only(g)?;
-    let message = compose::preview(&mut conn, campaign, recipient)?;
+    let message = compose::preview(&mut conn, campaign, recipient, real_links)?;
     Ok(out::bytes(&message)?)
 }
