@@ -63,6 +63,14 @@ pub struct Tally {
 }
 
 impl Tally {
+    /// Nothing happened to the job's recipients but a deferral to later
+    /// jobs (their rate groups' tokens are far off).
+    fn only_deferred(&self) -> bool {
+        self.deferred > 0
+            && self.sent + self.failed + self.retried + self.skipped + self.lost == 0
+            && self.handed_back == self.deferred
+    }
+
     fn count(&mut self, kind: &OutcomeKind, recorded: Recorded) {
         let slot = match (kind, recorded) {
             (_, Recorded::Lost) => &mut self.lost,
@@ -230,6 +238,36 @@ pub async fn finish(shared: &Shared, t: &Tracker) {
         },
     };
     let then = what_then(&cmd);
+    if tally.only_deferred() {
+        // A throttled group defers the same recipients job after job: one
+        // line per interval says so, the jobs themselves go to debug.
+        tracing::debug!(job = t.job_id, campaign = t.campaign_id, deferred = tally.deferred, then = %then, "job finished");
+        if let Some(s) = shared.deferrals.add(tally.deferred, Instant::now()) {
+            tracing::info!(
+                jobs = s.jobs,
+                recipients = s.recipients,
+                seconds = s.over.as_secs(),
+                "jobs finished by deferring their recipients to later jobs (rate limits); nothing else happened in them"
+            );
+        }
+    } else {
+        log_finished(t, &tally, &then);
+    }
+    if tally.lost > 0 {
+        tracing::warn!(
+            job = t.job_id,
+            campaign = t.campaign_id,
+            lost = tally.lost,
+            "outcomes not recorded: their claims had lapsed and another worker holds these recipients (its outcome stands, ours is dropped)"
+        );
+    }
+    shared.cmd(t.server, cmd);
+    t.done.cancel();
+    drop(t.permit.lock().unwrap_or_else(|e| e.into_inner()).take());
+}
+
+/// The line every finished job gets (but those that only deferred).
+fn log_finished(t: &Tracker, tally: &Tally, then: &impl std::fmt::Display) {
     tracing::info!(
         job = t.job_id,
         campaign = t.campaign_id,
@@ -244,17 +282,60 @@ pub async fn finish(shared: &Shared, t: &Tracker) {
         then = %then,
         "job finished"
     );
-    if tally.lost > 0 {
-        tracing::warn!(
-            job = t.job_id,
-            campaign = t.campaign_id,
-            lost = tally.lost,
-            "outcomes not recorded: their claims had lapsed and another worker holds these recipients (its outcome stands, ours is dropped)"
-        );
+}
+
+/// How often the jobs that only deferred are summed up in the log.
+const DEFERRALS_LOGGED_EVERY: Duration = Duration::from_secs(30);
+
+/// Jobs that did nothing but defer their recipients, counted since the
+/// last summary line.
+#[derive(Debug, Default)]
+pub struct Deferrals {
+    counted: Mutex<DeferralCount>,
+}
+
+#[derive(Debug, Default)]
+struct DeferralCount {
+    since: Option<Instant>,
+    jobs: u64,
+    recipients: u64,
+}
+
+/// What a summary line says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeferralSummary {
+    pub jobs: u64,
+    pub recipients: u64,
+    pub over: Duration,
+}
+
+impl Deferrals {
+    /// Count one job that deferred `recipients`; the summary to log when
+    /// the first such job is [`DEFERRALS_LOGGED_EVERY`] old (the count
+    /// starts again), else `None`. The first job of a quiet spell is
+    /// logged at once, so a throttle shows as soon as it begins.
+    pub fn add(&self, recipients: usize, now: Instant) -> Option<DeferralSummary> {
+        let mut c = self.counted.lock().unwrap_or_else(|e| e.into_inner());
+        let first = c.since.is_none();
+        let since = *c.since.get_or_insert(now);
+        c.jobs += 1;
+        c.recipients += recipients as u64;
+        let over = now.saturating_duration_since(since);
+        if !first && over < DEFERRALS_LOGGED_EVERY {
+            return None;
+        }
+        let summary = DeferralSummary {
+            jobs: c.jobs,
+            recipients: c.recipients,
+            over,
+        };
+        *c = DeferralCount {
+            since: Some(now),
+            jobs: 0,
+            recipients: 0,
+        };
+        Some(summary)
     }
-    shared.cmd(t.server, cmd);
-    t.done.cancel();
-    drop(t.permit.lock().unwrap_or_else(|e| e.into_inner()).take());
 }
 
 /// What becomes of a finished job, for its log line.
@@ -276,6 +357,49 @@ fn what_then(cmd: &Cmd) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jobs_that_only_deferred_make_one_line_per_interval() {
+        let d = Deferrals::default();
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // The first one says at once that deferring began.
+        let first = d.add(100, at(0)).expect("the first is logged");
+        assert_eq!((first.jobs, first.recipients), (1, 100));
+        // 147 more within the interval: not one line.
+        for i in 1..=147 {
+            assert_eq!(d.add(100, at(i * 100)), None, "job {i}");
+        }
+        let next = d.add(50, at(30_000)).expect("the interval is over");
+        assert_eq!((next.jobs, next.recipients), (148, 14_750));
+        assert_eq!(next.over, Duration::from_secs(30));
+        assert_eq!(d.add(1, at(30_001)), None, "counting starts again");
+    }
+
+    #[test]
+    fn only_a_job_with_nothing_but_deferrals_is_summed() {
+        let deferred = Tally {
+            claimed: 100,
+            handed_back: 100,
+            deferred: 100,
+            ..Tally::default()
+        };
+        assert!(deferred.only_deferred());
+        assert!(!Tally {
+            sent: 1,
+            ..deferred
+        }
+        .only_deferred());
+        assert!(
+            !Tally {
+                handed_back: 101,
+                ..deferred
+            }
+            .only_deferred(),
+            "paused ones too"
+        );
+        assert!(!Tally::default().only_deferred());
+    }
 
     #[test]
     fn the_tally_counts_each_outcome_once_by_what_it_became() {

@@ -181,6 +181,7 @@ async fn pipeline_run(
         to_report: report_tx.clone(),
         max_attempts: settings.max_attempts,
         sent: Default::default(),
+        deferrals: Default::default(),
     });
     let heartbeat = heartbeat::Heartbeat::start(
         Arc::clone(&shared),

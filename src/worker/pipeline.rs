@@ -82,6 +82,8 @@ pub struct Shared {
     pub tube: String,
     /// Messages this process recorded as sent (for its heartbeat).
     pub sent: AtomicU64,
+    /// Jobs that only deferred recipients, summed for the log.
+    pub deferrals: super::fate::Deferrals,
 }
 
 impl Shared {
