@@ -7,7 +7,7 @@ use crate::cli::args::{Global, ImportArgs};
 use crate::cli::exit::UsageError;
 use crate::cli::out::{error_line, outln};
 use crate::import::{self, Rejected, Summary};
-use crate::source::SqlSource;
+use crate::source::{self, SqlSource};
 
 use super::{open_migrated, Result};
 
@@ -25,7 +25,11 @@ pub fn import(g: &Global, args: &ImportArgs) -> Result {
     // The source first: a bad query is reported before anything changes.
     let mut source = match (&args.from_sql, &args.source) {
         (Some(query), Some(url)) => {
-            Some(SqlSource::open(url, query).map_err(import::ImportError::from)?)
+            let options = source::Options {
+                allow_privileged: args.allow_privileged_source,
+                max_row_bytes: import::MAX_RECORD_BYTES,
+            };
+            Some(SqlSource::open(url, query, options).map_err(import::ImportError::from)?)
         }
         (Some(_), None) => {
             return Err(UsageError(
