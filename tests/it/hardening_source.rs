@@ -366,3 +366,29 @@ fn import_help_names_the_source_variable() {
     assert!(help.contains("shows in `ps`"), "{help}");
     assert!(help.contains("set MAILSPLIT_SOURCE_URL instead"), "{help}");
 }
+
+/// A password typed in --source draws a warning naming the variable that
+/// avoids it (and the password is not shown); the same URL from
+/// MAILSPLIT_SOURCE_URL draws none.
+#[test]
+fn a_password_in_source_draws_a_warning() {
+    let env = env(Kind::Sqlite);
+    let url = "mysql://shop:Pw4Warning@127.0.0.1:1/shop";
+    let query = "SELECT 'a@example.test' AS email";
+    let out = from_sql(&env, url, query, &[]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("warning: the --source URL holds a password")
+            && err.contains("set MAILSPLIT_SOURCE_URL instead"),
+        "{err}"
+    );
+    assert!(!err.contains("Pw4Warning"), "{err}");
+    let out = env
+        .cmd(&["import", "--list", "shop", "--from-sql", query])
+        .env("MAILSPLIT_SOURCE_URL", url)
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(err.contains("cannot open source database"), "{err}");
+    assert!(!err.contains("warning"), "{err}");
+}
