@@ -24,7 +24,8 @@ use sink::Sink;
 
 /// Rows written per transaction.
 pub const BATCH_ROWS: usize = 2_000;
-/// Longest accepted CSV record; longer lines are reported and skipped.
+/// Longest accepted CSV record (and SQL source row); longer ones are
+/// reported and skipped.
 pub const MAX_RECORD_BYTES: usize = 64 * 1024;
 /// Reserved columns; every other column becomes a template attribute.
 const EMAIL: &str = "email";

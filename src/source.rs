@@ -1,9 +1,9 @@
 //! `import --from-sql QUERY --source URL`: the user's own database as a
 //! recipient source: SQLite ([`sqlite`]), PostgreSQL ([`pg`]) or
 //! MariaDB/MySQL ([`mysql`]). On every backend the query is compiled as
-//! one statement, inside a statement of ours, by the driver's
-//! single-statement interface: whatever follows a `;` is refused (exit 2)
-//! before anything runs. It then runs read-only (a read-only file or
+//! one statement by the driver's single-statement interface (on
+//! PostgreSQL and SQLite inside a statement of ours): whatever follows a
+//! `;` is refused (exit 2) before anything runs. It then runs read-only (a read-only file or
 //! transaction, and on SQLite an authorizer that allows reading only);
 //! a role that could do more than read (superuser, server file access,
 //! the right to write the tables) is refused unless the user says
