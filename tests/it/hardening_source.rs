@@ -392,3 +392,55 @@ fn a_password_in_source_draws_a_warning() {
     assert!(err.contains("cannot open source database"), "{err}");
     assert!(!err.contains("warning"), "{err}");
 }
+
+/// The whole way: a PostgreSQL NUMERIC `19.90` and a 23-digit code reach
+/// the sent mail as written, beside a 60 KB column the templates never
+/// name.
+#[test]
+fn a_numeric_price_reaches_the_mail_as_written() {
+    use crate::content::{file, send_all};
+    let (_tmp, _bs, peer, env) = setup(
+        Kind::Sqlite,
+        Script {
+            keep_data: true,
+            ..Script::default()
+        },
+    );
+    env.ok(&["migrate"]);
+    let (url, _db) = shop_database(&env, Kind::Postgres);
+    let out = from_sql(
+        &env,
+        &url,
+        "SELECT email, 19.90::numeric AS price, 12345678901234567890123::numeric AS code, \
+         repeat('x', 60000) AS notes FROM customers WHERE email = 'ada@example.test'",
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let page = file(
+        &env,
+        "page.html",
+        "<p>Price {{ attributes.price }}, code {{ attributes.code }}</p>",
+    );
+    env.ok(&[
+        "campaign",
+        "create",
+        "spring",
+        "--list",
+        "shop",
+        "--subject",
+        "Price {{ attributes.price }}",
+        "--from",
+        "Shop <news@example.test>",
+        "--html",
+        &page,
+    ]);
+    let got = send_all(&env, &peer, "spring", 1);
+    let mail = parts(&got[0].1);
+    assert_eq!(mail.subject, "Price 19.90");
+    assert!(
+        mail.html
+            .contains("Price 19.90, code 12345678901234567890123"),
+        "{}",
+        mail.html
+    );
+}
