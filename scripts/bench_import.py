@@ -69,7 +69,9 @@ def import_compare(bench, args):
                 if kind == "csv":
                     argv = ["import", csv, "--list", "bench"]
                 else:
-                    argv = ["import", "--list", "bench", "--from-sql", QUERY, "--source", source]
+                    # The bench's source user is the server's superuser.
+                    argv = ["import", "--list", "bench", "--from-sql", QUERY, "--source", source,
+                            "--allow-privileged-source"]
                 print(f"==> {kind} -> {target}", flush=True)
                 try:
                     dt, rss = _one(bench, env, argv)

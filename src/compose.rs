@@ -302,6 +302,14 @@ pub fn compose(campaign: &CampaignMail, r: &Recipient) -> Result<Composed, Unsen
     )
 }
 
+/// The attributes composing `campaign`'s messages reads (its templates'
+/// and the recipient's own `unsubscribe_url`), or `None` for all of them.
+pub fn attributes_needed(campaign: &CampaignMail) -> Option<Vec<String>> {
+    let mut used = campaign.content.as_ref()?.attributes_used()?;
+    used.insert("unsubscribe_url".to_string());
+    Some(used.into_iter().collect())
+}
+
 fn build(campaign: &CampaignMail, r: &Recipient) -> Result<Composed, Unsendable> {
     build_active(campaign, r, Purpose::Send)
 }

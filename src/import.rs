@@ -13,7 +13,7 @@ use std::str::FromStr;
 use serde_json::{Map, Value};
 
 use crate::compose;
-use crate::source::{SourceError, SqlSource};
+use crate::source::{RowResult, SourceError, SqlSource};
 use crate::store::imports::Row;
 use crate::store::recipients::RecipientStatus;
 use crate::store::{Conn, StoreError};
@@ -24,7 +24,8 @@ use sink::Sink;
 
 /// Rows written per transaction.
 pub const BATCH_ROWS: usize = 2_000;
-/// Longest accepted CSV record; longer lines are reported and skipped.
+/// Longest accepted CSV record (and SQL source row); longer ones are
+/// reported and skipped.
 pub const MAX_RECORD_BYTES: usize = 64 * 1024;
 /// Reserved columns; every other column becomes a template attribute.
 const EMAIL: &str = "email";
@@ -180,10 +181,14 @@ pub fn import_sql(
     mut on_progress: impl FnMut(u64),
     on_wait: &mut dyn FnMut(),
 ) -> Result<Summary, ImportError> {
-    if !source.columns.iter().any(|c| c.eq_ignore_ascii_case(EMAIL)) {
+    if !source
+        .columns()
+        .iter()
+        .any(|c| c.eq_ignore_ascii_case(EMAIL))
+    {
         return Err(ImportError::NoEmailColumn {
             path: "the --from-sql query".into(),
-            found: source.columns.join(", "),
+            found: source.columns().join(", "),
         });
     }
     let mut sink = Sink::new(conn, list, options, &mut on_reject);
@@ -193,7 +198,7 @@ pub fn import_sql(
     // from PostgreSQL into SQLite: BENCHMARKS.md, import compare); the
     // channel bounds what is read ahead.
     std::thread::scope(|scope| {
-        let (pages, ahead) = std::sync::mpsc::sync_channel::<Vec<Map<String, Value>>>(READ_AHEAD);
+        let (pages, ahead) = std::sync::mpsc::sync_channel::<Vec<RowResult>>(READ_AHEAD);
         let reader = scope.spawn(move || {
             let mut page = Vec::with_capacity(READ_PAGE);
             source.rows(|row| {
@@ -244,14 +249,14 @@ impl From<SourceError> for Reading {
 /// fails (which drops `pages`, and so stops the reader).
 fn write_pages(
     sink: &mut Sink,
-    pages: std::sync::mpsc::Receiver<Vec<Map<String, Value>>>,
+    pages: std::sync::mpsc::Receiver<Vec<RowResult>>,
     on_progress: &mut impl FnMut(u64),
 ) -> Result<(), ImportError> {
     let mut n = 0u64;
     for page in pages {
         for row in page {
             n += 1;
-            sink.row(n, sql_row(row))?;
+            sink.row(n, row.and_then(sql_row))?;
             if sink.batch.rows.len() >= BATCH_ROWS {
                 sink.flush()?;
                 on_progress(sink.summary.read);

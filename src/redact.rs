@@ -109,6 +109,11 @@ pub fn url(raw: &str) -> String {
     format!("{}{authority}{tail}", parts.scheme)
 }
 
+/// Whether `raw` holds a secret (a password, a secret query value).
+pub fn has_secret(raw: &str) -> bool {
+    !secrets(raw).is_empty()
+}
+
 /// The secrets `raw` holds (its password, secret query values), each as
 /// written and percent-decoded: what must not appear in a text about it.
 fn secrets(raw: &str) -> Vec<String> {

@@ -1,27 +1,34 @@
 //! `import --from-sql QUERY --source URL`: the user's own database as a
-//! recipient source (SQLite, PostgreSQL, or MariaDB/MySQL in
-//! [`mysql`]). On SQLite and PostgreSQL the query becomes a temporary
-//! view (so a statement that writes is refused before anything runs, and
-//! the columns are known even when no row comes back), then runs in a
-//! read-only transaction; each row comes back as one JSON object built by
-//! the source database itself (`row_to_json`, `json_object`), so numbers,
-//! booleans and NULLs keep their types. Rows stream in pages (a cursor on
-//! PostgreSQL, a stepped statement on SQLite): memory does not grow with
-//! the result.
+//! recipient source: SQLite ([`sqlite`]), PostgreSQL ([`pg`]) or
+//! MariaDB/MySQL ([`mysql`]). On every backend the query is compiled as
+//! one statement by the driver's single-statement interface (on
+//! PostgreSQL and SQLite inside a statement of ours): whatever follows a
+//! `;` is refused (exit 2) before anything runs. It then runs read-only (a read-only file or
+//! transaction, and on SQLite an authorizer that allows reading only);
+//! a role that could do more than read (superuser, server file access,
+//! the right to write the tables) is refused unless the user says
+//! otherwise. Each row becomes one JSON object with types kept (numbers,
+//! booleans, NULLs); NUMERIC/DECIMAL values and integers beyond 2^53 come
+//! as their exact text. A row over the size cap, or with a value no
+//! attribute can hold (a BLOB, an infinite float), is refused by itself
+//! and the import goes on. Rows stream: memory does not grow with the
+//! result.
 
-use diesel::connection::SimpleConnection;
-use diesel::pg::PgConnection;
-use diesel::sql_types::Text;
-use diesel::sqlite::SqliteConnection;
-use diesel::{Connection, QueryableByName, RunQueryDsl};
-use serde_json::{Map, Value};
+use serde_json::{Map, Number, Value};
 
 mod mysql;
+mod pg;
+mod sqlite;
 
-/// Rows fetched per round trip from PostgreSQL.
-const FETCH_ROWS: usize = 1_000;
-/// The temporary view holding the user's query.
-const VIEW: &str = "mailsplit_source";
+/// Why the source refuses one row: the import skips it and reports why.
+pub type RowResult = Result<Map<String, Value>, String>;
+
+/// The refusal of anything after the query's first statement.
+const ONE_STATEMENT: &str =
+    "it holds more than one statement; give one SELECT (nothing after a `;`)";
+
+/// The largest integer a JSON number (an f64 in templates) holds exactly.
+const EXACT_INTEGER: u64 = 1 << 53;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
@@ -34,162 +41,166 @@ pub enum SourceError {
     /// The query itself is wrong (or writes): the user's to fix.
     #[error("the --from-sql query was refused: {0}")]
     Query(String),
+    /// The source's user can do more than read.
+    #[error("the source connects as a user who can do more than read ({0}); connect as a read-only user (README: \"A read-only user for --source\"), or pass --allow-privileged-source to accept the risk")]
+    Privileged(String),
     #[error("reading the source failed: {0}")]
     Fetch(String),
 }
 
 impl SourceError {
     pub fn is_usage(&self) -> bool {
-        matches!(self, SourceError::BadUrl(_) | SourceError::Query(_))
+        matches!(
+            self,
+            SourceError::BadUrl(_) | SourceError::Query(_) | SourceError::Privileged(_)
+        )
     }
 }
 
+/// How a source is opened and read.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Accept a user who can write, read the server's files or is a
+    /// superuser.
+    pub allow_privileged: bool,
+    /// A row whose values take more bytes than this is refused.
+    pub max_row_bytes: usize,
+}
+
 enum Backend {
-    Sqlite(SqliteConnection),
-    Pg(PgConnection),
+    Sqlite(sqlite::Source),
+    Pg(pg::Source),
     Mysql(mysql::Source),
 }
 
 /// An open source with its query ready to read.
 pub struct SqlSource {
     conn: Backend,
-    /// Column names, in the query's order.
-    pub columns: Vec<String>,
-}
-
-#[derive(QueryableByName)]
-struct One {
-    #[diesel(sql_type = Text)]
-    v: String,
+    options: Options,
 }
 
 fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-fn quote_text(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
-}
-
 impl SqlSource {
     /// Connect to `url` and prepare `query` (nothing is read yet).
-    pub fn open(url: &str, query: &str) -> Result<SqlSource, SourceError> {
-        let connect_err = |e: diesel::ConnectionError| SourceError::Connect {
-            url: crate::redact::url(url),
-            reason: crate::redact::scrub(&e.to_string(), url),
-        };
-        let refused = |e: diesel::result::Error| SourceError::Query(e.to_string());
+    pub fn open(url: &str, query: &str, options: Options) -> Result<SqlSource, SourceError> {
         let query = query.trim().trim_end_matches(';');
-        if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+        let conn = if url.starts_with("mysql://") || url.starts_with("mariadb://") {
             let url = url.replacen("mariadb://", "mysql://", 1);
-            let (source, columns) = mysql::Source::open(&url, query)?;
-            return Ok(SqlSource {
-                conn: Backend::Mysql(source),
-                columns,
-            });
-        }
-        let create = format!("CREATE TEMP VIEW {VIEW} AS {query}");
-        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let mut c = PgConnection::establish(url).map_err(connect_err)?;
-            c.batch_execute(&create).map_err(refused)?;
-            let columns = diesel::sql_query(format!(
-                "SELECT attname::text AS v FROM pg_attribute \
-                 WHERE attrelid = 'pg_temp.{VIEW}'::regclass AND attnum > 0 \
-                 AND NOT attisdropped ORDER BY attnum"
-            ))
-            .load::<One>(&mut c)
-            .map_err(refused)?;
-            let columns = columns.into_iter().map(|o| o.v).collect();
-            // Everything from here on can only read.
-            c.batch_execute(&format!(
-                "BEGIN TRANSACTION READ ONLY; \
-                 DECLARE mailsplit_rows NO SCROLL CURSOR FOR \
-                 SELECT row_to_json(s)::text AS v FROM pg_temp.{VIEW} s"
-            ))
-            .map_err(refused)?;
-            return Ok(SqlSource {
-                conn: Backend::Pg(c),
-                columns,
-            });
-        }
-        let Some(path) = url.strip_prefix("sqlite:") else {
-            return Err(SourceError::BadUrl(crate::redact::url(url)));
+            Backend::Mysql(mysql::Source::open(&url, query, options)?)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Backend::Pg(pg::Source::open(
+                url,
+                query,
+                options.allow_privileged,
+                options.max_row_bytes,
+            )?)
+        } else {
+            let Some(path) = url.strip_prefix("sqlite:") else {
+                return Err(SourceError::BadUrl(crate::redact::url(url)));
+            };
+            let path = path.strip_prefix("//").unwrap_or(path);
+            let shown = crate::redact::url(url);
+            if !std::path::Path::new(path).exists() {
+                return Err(SourceError::Connect {
+                    url: shown,
+                    reason: "no such file".into(),
+                });
+            }
+            Backend::Sqlite(sqlite::Source::open(path, &shown, query)?)
         };
-        let path = path.strip_prefix("//").unwrap_or(path);
-        if !std::path::Path::new(path).exists() {
-            return Err(SourceError::Connect {
-                url: crate::redact::url(url),
-                reason: "no such file".into(),
-            });
-        }
-        let escaped = path
-            .replace('%', "%25")
-            .replace('?', "%3f")
-            .replace('#', "%23");
-        let mut c =
-            SqliteConnection::establish(&format!("file:{escaped}?mode=ro")).map_err(connect_err)?;
-        c.batch_execute(&create).map_err(refused)?;
-        let columns: Vec<String> = diesel::sql_query(format!(
-            "SELECT name AS v FROM pragma_table_info('{VIEW}', 'temp')"
-        ))
-        .load::<One>(&mut c)
-        .map_err(refused)?
-        .into_iter()
-        .map(|o| o.v)
-        .collect();
-        c.batch_execute("PRAGMA query_only = 1; BEGIN")
-            .map_err(refused)?;
-        Ok(SqlSource {
-            conn: Backend::Sqlite(c),
-            columns,
-        })
+        Ok(SqlSource { conn, options })
     }
 
-    /// Hand each row, as a JSON object, to `each`, in order.
+    /// Column names, in the query's order.
+    pub fn columns(&self) -> &[String] {
+        match &self.conn {
+            Backend::Sqlite(s) => s.columns(),
+            Backend::Pg(s) => s.columns(),
+            Backend::Mysql(s) => s.columns(),
+        }
+    }
+
+    /// Hand each row to `each`, in order: a JSON object, or why that row
+    /// cannot be imported.
     pub fn rows<E: From<SourceError>>(
         &mut self,
-        mut each: impl FnMut(Map<String, Value>) -> Result<(), E>,
+        each: impl FnMut(RowResult) -> Result<(), E>,
     ) -> Result<(), E> {
-        let fetch = |e: diesel::result::Error| SourceError::Fetch(e.to_string());
+        let cap = self.options.max_row_bytes;
         match &mut self.conn {
-            Backend::Mysql(source) => source.rows(each),
-            Backend::Pg(c) => loop {
-                let page = diesel::sql_query(format!("FETCH {FETCH_ROWS} FROM mailsplit_rows"))
-                    .load::<One>(c)
-                    .map_err(fetch)?;
-                for row in &page {
-                    each(object(&row.v)?)?;
-                }
-                if page.len() < FETCH_ROWS {
-                    return Ok(());
-                }
-            },
-            Backend::Sqlite(c) => {
-                let pairs: Vec<String> = self
-                    .columns
-                    .iter()
-                    .map(|n| format!("{}, {}", quote_text(n), quote_ident(n)))
-                    .collect();
-                let sql = format!(
-                    "SELECT json_object({}) AS v FROM temp.{VIEW}",
-                    pairs.join(", ")
-                );
-                let rows = diesel::sql_query(sql)
-                    .load_iter::<One, diesel::connection::DefaultLoadingMode>(c)
-                    .map_err(fetch)?;
-                for row in rows {
-                    each(object(&row.map_err(fetch)?.v)?)?;
-                }
-                Ok(())
-            }
+            Backend::Mysql(source) => source.rows(cap, each),
+            Backend::Pg(source) => source.rows(cap, each),
+            Backend::Sqlite(source) => source.rows(cap, each),
         }
     }
 }
 
-/// A row as the source database wrote it in JSON.
-fn object(text: &str) -> Result<Map<String, Value>, SourceError> {
+/// A row as the source database wrote it in JSON (PostgreSQL), its
+/// integers made exact. Not an object (it always is) or a number JSON
+/// cannot hold refuses the row alone.
+fn object(text: &str) -> RowResult {
     match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(map)) => Ok(map),
-        _ => Err(SourceError::Fetch(format!("not a JSON object: {text}"))),
+        Ok(Value::Object(mut map)) => {
+            for value in map.values_mut() {
+                if let Value::Number(n) = value {
+                    if let Some(i) = n.as_i64() {
+                        *value = integer(i);
+                    } else if let Some(u) = n.as_u64() {
+                        *value = unsigned(u);
+                    }
+                }
+            }
+            Ok(map)
+        }
+        Ok(_) => Err("the source did not give the row as an object".into()),
+        Err(e) => Err(format!("a value cannot be an attribute: {e}")),
     }
+}
+
+/// An integer as a JSON number, or as its text beyond 2^53, where a
+/// number would lose digits in a template.
+fn integer(i: i64) -> Value {
+    if i.unsigned_abs() <= EXACT_INTEGER {
+        Value::from(i)
+    } else {
+        Value::String(i.to_string())
+    }
+}
+
+fn unsigned(u: u64) -> Value {
+    if u <= EXACT_INTEGER {
+        Value::from(u)
+    } else {
+        Value::String(u.to_string())
+    }
+}
+
+/// A float as a JSON number; NaN or an infinity (JSON has none) refuses
+/// the row, naming the column.
+fn float(column: &str, f: f64) -> Result<Value, String> {
+    Number::from_f64(f)
+        .map(Value::Number)
+        .ok_or_else(|| format!("column {column:?} holds {f}, which no attribute can hold"))
+}
+
+/// The reason for a row over the cap.
+fn too_long(max_row_bytes: usize) -> String {
+    format!("row longer than {max_row_bytes} bytes")
+}
+
+/// Refuse a query that names a column twice (its values would overwrite
+/// each other).
+fn distinct(columns: &[String]) -> Result<(), SourceError> {
+    let mut seen = std::collections::HashSet::new();
+    for c in columns {
+        if !seen.insert(c.as_str()) {
+            return Err(SourceError::Query(format!(
+                "column {c:?} appears twice; give one of them another name (AS …)"
+            )));
+        }
+    }
+    Ok(())
 }

@@ -247,7 +247,10 @@ pub struct ImportArgs {
     /// other column an attribute with its type kept (NULL leaves it out)
     #[arg(long, value_name = "QUERY", requires = "source")]
     pub from_sql: Option<String>,
-    /// The database --from-sql reads, read-only: postgres://USER@HOST/DB, mysql://USER:PASSWORD@HOST/DB or sqlite://PATH
+    /// The database --from-sql reads, read-only: postgres://USER@HOST/DB,
+    /// mysql://USER:PASSWORD@HOST/DB or sqlite://PATH. A password given
+    /// here shows in `ps` to every user of this machine: set
+    /// MAILSPLIT_SOURCE_URL instead
     #[arg(
         long,
         env = "MAILSPLIT_SOURCE_URL",
@@ -255,6 +258,11 @@ pub struct ImportArgs {
         value_name = "URL"
     )]
     pub source: Option<String>,
+    /// Read --source as a user who can do more than read (a superuser,
+    /// server file access, the right to write the tables); refused
+    /// without this (README: "A read-only user for --source")
+    #[arg(long, requires = "from_sql")]
+    pub allow_privileged_source: bool,
     /// Afterwards the list's members are exactly the rows imported:
     /// members not in the source leave the list (their recipient rows,
     /// history and other lists stay)
@@ -278,6 +286,7 @@ impl std::fmt::Debug for ImportArgs {
             .field("list", &self.list)
             .field("from_sql", &self.from_sql)
             .field("source", &self.source.as_deref().map(redact::Url))
+            .field("allow_privileged_source", &self.allow_privileged_source)
             .field("sync", &self.sync)
             .field("allow_empty", &self.allow_empty)
             .field("resubscribe", &self.resubscribe)

@@ -216,6 +216,32 @@ impl Compiled {
         )))
     }
 
+    /// The attributes the templates name (`attributes.city`), or `None`
+    /// when every one may be read: a template uses `attributes` as a whole
+    /// (a loop, a lookup by a computed key), or the body is a built-in
+    /// starter.
+    pub fn attributes_used(&self) -> Option<BTreeSet<String>> {
+        if !self.has_body {
+            return None;
+        }
+        let mut used = BTreeSet::new();
+        for key in [SUBJECT, HTML, TEXT] {
+            let Ok(template) = self.env.get_template(key) else {
+                return None;
+            };
+            for name in template.undeclared_variables(true) {
+                if name == "attributes" {
+                    return None;
+                }
+                if let Some(path) = name.strip_prefix("attributes.") {
+                    let first = path.split('.').next().unwrap_or(path);
+                    used.insert(first.to_string());
+                }
+            }
+        }
+        Some(used)
+    }
+
     fn render_one(&self, key: &str, vars: &Vars) -> Result<String, minijinja::Error> {
         self.env
             .get_template(key)?

@@ -132,3 +132,48 @@ fn long_names_keep_every_line_within_the_limit() {
     assert_eq!(display_name(&"x".repeat(500)).len(), MAX_DISPLAY_NAME);
     assert_eq!(display_name(" Ada\r\nLovelace "), "Ada  Lovelace");
 }
+
+/// A worker reads only the attributes the templates name (and the
+/// recipient's own unsubscribe link); all of them when a template uses
+/// `attributes` as a whole or the body is a built-in starter.
+#[test]
+fn attributes_needed_are_the_ones_the_templates_name() {
+    use super::content::{Compiled, Sources};
+    let compile = |html: &str| {
+        Compiled::new(
+            &Sources {
+                subject: ("--subject", "Hi {{ attributes.first }}"),
+                body: Some([
+                    ("a.html", html),
+                    ("a.txt", "{{ attributes.city | default('x') }}"),
+                ]),
+            },
+            "spring",
+        )
+        .unwrap()
+    };
+    let named = compile(
+        "<p>{% if attributes.coupon %}{{ attributes.coupon.code }}{% endif %}{% if attributes.vip %}!{% endif %}</p>",
+    );
+    let want = ["city", "coupon", "first", "vip"].map(String::from);
+    assert_eq!(
+        named.attributes_used(),
+        Some(std::collections::BTreeSet::from(want))
+    );
+    for whole in [
+        "{% for k, v in attributes | items %}{{ k }}{% endfor %}",
+        "{{ attributes[name] | default('') }}",
+        "{% set a = attributes %}{{ a.city }}",
+    ] {
+        assert_eq!(compile(whole).attributes_used(), None, "{whole}");
+    }
+    let starter = Compiled::new(
+        &Sources {
+            subject: ("--subject", "Hi {{ attributes.first }}"),
+            body: None,
+        },
+        "spring",
+    )
+    .unwrap();
+    assert_eq!(starter.attributes_used(), None);
+}

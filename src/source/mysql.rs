@@ -1,15 +1,21 @@
 //! A `mysql://` source (MariaDB or MySQL), through the pure-Rust `mysql`
 //! crate. The query is prepared first: a statement that returns no columns
 //! (`DELETE`, `DROP TABLE`, `SELECT … INTO`) is refused before it runs, and
-//! the columns are known even when no row comes back. It then runs in
-//! `START TRANSACTION READ ONLY`, where a statement that writes and still
-//! returns rows (`DELETE … RETURNING`) fails. Rows come over the binary
-//! protocol one at a time as the import reads them (the server waits on
-//! the socket): memory does not grow with the result. Each value keeps its
-//! type from the column's metadata: integers, decimals and floats become
-//! numbers, `TINYINT(1)` and `BIT(1)` booleans, `DATE` a full date and
-//! `DATETIME`/`TIMESTAMP` RFC 3339 text in UTC (the session's time zone is
-//! set to UTC, and a `DATETIME` is taken to be UTC).
+//! the columns are known even when no row comes back; a prepared
+//! statement holds one statement only, so nothing after a `;` can run.
+//! Before that, a user who can do more than read (global `SUPER` or
+//! `FILE`, or the right to write or alter anything) is refused unless the
+//! user allows it. The query then runs in `START TRANSACTION READ ONLY`,
+//! where a statement that writes and still returns rows (`DELETE …
+//! RETURNING`) fails. Rows come over the binary protocol one at a time as
+//! the import reads them (the server waits on the socket): memory does not
+//! grow with the result, and a row over the cap is dropped as soon as it
+//! is measured. Each value keeps its type from the column's metadata:
+//! integers and floats become numbers (an integer beyond 2^53 its text),
+//! `DECIMAL` its exact text, `TINYINT(1)` and `BIT(1)` booleans, `DATE` a
+//! full date and `DATETIME`/`TIMESTAMP` RFC 3339 text in UTC (the
+//! session's time zone is set to UTC, and a `DATETIME` is taken to be
+//! UTC).
 
 use std::time::Duration;
 
@@ -18,7 +24,7 @@ use mysql::prelude::Queryable;
 use mysql::{Column, Conn, Opts, OptsBuilder, Statement, Value as My};
 use serde_json::{Map, Number, Value};
 
-use super::SourceError;
+use super::{unsigned, Options, RowResult, SourceError};
 
 /// Seconds the server waits for the import to read on (it writes the
 /// target between reads).
@@ -29,11 +35,18 @@ const ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION: u16 = 1792;
 pub struct Source {
     conn: Conn,
     statement: Statement,
+    columns: Vec<String>,
 }
 
+/// Privileges a source's user must not hold: the server's files
+/// (`LOAD_FILE`), other sessions, and any right to change data or schema.
+const REFUSED_PRIVILEGES: &str = "'SUPER', 'FILE', 'PROCESS', 'SHUTDOWN', 'CONNECTION ADMIN', \
+     'INSERT', 'UPDATE', 'DELETE', 'DROP', 'CREATE', 'ALTER', 'INDEX', 'CREATE ROUTINE', \
+     'ALTER ROUTINE', 'TRIGGER', 'EVENT', 'CREATE VIEW', 'LOCK TABLES', 'GRANT OPTION'";
+
 impl Source {
-    /// Connect and prepare `query`; returns the source and its column names.
-    pub fn open(url: &str, query: &str) -> Result<(Source, Vec<String>), SourceError> {
+    /// Connect, check the user (unless allowed) and prepare `query`.
+    pub fn open(url: &str, query: &str, options: Options) -> Result<Source, SourceError> {
         let connect_err = |e: &dyn std::fmt::Display| SourceError::Connect {
             url: crate::redact::url(url),
             reason: crate::redact::scrub(&e.to_string(), url),
@@ -49,6 +62,12 @@ impl Source {
                 format!("SET SESSION net_write_timeout = {NET_WRITE_TIMEOUT_S}"),
             ]);
         let mut conn = Conn::new(opts).map_err(|e| connect_err(&e))?;
+        if !options.allow_privileged {
+            let held = privileges(&mut conn).map_err(|e| SourceError::Fetch(e.to_string()))?;
+            if !held.is_empty() {
+                return Err(SourceError::Privileged(held));
+            }
+        }
         let refused = |e: mysql::Error| SourceError::Query(e.to_string());
         let statement = conn.prep(query).map_err(refused)?;
         if statement.num_columns() == 0 {
@@ -61,13 +80,23 @@ impl Source {
             .iter()
             .map(|c| c.name_str().into_owned())
             .collect();
-        Ok((Source { conn, statement }, columns))
+        Ok(Source {
+            conn,
+            statement,
+            columns,
+        })
     }
 
-    /// Hand each row, as a JSON object, to `each`, in order.
+    pub fn columns(&self) -> &[String] {
+        &self.columns
+    }
+
+    /// Hand each row to `each`, in order; a row that cannot be imported
+    /// comes as `Err(reason)`.
     pub fn rows<E: From<SourceError>>(
         &mut self,
-        mut each: impl FnMut(Map<String, Value>) -> Result<(), E>,
+        max_row_bytes: usize,
+        mut each: impl FnMut(RowResult) -> Result<(), E>,
     ) -> Result<(), E> {
         // A write the read-only transaction stopped is the query's fault.
         let fetch = |e: mysql::Error| match &e {
@@ -89,14 +118,49 @@ impl Source {
         for row in result {
             // `unwrap_raw` cannot panic (`unwrap` does on a taken value).
             let values = row.map_err(fetch)?.unwrap_raw();
+            if bytes(&values) > max_row_bytes {
+                drop(values);
+                each(Err(super::too_long(max_row_bytes)))?;
+                continue;
+            }
             let mut map = Map::with_capacity(values.len());
             for ((name, kind), value) in columns.iter().zip(values) {
                 map.insert(name.clone(), kind.json(value.unwrap_or(My::NULL)));
             }
-            each(map)?;
+            each(Ok(map))?;
         }
         Ok(())
     }
+}
+
+/// A row's size as the CSV import counts it: its values' bytes and one
+/// separator each.
+fn bytes(values: &[Option<My>]) -> usize {
+    values
+        .iter()
+        .map(|v| match v {
+            Some(My::Bytes(b)) => b.len() + 1,
+            _ => 24,
+        })
+        .sum()
+}
+
+/// What the connected user holds of [`REFUSED_PRIVILEGES`], globally, on
+/// a database or a table (empty when nothing).
+fn privileges(conn: &mut Conn) -> Result<String, mysql::Error> {
+    let sql = format!(
+        "SELECT COALESCE(GROUP_CONCAT(DISTINCT PRIVILEGE_TYPE ORDER BY PRIVILEGE_TYPE SEPARATOR ', '), '') \
+         FROM (SELECT GRANTEE, PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES \
+               UNION ALL SELECT GRANTEE, PRIVILEGE_TYPE FROM information_schema.SCHEMA_PRIVILEGES \
+               UNION ALL SELECT GRANTEE, PRIVILEGE_TYPE FROM information_schema.TABLE_PRIVILEGES) AS p \
+         WHERE GRANTEE = CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', \
+                                SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''') \
+           AND PRIVILEGE_TYPE IN ({REFUSED_PRIVILEGES})"
+    );
+    let held: Option<String> = conn.query_first(sql)?;
+    Ok(held
+        .filter(|h| !h.is_empty())
+        .map_or_else(String::new, |h| format!("privileges {h}")))
 }
 
 /// How a column's values become JSON.
@@ -104,6 +168,8 @@ impl Source {
 enum Kind {
     Boolean,
     Number,
+    /// `DECIMAL`: its exact text.
+    Decimal,
     Json,
     Date,
     DateTime,
@@ -117,16 +183,11 @@ impl Kind {
         match column.column_type() {
             MYSQL_TYPE_TINY if one => Kind::Boolean,
             MYSQL_TYPE_BIT if one => Kind::Boolean,
-            MYSQL_TYPE_TINY
-            | MYSQL_TYPE_SHORT
-            | MYSQL_TYPE_INT24
-            | MYSQL_TYPE_LONG
-            | MYSQL_TYPE_LONGLONG
-            | MYSQL_TYPE_YEAR
-            | MYSQL_TYPE_FLOAT
-            | MYSQL_TYPE_DOUBLE
-            | MYSQL_TYPE_DECIMAL
-            | MYSQL_TYPE_NEWDECIMAL => Kind::Number,
+            MYSQL_TYPE_TINY | MYSQL_TYPE_SHORT | MYSQL_TYPE_INT24 | MYSQL_TYPE_LONG
+            | MYSQL_TYPE_LONGLONG | MYSQL_TYPE_YEAR | MYSQL_TYPE_FLOAT | MYSQL_TYPE_DOUBLE => {
+                Kind::Number
+            }
+            MYSQL_TYPE_DECIMAL | MYSQL_TYPE_NEWDECIMAL => Kind::Decimal,
             MYSQL_TYPE_JSON => Kind::Json,
             MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE => Kind::Date,
             MYSQL_TYPE_DATETIME
@@ -145,14 +206,18 @@ impl Kind {
             (Kind::Boolean, My::Int(i)) => Value::Bool(i != 0),
             (Kind::Boolean, My::UInt(u)) => Value::Bool(u != 0),
             (Kind::Boolean, My::Bytes(b)) => Value::Bool(b.iter().any(|&x| x != 0)),
-            (_, My::Int(i)) => Value::from(i),
-            (_, My::UInt(u)) => Value::from(u),
+            (_, My::Int(i)) => super::integer(i),
+            (_, My::UInt(u)) => unsigned(u),
             (_, My::Float(f)) => number_or_text(f64::from(f)),
             (_, My::Double(f)) => number_or_text(f),
             (Kind::Number, My::Bytes(b)) => {
                 let text = String::from_utf8_lossy(&b);
                 match text.parse::<Number>() {
-                    Ok(n) => Value::Number(n),
+                    Ok(n) => match (n.as_i64(), n.as_u64()) {
+                        (Some(i), _) => super::integer(i),
+                        (_, Some(u)) => unsigned(u),
+                        _ => Value::Number(n),
+                    },
                     Err(_) => Value::String(text.into_owned()),
                 }
             }

@@ -20,6 +20,7 @@ use diesel::{PgConnection, QueryResult, RunQueryDsl};
 pub(crate) enum Bind<'a> {
     Int(i64),
     Ints(&'a [i64]),
+    Text(&'a str),
 }
 
 /// SQL in which each `?` stands for the next of `binds`, in order.
@@ -43,6 +44,7 @@ impl QueryFragment<Pg> for Prepared<'_> {
             match binds.next() {
                 Some(Bind::Int(v)) => out.push_bind_param::<BigInt, _>(v)?,
                 Some(Bind::Ints(v)) => out.push_bind_param::<Array<BigInt>, _>(*v)?,
+                Some(Bind::Text(v)) => out.push_bind_param::<diesel::sql_types::Text, _>(*v)?,
                 None => return Err(miscount("more `?` than values")),
             }
             out.push_sql(part);

@@ -350,3 +350,57 @@ pub fn load(conn: &mut Conn, ids: &[i64]) -> Result<Vec<Recipient>> {
         .select(Recipient::as_select())
         .load(c))?)
 }
+
+/// [`load`], with only the attributes named in `keep` (all when `None`):
+/// the others are left in the database, however large, instead of being
+/// read into memory for a template that does not use them.
+pub fn load_keeping(
+    conn: &mut Conn,
+    ids: &[i64],
+    keep: Option<&[String]>,
+) -> Result<Vec<Recipient>> {
+    use diesel::dsl::sql;
+    use diesel::sql_types::Text;
+    let Some(keep) = keep else {
+        return load(conn, ids);
+    };
+    let keys = serde_json::Value::from(keep.to_vec()).to_string();
+    let columns = |kept| {
+        (
+            recipients::id,
+            recipients::email,
+            recipients::name,
+            kept,
+            recipients::status,
+        )
+    };
+    Ok(match conn.inner_mut() {
+        // json_each gives true and false as 1 and 0: made booleans again.
+        InnerMut::Sqlite(c) => recipients::table
+            .filter(recipients::id.eq_any(ids))
+            .select(columns(
+                sql::<Text>(
+                    "COALESCE((SELECT json_group_object(e.key, CASE e.type \
+                       WHEN 'true' THEN json('true') WHEN 'false' THEN json('false') \
+                       ELSE e.value END) \
+                     FROM json_each(recipients.attributes) AS e \
+                     WHERE e.key IN (SELECT value FROM json_each(",
+                )
+                .bind::<Text, _>(keys)
+                .sql("))), '{}')"),
+            ))
+            .load::<Recipient>(c)?,
+        InnerMut::Pg(c) => recipients::table
+            .filter(recipients::id.eq_any(ids))
+            .select(columns(
+                sql::<Text>(
+                    "COALESCE((SELECT jsonb_object_agg(e.key, e.value) \
+                     FROM jsonb_each(recipients.attributes::jsonb) AS e \
+                     WHERE e.key IN (SELECT jsonb_array_elements_text(",
+                )
+                .bind::<Text, _>(keys)
+                .sql("::jsonb))), '{}')::text"),
+            ))
+            .load::<Recipient>(c)?,
+    })
+}

@@ -244,6 +244,7 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
     let lease = JOB_TTR.as_millis() as i64;
     let (campaign_id, list_id) = (info.mail.id, info.mail.list_id);
     let named = body.recipients.len();
+    let keep = crate::compose::attributes_needed(&info.mail);
     let asked = Instant::now();
     let deliveries::JobClaim {
         claim,
@@ -255,7 +256,15 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
             // Only members of the campaign's list are claimed, whatever the
             // job names: an id that does not exist or belongs to another
             // list is neither sent nor counted.
-            deliveries::claim_job(c, campaign_id, list_id, &body.recipients, token, lease)
+            deliveries::claim_job(
+                c,
+                campaign_id,
+                list_id,
+                &body.recipients,
+                token,
+                lease,
+                keep.as_deref(),
+            )
         })
         .await
         .map_err(|e| retry_later("cannot claim recipients", e))?;

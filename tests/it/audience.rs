@@ -504,7 +504,7 @@ fn optouts_lists_everyone_who_left(kind: Kind) {
 
 /// The shop's own database: a `customers` table in a SQLite file or a
 /// PostgreSQL database of its own; returns the source URL.
-fn shop_database(env: &Env, kind: Kind) -> (String, Option<TestDb>) {
+pub(crate) fn shop_database(env: &Env, kind: Kind) -> (String, Option<TestDb>) {
     use diesel::connection::SimpleConnection;
     use diesel::Connection;
     let (url, db) = match kind {
@@ -544,7 +544,21 @@ fn shop_database(env: &Env, kind: Kind) -> (String, Option<TestDb>) {
     (url, db)
 }
 
+/// `import --from-sql` as the tests' server users, who can write (the
+/// refusal of such users has tests of its own, which use [`from_sql_as`]).
 pub(crate) fn from_sql(env: &Env, url: &str, query: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["--allow-privileged-source"];
+    args.extend_from_slice(extra);
+    from_sql_as(env, url, query, &args)
+}
+
+/// `import --from-sql`, the source's user checked.
+pub(crate) fn from_sql_as(
+    env: &Env,
+    url: &str,
+    query: &str,
+    extra: &[&str],
+) -> std::process::Output {
     let mut args = vec![
         "import",
         "--list",

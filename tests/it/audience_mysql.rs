@@ -1,7 +1,7 @@
 //! Issue 25: `import --from-sql` from MariaDB/MySQL (`mysql://`), into
 //! SQLite and PostgreSQL targets; a database and password user per test.
 
-use crate::audience::{attributes, env, from_sql, members, recipient};
+use crate::audience::{attributes, env, from_sql, from_sql_as, members, recipient};
 use crate::util::*;
 
 /// The shop's `customers` table with every type the import maps.
@@ -12,7 +12,7 @@ fn shop(db: &MysqlDb) {
            spent DECIMAL(10,2), ratio DOUBLE, last_order_at DATETIME, seen TIMESTAMP NULL, \
            born DATE, coupon VARCHAR(20), level TINYINT);
          INSERT INTO customers VALUES
-           (1, 'ada@example.test', 'Ada Lovelace', 1, 0, 3, 18446744073709551615, 19.99, 0.5,
+           (1, 'ada@example.test', 'Ada Lovelace', 1, 0, 3, 18446744073709551615, 19.90, 0.5,
             '2026-01-02 03:04:05', '2026-01-02 03:04:05', '1815-12-10', NULL, 7),
            (2, 'bob@example.test', 'Zoë Ünïcode 😀 名前', 0, 1, 0, 0, 0, NULL,
             NULL, NULL, NULL, 'X1', NULL),
@@ -20,8 +20,10 @@ fn shop(db: &MysqlDb) {
     );
 }
 
-/// Types kept (integers, unsigned, decimals, TINYINT(1) as a boolean and
-/// TINYINT as a number, dates and times as RFC 3339), NULL leaves the
+/// Types kept (integers, unsigned, TINYINT(1) as a boolean and TINYINT as
+/// a number, dates and times as RFC 3339), a DECIMAL and an integer
+/// beyond 2^53 as their exact text (`19.90` stays `19.90`, no digit of
+/// 2^64 - 1 is lost), NULL leaves the
 /// attribute out, a non-ASCII name arrives whole, a bad row is reported by
 /// row number; then `--sync` from a narrower query removes the others.
 fn mysql_source_keeps_types(kind: Kind) {
@@ -48,7 +50,7 @@ fn mysql_source_keeps_types(kind: Kind) {
         attributes(&ada),
         serde_json::json!({
             "id": 1, "opted_in": true, "vip": false, "orders": 3,
-            "big": 18446744073709551615u64, "spent": 19.99, "ratio": 0.5,
+            "big": "18446744073709551615", "spent": "19.90", "ratio": 0.5,
             "last_order_at": "2026-01-02T03:04:05Z", "seen": "2026-01-02T03:04:05Z",
             "born": "1815-12-10", "level": 7,
         })
@@ -59,7 +61,7 @@ fn mysql_source_keeps_types(kind: Kind) {
         attributes(&bob),
         serde_json::json!({
             "id": 2, "opted_in": false, "vip": true, "orders": 0, "big": 0,
-            "spent": 0.0, "coupon": "X1",
+            "spent": "0.00", "coupon": "X1",
         })
     );
 
@@ -76,7 +78,7 @@ fn mysql_source_keeps_types(kind: Kind) {
     assert_eq!(recipient(&env, "bob@example.test").name, bob.name);
     assert_eq!(
         attributes(&recipient(&env, "ada@example.test"))["spent"],
-        19.99
+        "19.90"
     );
 }
 
@@ -110,6 +112,8 @@ fn mysql_source_refuses_writes(kind: Kind) {
         "SELECT email INTO @x FROM customers LIMIT 1",
         "SELECT note(email) AS email FROM customers",
         "SELECT email FROM customers; DELETE FROM customers",
+        "SELECT email FROM customers) AS x; DELETE FROM customers; \
+         SELECT * FROM (SELECT email FROM customers",
     ] {
         let out = from_sql(&env, &url, query, &[]);
         assert_eq!(out.status.code(), Some(2), "{query}: {}", stderr(&out));
@@ -130,6 +134,79 @@ fn mysql_source_refuses_writes(kind: Kind) {
 }
 
 both!(mysql_source_keeps_types, mysql_source_refuses_writes);
+
+/// A user who can write the database (the test's own, granted ALL on it)
+/// is refused, exit 2, naming the privileges and the fix, unless
+/// --allow-privileged-source; a user granted SELECT only imports, and
+/// cannot read the server's files (`LOAD_FILE` needs FILE).
+#[test]
+fn mysql_privileged_users_are_refused() {
+    let env = env(Kind::Sqlite);
+    let db = MysqlDb::new();
+    shop(&db);
+    let query = "SELECT email, LOAD_FILE('/etc/passwd') AS f FROM customers";
+    let out = from_sql_as(&env, &db.url(), query, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("can do more than read (privileges "), "{err}");
+    assert!(err.contains("INSERT"), "{err}");
+    assert!(err.contains("--allow-privileged-source"), "{err}");
+    assert!(
+        !env.ok(&["list", "ls"]).contains("shop"),
+        "no list was made"
+    );
+    let reader = format!("{}r", db.user);
+    db.exec(&format!(
+        "CREATE USER '{reader}'@'%' IDENTIFIED BY '{pw}'; \
+         CREATE USER '{reader}'@'localhost' IDENTIFIED BY '{pw}'; \
+         GRANT SELECT ON {name}.* TO '{reader}'@'%'; \
+         GRANT SELECT ON {name}.* TO '{reader}'@'localhost';",
+        pw = db.password,
+        name = db.name
+    ));
+    let url = db
+        .url()
+        .replacen(&format!("//{}:", db.user), &format!("//{reader}:"), 1);
+    let out = from_sql_as(&env, &url, query, &[]);
+    db.exec(&format!(
+        "DROP USER '{reader}'@'%'; DROP USER '{reader}'@'localhost';"
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("added 2"), "{}", stdout(&out));
+    assert!(attributes(&recipient(&env, "ada@example.test"))
+        .get("f")
+        .is_none());
+}
+
+/// A 10 MB row is refused by itself with its row number; the rows
+/// around it are imported.
+#[test]
+fn mysql_oversized_row_is_skipped_alone() {
+    let env = env(Kind::Sqlite);
+    let db = MysqlDb::new();
+    db.exec(
+        "CREATE TABLE notes (id INT, email VARCHAR(200), note LONGTEXT); \
+         INSERT INTO notes VALUES (1, 'a@example.test', 'short'), \
+           (2, 'b@example.test', REPEAT('x', 10485760)), (3, 'c@example.test', 'short');",
+    );
+    let out = from_sql(
+        &env,
+        &db.url(),
+        "SELECT email, note FROM notes ORDER BY id",
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("added 2 / updated 0 / unchanged 0 / skipped 1"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stderr(&out).contains("query: row 2: row longer than 65536 bytes"),
+        "{}",
+        stderr(&out)
+    );
+}
 
 /// A wrong password is exit 1, and the password appears nowhere.
 #[test]

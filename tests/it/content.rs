@@ -16,7 +16,7 @@ fn import(env: &Env, list: &str, csv: &str) {
 }
 
 /// Write `text` to a file in the test's directory; returns its path.
-fn file(env: &Env, name: &str, text: &str) -> String {
+pub(crate) fn file(env: &Env, name: &str, text: &str) -> String {
     let path = env.dir.path().join(name);
     std::fs::write(&path, text).unwrap();
     path.to_str().unwrap().to_string()
@@ -40,7 +40,12 @@ fn create(env: &Env, name: &str, content: &[&str], subject: &str) -> std::proces
 
 /// Send campaign `name` through a worker to `peer`; the parsed messages
 /// by envelope recipient.
-fn send_all(env: &Env, peer: &ScriptedSmtp, name: &str, n: i64) -> Vec<(String, String)> {
+pub(crate) fn send_all(
+    env: &Env,
+    peer: &ScriptedSmtp,
+    name: &str,
+    n: i64,
+) -> Vec<(String, String)> {
     env.ok(&["enqueue", name]);
     let w = env.worker(&[]);
     wait_for(60, "every message sent", || env.status(name)["sent"] == n);

@@ -38,6 +38,7 @@ mod fencing;
 mod fleet;
 mod hardening;
 mod hardening_serve;
+mod hardening_source;
 mod hardening_trust;
 mod hardening_wire;
 mod headers;

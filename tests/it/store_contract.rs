@@ -65,6 +65,7 @@ contract!(
     fresh_claim_owns_everything,
     second_token_owns_nothing_and_sees_busy_until,
     a_job_claims_only_list_members_and_reads_them,
+    a_job_reads_only_the_attributes_named,
     sent_is_final_for_every_later_claim,
     retry_reclaims_with_more_attempts_then_fails,
     unclaim_gives_the_attempt_back,
@@ -1178,7 +1179,7 @@ fn a_job_claims_only_list_members_and_reads_them(kind: Kind) {
     // Out of order, a repeat, another list's recipient and an unknown id.
     let job = [ids[3], ids[0], outsider, ids[0], i64::MAX, ids[2], ids[1]];
 
-    let got = deliveries::claim_job(&mut f.conn, c, list_id, &job, 1, LEASE).unwrap();
+    let got = deliveries::claim_job(&mut f.conn, c, list_id, &job, 1, LEASE, None).unwrap();
     let members = &ids[..4];
     assert_eq!(got.members, 4, "each member once, nobody else");
     assert_eq!(
@@ -1209,13 +1210,45 @@ fn a_job_claims_only_list_members_and_reads_them(kind: Kind) {
     let sent = outcome(&f, ids[0], 1, OutcomeKind::Sent);
     deliveries::record(&mut f.conn, &[sent], 3).unwrap();
     let before = now_ms();
-    let again = deliveries::claim_job(&mut f.conn, c, list_id, &job, 2, LEASE).unwrap();
+    let again = deliveries::claim_job(&mut f.conn, c, list_id, &job, 2, LEASE, None).unwrap();
     assert_eq!(again.members, 4);
     assert!(again.claim.owned.is_empty(), "{again:?}");
     assert!(again.people.is_empty(), "{again:?}");
     assert_eq!(again.claim.finished, 1);
     let busy = again.claim.busy_until.expect("three are held by token 1");
     assert!(busy >= before + LEASE - 1_000, "{busy} vs {before}");
+}
+
+/// A claim that names the attributes its templates use reads only those
+/// (types kept: booleans, arrays, text), however large the others are;
+/// naming none reads them all.
+fn a_job_reads_only_the_attributes_named(kind: Kind) {
+    let mut f = fixture(kind, 2);
+    let (c, ids) = (f.campaign, f.ids.clone());
+    let list_id = recipients::find_list(&mut f.conn, "main").unwrap();
+    let notes = "x".repeat(100_000);
+    f.conn
+        .execute_batch(&format!(
+            "UPDATE recipients SET attributes = '{{\"city\":\"Paris\",\"vip\":true,\"off\":false,\
+             \"tags\":[\"a\",\"b\"],\"price\":\"19.90\",\"notes\":\"{notes}\"}}' WHERE id = {}",
+            ids[0]
+        ))
+        .unwrap();
+    let keep: Vec<String> = ["city", "vip", "off", "tags", "price", "absent"]
+        .map(String::from)
+        .to_vec();
+    let got = deliveries::claim_job(&mut f.conn, c, list_id, &ids, 1, LEASE, Some(&keep)).unwrap();
+    let read: serde_json::Value = serde_json::from_str(&got.people[0].attributes).unwrap();
+    assert_eq!(
+        read,
+        serde_json::json!({"city": "Paris", "vip": true, "off": false, "tags": ["a", "b"],
+            "price": "19.90"})
+    );
+    let other: serde_json::Value = serde_json::from_str(&got.people[1].attributes).unwrap();
+    assert_eq!(other, serde_json::json!({"city": "Paris"}));
+    let all = recipients::load_keeping(&mut f.conn, &ids[..1], None).unwrap();
+    let read: serde_json::Value = serde_json::from_str(&all[0].attributes).unwrap();
+    assert_eq!(read["notes"].as_str().map(str::len), Some(100_000));
 }
 
 /// The batch whose failures make 100 in a row pauses its campaign and says

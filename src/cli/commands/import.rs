@@ -7,7 +7,7 @@ use crate::cli::args::{Global, ImportArgs};
 use crate::cli::exit::UsageError;
 use crate::cli::out::{error_line, outln};
 use crate::import::{self, Rejected, Summary};
-use crate::source::SqlSource;
+use crate::source::{self, SqlSource};
 
 use super::{open_migrated, Result};
 
@@ -25,7 +25,12 @@ pub fn import(g: &Global, args: &ImportArgs) -> Result {
     // The source first: a bad query is reported before anything changes.
     let mut source = match (&args.from_sql, &args.source) {
         (Some(query), Some(url)) => {
-            Some(SqlSource::open(url, query).map_err(import::ImportError::from)?)
+            warn_if_password_shows(url);
+            let options = source::Options {
+                allow_privileged: args.allow_privileged_source,
+                max_row_bytes: import::MAX_RECORD_BYTES,
+            };
+            Some(SqlSource::open(url, query, options).map_err(import::ImportError::from)?)
         }
         (Some(_), None) => {
             return Err(UsageError(
@@ -94,6 +99,21 @@ pub fn import(g: &Global, args: &ImportArgs) -> Result {
     };
     bar.finish_and_clear();
     print_summary(list, &summary, options, started)
+}
+
+/// The variable `--source` may come from instead of the command line.
+const SOURCE_VARIABLE: &str = "MAILSPLIT_SOURCE_URL";
+
+/// A password typed in `--source` is in this process's command line,
+/// which every user of the machine can read (`ps`) while it runs: say so
+/// and how to avoid it (the variable), without showing the password.
+fn warn_if_password_shows(url: &str) {
+    let from_variable = std::env::var(SOURCE_VARIABLE).is_ok_and(|v| v == url);
+    if !from_variable && crate::redact::has_secret(url) {
+        error_line(&format!(
+            "mailsplit: warning: the --source URL holds a password, which every user of this machine can read in `ps` while the import runs; set {SOURCE_VARIABLE} instead"
+        ));
+    }
 }
 
 fn print_summary(

@@ -34,7 +34,9 @@ pub struct JobClaim {
 /// Claim a job: of `recipient_ids`, only the members of list `list_id` (a
 /// job names recipient ids, and only the campaign's own list may be mailed,
 /// whatever a job says), as [`claim`] does, and read the recipients it got.
-/// On PostgreSQL this is one prepared statement, one round trip.
+/// Of their attributes, only those named in `keep` are read (all when
+/// `None`). On PostgreSQL this is one prepared statement, one round trip.
+#[allow(clippy::too_many_arguments)]
 pub fn claim_job(
     conn: &mut Conn,
     campaign_id: i64,
@@ -42,8 +44,13 @@ pub fn claim_job(
     recipient_ids: &[i64],
     token: i64,
     lease_ms: i64,
+    keep: Option<&[String]>,
 ) -> Result<JobClaim> {
     if let InnerMut::Pg(c) = conn.inner_mut() {
+        let keep = keep.map_or_else(
+            || "null".to_string(),
+            |k| serde_json::Value::from(k.to_vec()).to_string(),
+        );
         let rows = claim_pg(
             c,
             Some(list_id),
@@ -51,6 +58,7 @@ pub fn claim_job(
             recipient_ids,
             token,
             lease_ms,
+            &keep,
         )?;
         let members: Vec<i64> = rows.iter().map(|r| r.rid).collect();
         let mut claim = Claim::default();
@@ -82,7 +90,7 @@ pub fn claim_job(
     let ids = recipients_store::members_among(conn, list_id, recipient_ids)?;
     let claim = claim(conn, campaign_id, &ids, token, lease_ms)?;
     let owned: Vec<i64> = claim.owned.iter().map(|&(rid, _)| rid).collect();
-    let mut people = recipients_store::load(conn, &owned)?;
+    let mut people = recipients_store::load_keeping(conn, &owned, keep)?;
     people.sort_unstable_by_key(|r| r.id);
     Ok(JobClaim {
         claim,
@@ -103,10 +111,12 @@ pub fn claim(
 ) -> Result<Claim> {
     let take = |conn: &mut Conn| {
         let owned = match conn.inner_mut() {
-            InnerMut::Pg(c) => claim_pg(c, None, campaign_id, recipient_ids, token, lease_ms)?
-                .into_iter()
-                .filter_map(|r| Some((r.rid, r.attempts?)))
-                .collect(),
+            InnerMut::Pg(c) => {
+                claim_pg(c, None, campaign_id, recipient_ids, token, lease_ms, "null")?
+                    .into_iter()
+                    .filter_map(|r| Some((r.rid, r.attempts?)))
+                    .collect()
+            }
             InnerMut::Sqlite(c) => claim_sqlite(c, campaign_id, recipient_ids, token, lease_ms)?,
         };
         let claim = Claim {

@@ -42,8 +42,9 @@ pub(super) const DB_NOW_MS: &str = "SELECT (extract(epoch FROM clock_timestamp()
 /// inserts what is new and takes over rows waiting for a retry or left by a
 /// dead worker (lease over), and leaves anything else alone. Its result is
 /// one row per member (`attempts` NULL where another holds it or it is
-/// finished), joined to the recipients this claim got. In id order, so two
-/// workers claiming overlapping jobs lock rows in the same order.
+/// finished), joined to the recipients this claim got, with the attributes
+/// named by the last bind (a JSON array; JSON `null` for all). In id order,
+/// so two workers claiming overlapping jobs lock rows in the same order.
 fn claim_pg_sql(members: &str) -> String {
     let (claimed, retry) = (
         DeliveryState::Claimed.as_str(),
@@ -62,9 +63,15 @@ fn claim_pg_sql(members: &str) -> String {
                  updated_at = excluded.updated_at \
              WHERE d.state = '{retry}' \
                 OR (d.state = '{claimed}' AND d.claimed_until < excluded.updated_at) \
-           RETURNING d.recipient_id AS rid, d.attempts) \
-         SELECT m.rid, c.attempts, r.email, r.name, r.attributes, r.status \
-         FROM m LEFT JOIN c ON c.rid = m.rid LEFT JOIN recipients AS r ON r.id = c.rid \
+           RETURNING d.recipient_id AS rid, d.attempts), \
+         k AS (SELECT NULLIF(?::jsonb, 'null'::jsonb) AS keep) \
+         SELECT m.rid, c.attempts, r.email, r.name, \
+           CASE WHEN k.keep IS NULL THEN r.attributes ELSE \
+             COALESCE((SELECT jsonb_object_agg(e.key, e.value) \
+                       FROM jsonb_each(r.attributes::jsonb) AS e \
+                       WHERE e.key IN (SELECT jsonb_array_elements_text(k.keep))), '{{}}')::text \
+           END AS attributes, r.status \
+         FROM m CROSS JOIN k LEFT JOIN c ON c.rid = m.rid LEFT JOIN recipients AS r ON r.id = c.rid \
          ORDER BY m.rid"
     )
 }
@@ -76,6 +83,7 @@ pub(super) fn claim_pg(
     recipient_ids: &[i64],
     token: i64,
     lease_ms: i64,
+    keep: &str,
 ) -> Result<Vec<ClaimRowPg>> {
     let (sql, mut binds) = match list_id {
         Some(list) => (&*CLAIM_PG_LIST, vec![Bind::Int(list)]),
@@ -86,6 +94,7 @@ pub(super) fn claim_pg(
         Bind::Int(campaign_id),
         Bind::Int(token),
         Bind::Int(lease_ms),
+        Bind::Text(keep),
     ]);
     Ok(Prepared::new(sql, binds).load(c)?)
 }
