@@ -331,7 +331,7 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
             .campaigns
             .current(info.mail.id)
             .unwrap_or_else(|| Arc::clone(&info));
-        let take = if info.mail.dkim.is_empty() {
+        let take = if inline(&info) {
             1
         } else {
             sign_batch(&shared.to_send)
@@ -407,14 +407,26 @@ async fn hand_over(
     }
 }
 
+/// Whether a campaign's messages are composed on the runtime's own thread:
+/// unsigned and without stored templates (a campaign older than stored
+/// content: literal subject, built-in template), whose cost is small and
+/// known. Stored templates (even a subject alone) render on the blocking
+/// pool: one may use its whole render budget for some recipient's data,
+/// and must not hold the thread the SMTP sessions, the reporter and the
+/// shutdown run on.
+fn inline(info: &CampaignInfo) -> bool {
+    info.mail.dkim.is_empty() && info.mail.content.is_none()
+}
+
 /// Compose a batch of recipients' messages, each beside its recipient. A
-/// DKIM-signed batch (up to [`SIGN_BATCH`]) is composed in one task on
-/// tokio's blocking pool, at most one batch per core at a time
-/// ([`Shared::signers`]): an RSA signature is a fraction of a millisecond of
-/// CPU that would otherwise stall the SMTP sessions sharing this thread, and
-/// one hand-off per batch rather than per message saves the thread wake-ups
-/// that cost more than an ed25519 signature. An unsigned message is
-/// composed here.
+/// DKIM-signed batch, or one of the user's own templates (up to
+/// [`SIGN_BATCH`]), is composed in one task on tokio's blocking pool, at
+/// most one batch per core at a time ([`Shared::signers`]): an RSA
+/// signature is a fraction of a millisecond of CPU, and a render may use
+/// its whole budget, that would otherwise stall the SMTP sessions sharing
+/// this thread; one hand-off per batch rather than per message saves the
+/// thread wake-ups that cost more than an ed25519 signature. An unsigned
+/// message from a built-in template is composed here ([`inline`]).
 async fn compose_batch(
     shared: &Shared,
     info: &Arc<CampaignInfo>,
@@ -429,7 +441,7 @@ async fn compose_batch(
             })
             .collect::<Vec<Composing>>()
     };
-    if info.mail.dkim.is_empty() {
+    if inline(info) {
         return compose_all(info, batch);
     }
     let Ok(permit) = Arc::clone(&shared.signers).acquire_owned().await else {
