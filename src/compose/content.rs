@@ -251,7 +251,7 @@ impl Compiled {
 /// a loop over hundreds of products with filters: BENCHMARKS.md) and low
 /// enough that a render that uses it all ends within a fraction of a
 /// second and holds at most `64 * RENDER_FUEL` bytes.
-pub const RENDER_FUEL: u64 = 300_000;
+pub const RENDER_FUEL: u64 = 500_000;
 
 /// Default cap on one message's rendered parts (subject, HTML and text
 /// together) and on the message built from them: far above any
