@@ -405,6 +405,14 @@ fn build_for(
         rendered,
         extra,
     )?;
+    // The encodings add to what the render's cap counted.
+    if let Some(cap) = campaign.content.as_ref().map(|c| c.max_message()) {
+        if message.bytes.len() > cap {
+            return Err(Unsendable::Invalid(
+                content::RenderError::TooLarge { cap }.to_string(),
+            ));
+        }
+    }
     message.bytes = dkim::sign(&campaign.dkim, message.bytes)
         .map_err(|e| Unsendable::Invalid(e.to_string()))?;
     with_sender(message, envelope_sender(campaign, rid))
@@ -433,9 +441,9 @@ fn render(
                 vars.open_url = urls.open;
                 vars.links = urls.links;
             }
-            let subject = c.subject(&vars).map_err(|e| invalid(&e))?;
+            let (subject, room) = c.subject(&vars).map_err(|e| invalid(&e))?;
             vars.campaign.subject = Some(subject.clone());
-            (subject, c.body(&vars).map_err(|e| invalid(&e))?)
+            (subject, c.body(&vars, room).map_err(|e| invalid(&e))?)
         }
         None => (campaign.subject.clone(), None),
     };

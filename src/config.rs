@@ -93,6 +93,8 @@ pub struct WorkerSettings {
     pub smtp_timeout: Duration,
     /// Messages per SMTP session before it QUITs.
     pub max_per_session: usize,
+    /// Bytes one rendered message may hold; a larger one is failed.
+    pub max_message: usize,
     pub webhooks: WebhookDelivery,
 }
 
@@ -155,6 +157,7 @@ impl fmt::Debug for WorkerSettings {
             .field("grace", &self.grace)
             .field("smtp_timeout", &self.smtp_timeout)
             .field("max_per_session", &self.max_per_session)
+            .field("max_message", &self.max_message)
             .finish()
     }
 }
@@ -345,6 +348,7 @@ mod tests {
             grace: DEFAULT_GRACE,
             smtp_timeout: DEFAULT_SMTP_TIMEOUT,
             max_per_session: DEFAULT_MAX_PER_SESSION,
+            max_message: 1_000_000,
             webhooks: WebhookDelivery::default(),
         };
         let serve = ServeSettings {

@@ -2,12 +2,13 @@
 //! files, check each as a Jinja template (file, line and problem on
 //! error), convert (Markdown to HTML, CSS inlined, text derived from the
 //! HTML when none was given) and check the result once more, so what is
-//! stored always compiles.
+//! stored always compiles. Links no mail client follows safely are
+//! refused, scripts warned about (see [`check_links`]).
 
 use std::path::{Path, PathBuf};
 
 use crate::compose::content::{Compiled, Sources, TemplateProblem};
-use crate::compose::source;
+use crate::compose::{source, tracking};
 use crate::store::content::ContentKind;
 use crate::templates::{self, TemplateError};
 
@@ -44,6 +45,13 @@ pub enum ContentError {
     Builtin(#[from] TemplateError),
     #[error("{file}: {problem}")]
     Convert { file: String, problem: String },
+    #[error("{file}{}: link {url:?} refused: {why}; remove it or write an http(s) or mailto link", line.map(|l| format!(":{l}")).unwrap_or_default())]
+    Link {
+        file: String,
+        line: Option<usize>,
+        url: String,
+        why: &'static str,
+    },
 }
 
 /// The templates to store, converted and checked.
@@ -56,6 +64,8 @@ pub struct Prepared {
     /// What `campaign list` and Feedback-ID call the content: the built-in
     /// template's name, or `html` / `markdown`.
     pub label: String,
+    /// What the creator should hear about the content (scripts).
+    pub warnings: Vec<String>,
 }
 
 /// A file's name (as shown in errors) and text.
@@ -86,6 +96,7 @@ pub fn prepare(
         let file = file.to_string();
         move |problem| ContentError::Convert { file, problem }
     };
+    let mut warnings = Vec::new();
     let (kind, html, text) = match content {
         ContentSource::Template(name) => {
             templates::check(name)?;
@@ -98,6 +109,7 @@ pub fn prepare(
             // The user's own files first: line numbers are theirs.
             let own_text = text.as_ref().map_or(("", ""), |(f, t)| (f, t));
             check(Some([(&html_file, &html), own_text]))?;
+            warnings = check_links(&html_file, &html, true)?;
             let derived = match text {
                 Some((_, text)) => text,
                 None => source::html_to_text(&html).map_err(convert(&html_file))?,
@@ -109,6 +121,8 @@ pub fn prepare(
             let (file, markdown) = read_file(path)?;
             check(Some([(&file, &markdown), ("", "")]))?;
             let html = source::markdown_to_html(&markdown);
+            // Lines of the converted HTML are not the file's.
+            warnings = check_links(&file, &html, false)?;
             let text = source::html_to_text(&html).map_err(convert(&file))?;
             let html = source::inline_css(&html).map_err(convert(&file))?;
             (ContentKind::Markdown, html, text)
@@ -130,5 +144,39 @@ pub fn prepare(
         html,
         text,
         label,
+        warnings,
     })
+}
+
+/// Refuse the first literal link of `html` that no mail client follows
+/// safely (see [`tracking::refused_href`]), and return a warning for each
+/// script (`<script>`, `on…=` handlers; see [`tracking::scripts`]). Links
+/// a template expression writes differ per recipient and are not seen
+/// here. `lines`: whether offsets in `html` are the file's own lines.
+pub(crate) fn check_links(
+    file: &str,
+    html: &str,
+    lines: bool,
+) -> Result<Vec<String>, ContentError> {
+    let line = |at: usize| lines.then(|| html[..at].matches('\n').count() + 1);
+    let at = |at: usize| line(at).map(|l| format!(":{l}")).unwrap_or_default();
+    for (offset, url) in tracking::literal_hrefs(html) {
+        if let Some(why) = tracking::refused_href(&url) {
+            return Err(ContentError::Link {
+                file: file.to_string(),
+                line: line(offset),
+                url,
+                why,
+            });
+        }
+    }
+    Ok(tracking::scripts(html)
+        .into_iter()
+        .map(|(offset, what)| {
+            format!(
+                "{file}{}: {what} in the HTML: mail clients strip scripts and event handlers, so it does nothing but look like an attack to spam filters",
+                at(offset)
+            )
+        })
+        .collect())
 }

@@ -52,12 +52,14 @@ pub struct Edited {
     pub warnings: Vec<Warning>,
 }
 
-/// The parts of the new version: kind, label, HTML and text.
+/// The parts of the new version: kind, label, HTML and text, and the
+/// warnings about its content.
 struct Parts {
     kind: ContentKind,
     label: String,
     html: String,
     text: String,
+    warnings: Vec<String>,
 }
 
 /// Refuse an edit in a state that takes none.
@@ -192,7 +194,7 @@ fn edit_content(
     let Some(version) = stored else {
         return Err(changed_meanwhile(conn, &req.name)?);
     };
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<Warning> = parts.warnings.into_iter().map(Warning::Content).collect();
     if req.from.is_some() {
         let domain = compose::from_domain(&from);
         if dkim_keys::for_domain(conn, &domain)?.is_empty() {
@@ -230,6 +232,7 @@ fn new_parts(
             label: p.label,
             html: p.html,
             text: p.text,
+            warnings: p.warnings,
         });
     }
     let (kind, html, text) = match current {
@@ -259,6 +262,7 @@ fn new_parts(
         label: label.to_string(),
         html,
         text,
+        warnings: Vec::new(),
     })
 }
 

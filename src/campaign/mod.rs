@@ -113,6 +113,8 @@ pub enum Warning {
     NoDkimKey(String),
     /// The return path's domain is not aligned with From's (SPF/DMARC).
     Unaligned(String),
+    /// Something in the content that mail clients strip (scripts).
+    Content(String),
 }
 
 impl std::fmt::Display for Warning {
@@ -128,7 +130,7 @@ impl std::fmt::Display for Warning {
                 "{domain} has no DKIM key: the messages go out unsigned, and large \
                  providers reject or junk unsigned bulk mail; `mailsplit dkim keygen {domain}` makes one"
             ),
-            Warning::Unaligned(why) => write!(f, "{why}"),
+            Warning::Unaligned(why) | Warning::Content(why) => write!(f, "{why}"),
         }
     }
 }
@@ -221,6 +223,16 @@ pub(crate) fn tracking_of(
     if let Some((html, text)) = tracking::body_sources(kind, label, parts, track) {
         tracking::rewrite(html, text, track, base, &mut links);
     }
+    // The text part's links too: a redirect to one must be a valid Location.
+    if let Some(bad) = links
+        .urls()
+        .iter()
+        .find(|u| u.chars().any(char::is_control))
+    {
+        return Err(CampaignError::Bad(format!(
+            "link {bad:?} holds a control character: no redirect can answer with it; remove it from the content"
+        )));
+    }
     Ok(Tracking {
         track,
         links: links.into_urls(),
@@ -272,7 +284,13 @@ pub fn create(conn: &mut Conn, checked: Checked) -> Result<Created, CampaignErro
         )?;
         Ok::<_, StoreError>(campaign)
     })?;
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<Warning> = checked
+        .content
+        .warnings
+        .iter()
+        .cloned()
+        .map(Warning::Content)
+        .collect();
     if checked.public_url.is_none() {
         warnings.push(Warning::NoPublicUrl);
     }

@@ -561,6 +561,11 @@ pub struct WorkerArgs {
     /// connection slot is free for another sender or worker
     #[arg(long, env = "MAILSPLIT_MAX_PER_SESSION", default_value_t = config::DEFAULT_MAX_PER_SESSION)]
     pub max_per_session: usize,
+    /// Bytes one rendered message may hold (subject, HTML and text parts,
+    /// and the message built from them); a recipient whose message is
+    /// larger is failed with that reason
+    #[arg(long, env = "MAILSPLIT_MAX_MESSAGE_SIZE", default_value_t = crate::compose::content::DEFAULT_MAX_MESSAGE)]
+    pub max_message_size: usize,
 }
 
 impl std::fmt::Debug for WorkerArgs {
@@ -572,6 +577,7 @@ impl std::fmt::Debug for WorkerArgs {
             .field("grace", &self.grace)
             .field("smtp_timeout", &self.smtp_timeout)
             .field("max_per_session", &self.max_per_session)
+            .field("max_message_size", &self.max_message_size)
             .finish()
     }
 }

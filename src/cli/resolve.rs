@@ -42,6 +42,14 @@ pub fn worker_settings(g: &Global, args: &WorkerArgs) -> Result<WorkerSettings, 
             1,
             1_000_000,
         )?,
+        // Up to what one render's fuel can make (64 bytes a unit): a larger
+        // cap would never be reached.
+        max_message: config::check_range(
+            "--max-message-size",
+            args.max_message_size,
+            1_000,
+            64 * crate::compose::content::RENDER_FUEL as usize,
+        )?,
         webhooks: webhook_delivery()?,
     })
 }

@@ -6,11 +6,18 @@
 //! off, so those tags do not even parse), without a loader and without any
 //! function that reaches files, the environment or the network. The HTML
 //! part is auto-escaped; the subject and text parts are not.
+//!
+//! Every render runs under a budget (see [`RENDER_FUEL`] and
+//! [`DEFAULT_MAX_MESSAGE`]): a template that loops too long or builds too
+//! much fails that one message with [`RenderError`], whatever the
+//! recipient's data makes it do, and the output stops growing at the cap
+//! while it is written rather than after.
 
 use std::collections::{BTreeSet, HashMap};
+use std::io;
 use std::sync::{Arc, Mutex};
 
-use minijinja::{AutoEscape, Environment, UndefinedBehavior};
+use minijinja::{AutoEscape, Environment, ErrorKind, UndefinedBehavior};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -113,6 +120,8 @@ pub struct Compiled {
     pub tracking: Option<super::tracking::Tracking>,
     /// Whether the HTML and text parts are ours (else: a built-in starter).
     has_body: bool,
+    /// Bytes one message's rendered parts may hold together.
+    max_message: usize,
 }
 
 impl std::fmt::Debug for Compiled {
@@ -128,6 +137,7 @@ impl std::fmt::Debug for Compiled {
 fn engine() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_undefined_behavior(UndefinedBehavior::Lenient);
+    env.set_fuel(Some(RENDER_FUEL));
     env.set_auto_escape_callback(|name| {
         if name == HTML {
             AutoEscape::Html
@@ -191,28 +201,38 @@ impl Compiled {
             env,
             tracking: None,
             has_body: sources.body.is_some(),
+            max_message: DEFAULT_MAX_MESSAGE,
         };
+        let mut room = compiled.max_message;
         for (key, (file, _)) in &parts {
             compiled
-                .render_one(key, sample)
-                .map_err(|e| problem(file, &e))?;
+                .render_one(key, sample, &mut room)
+                .map_err(|e| render_problem(file, &e))?;
         }
         Ok(compiled)
     }
 
-    pub fn subject(&self, vars: &Vars) -> Result<String, minijinja::Error> {
-        self.render_one(SUBJECT, vars)
+    /// The subject, and the room left for the HTML and text parts under
+    /// the size cap.
+    pub fn subject(&self, vars: &Vars) -> Result<(String, usize), RenderError> {
+        let mut room = self.max_message;
+        let subject = self.render_one(SUBJECT, vars, &mut room)?;
+        Ok((subject, room))
     }
 
-    /// The HTML and text parts; `None` for a built-in starter. Set
-    /// `vars.campaign.subject` first.
-    pub fn body(&self, vars: &Vars) -> Result<Option<(String, String)>, minijinja::Error> {
+    /// The HTML and text parts in the `room` [`Compiled::subject`] left;
+    /// `None` for a built-in starter. Set `vars.campaign.subject` first.
+    pub fn body(
+        &self,
+        vars: &Vars,
+        mut room: usize,
+    ) -> Result<Option<(String, String)>, RenderError> {
         if !self.has_body {
             return Ok(None);
         }
         Ok(Some((
-            self.render_one(HTML, vars)?,
-            self.render_one(TEXT, vars)?,
+            self.render_one(HTML, vars, &mut room)?,
+            self.render_one(TEXT, vars, &mut room)?,
         )))
     }
 
@@ -242,10 +262,104 @@ impl Compiled {
         Some(used)
     }
 
-    fn render_one(&self, key: &str, vars: &Vars) -> Result<String, minijinja::Error> {
-        self.env
-            .get_template(key)?
-            .render(minijinja::value::Serde(vars))
+    /// The cap on one message's size (see [`Cache::with_max_message`]).
+    pub fn max_message(&self) -> usize {
+        self.max_message
+    }
+}
+
+/// Work one render may do: minijinja's fuel, one unit per instruction and
+/// per 64 bytes of data made (strings, lists, output). A template passes
+/// `campaign create` on a sample recipient and may loop or grow without
+/// end for another's data; the fuel ends that render, and bounds the
+/// memory it can take (`"x" * 100000000` is refused before it is made).
+/// Chosen with a wide margin over the newsletters we know (the starters,
+/// a loop over hundreds of products with filters: BENCHMARKS.md) and low
+/// enough that a render that uses it all ends within a fraction of a
+/// second and holds at most `64 * RENDER_FUEL` bytes.
+pub const RENDER_FUEL: u64 = 500_000;
+
+/// Default cap on one message's rendered parts (subject, HTML and text
+/// together) and on the message built from them: far above any
+/// newsletter, far below what a relay would take (and what a worker could
+/// hold for each of its messages in flight). `worker --max-message-size`.
+pub const DEFAULT_MAX_MESSAGE: usize = 10 * 1024 * 1024;
+
+/// Why one message cannot be rendered. The budget errors are the
+/// template's doing for this recipient, like a template error: the
+/// recipient is failed, never retried.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("the template exceeds its render budget ({RENDER_FUEL} steps, or about {} MB of values and output, per part): a loop or a value too large for one message", RENDER_FUEL * 64 / 1_000_000)]
+    Budget,
+    #[error("the message exceeds the size cap of {} bytes ({} MB; worker --max-message-size)", .cap, .cap / (1024 * 1024))]
+    TooLarge { cap: usize },
+    #[error("{0:#}")]
+    Template(#[from] minijinja::Error),
+}
+
+impl Compiled {
+    /// Render one part into at most `room` bytes, taking what it wrote
+    /// from `room`. The output stops at the cap as it is written: a
+    /// template writing a large value many times never holds more.
+    fn render_one(&self, key: &str, vars: &Vars, room: &mut usize) -> Result<String, RenderError> {
+        let template = self.env.get_template(key)?;
+        let mut out = Capped {
+            out: Vec::new(),
+            room: *room,
+            over: false,
+        };
+        let rendered = template.render_captured_to(minijinja::value::Serde(vars), &mut out);
+        if out.over {
+            return Err(RenderError::TooLarge {
+                cap: self.max_message,
+            });
+        }
+        match rendered {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::OutOfFuel => return Err(RenderError::Budget),
+            Err(e) => return Err(e.into()),
+        }
+        *room = out.room;
+        // minijinja writes whole strings, and `Capped` takes a write whole
+        // or not at all, so the bytes are UTF-8; lossy only to be total.
+        Ok(String::from_utf8(out.out)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+    }
+}
+
+/// A render's output, refusing any write past `room` bytes.
+struct Capped {
+    out: Vec<u8>,
+    room: usize,
+    over: bool,
+}
+
+impl io::Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.len() > self.room {
+            self.over = true;
+            return Err(io::Error::other("the message size cap"));
+        }
+        self.room -= buf.len();
+        self.out.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A render error as a problem with the file the template came from.
+fn render_problem(file: &str, e: &RenderError) -> TemplateProblem {
+    match e {
+        RenderError::Template(e) => problem(file, e),
+        other => TemplateProblem {
+            file: file.to_string(),
+            line: None,
+            problem: format!("{other} (for the sample recipient)"),
+        },
     }
 }
 
@@ -393,12 +507,27 @@ fn line_of(source: &str, word: &str) -> Option<usize> {
 
 /// Compiled content versions by (campaign id, version): each is compiled
 /// once per process, never per message.
-#[derive(Default)]
 pub struct Cache {
     compiled: Mutex<HashMap<(i64, i64), Arc<Compiled>>>,
+    /// The size cap the versions compiled here render under.
+    max_message: usize,
+}
+
+impl Default for Cache {
+    fn default() -> Cache {
+        Cache::with_max_message(DEFAULT_MAX_MESSAGE)
+    }
 }
 
 impl Cache {
+    /// A cache whose versions cap a message at `max_message` bytes.
+    pub fn with_max_message(max_message: usize) -> Cache {
+        Cache {
+            compiled: Mutex::default(),
+            max_message,
+        }
+    }
+
     /// The compiled version, compiling it on first use.
     pub fn get_or_compile(
         &self,
@@ -408,7 +537,9 @@ impl Cache {
         if let Some(found) = self.lock().get(&key) {
             return Ok(Arc::clone(found));
         }
-        let compiled = Arc::new(compile()?);
+        let mut compiled = compile()?;
+        compiled.max_message = self.max_message;
+        let compiled = Arc::new(compiled);
         self.lock().insert(key, Arc::clone(&compiled));
         Ok(compiled)
     }
@@ -472,7 +603,7 @@ mod tests {
                 let url = "https://x.test/u/1?a=b";
                 let mut vars = Vars::new(who, "ada@x.test", a, url, "c");
                 vars.campaign.subject = Some("News & more".into());
-                let (h, t) = c.body(&vars).unwrap().unwrap();
+                let (h, t) = c.body(&vars, DEFAULT_MAX_MESSAGE).unwrap().unwrap();
                 let ctx = crate::templates::Context {
                     subject: "News & more",
                     name: who,
@@ -522,11 +653,11 @@ mod tests {
         let mut attrs = Map::new();
         attrs.insert("city".into(), Value::String("A&B".into()));
         let vars = Vars::new("<b>Bob</b>", "b@x.test", &attrs, "u", "spring");
-        let (html, text) = c.body(&vars).unwrap().unwrap();
+        let (html, text) = c.body(&vars, DEFAULT_MAX_MESSAGE).unwrap().unwrap();
         assert_eq!(html, "<p>&lt;b&gt;Bob&lt;&#x2f;b&gt; A&amp;B||spring</p>");
         assert_eq!(text, "<b>Bob</b> A&B");
         let nobody = Vars::new("", "b@x.test", &Map::new(), "u", "spring");
-        assert_eq!(c.subject(&nobody).unwrap(), "Hi friend");
+        assert_eq!(c.subject(&nobody).unwrap().0, "Hi friend");
     }
 
     #[test]
@@ -556,5 +687,106 @@ mod tests {
         }
         let none = env.render_str("{{ 'defualt' is filter }}", ()).unwrap();
         assert_eq!(none, "False", "the probe tells a missing filter");
+    }
+
+    /// Fuel one render of `source` uses, as the HTML part, for a recipient.
+    fn fuel_of(source: &str) -> u64 {
+        let mut env = engine();
+        env.set_fuel(Some(u64::MAX / 128));
+        env.add_template_owned(HTML.to_string(), source.to_string())
+            .unwrap();
+        let mut attrs = Map::new();
+        attrs.insert("city".into(), Value::String("Lyon".into()));
+        let vars = Vars::new("Ada", "a@x.test", &attrs, "https://x.test/u", "c");
+        let template = env.get_template(HTML).unwrap();
+        let captured = template
+            .render_captured(minijinja::value::Serde(&vars))
+            .unwrap();
+        captured.state().fuel_levels().unwrap().0
+    }
+
+    /// A newsletter of 200 products, each with a link, an image and a
+    /// few filters (about 57 kB of HTML).
+    fn catalogue(products: usize) -> String {
+        let items: Vec<String> = (0..products)
+            .map(|i| {
+                format!(
+                    "{{\"name\": \"wireless headphones model {i}\", \"price\": {}.99, \
+                     \"url\": \"https://shop.example/p/{i}\", \"image\": \"https://cdn.example/p/{i}.jpg\", \
+                     \"tags\": [\"audio\", \"sale\"]}}",
+                    10 + i
+                )
+            })
+            .collect();
+        format!(
+            "<html><body><h1>Hello {{{{ name | default(\"friend\") | title }}}}</h1>\
+             {{% set products = [{}] %}}<table>{{% for p in products %}}\
+             {{% if loop.index0 is even %}}<tr>{{% endif %}}<td>\
+             <a href=\"{{{{ p.url }}}}?city={{{{ attributes.city | default('') | lower }}}}\">\
+             <img src=\"{{{{ p.image }}}}\" alt=\"{{{{ p.name | title }}}}\"></a>\
+             <h2>{{{{ p.name | title | replace('Model', 'No.') }}}}</h2>\
+             <p>{{{{ \"%.2f\" | format(p.price * 0.9) }}}} EUR instead of {{{{ p.price | round(2) }}}}, \
+             {{{{ p.tags | join(', ') | upper }}}}</p></td>{{% if loop.index0 is odd %}}</tr>{{% endif %}}\
+             {{% endfor %}}</table><p><a href=\"{{{{ unsubscribe_url }}}}\">Unsubscribe</a></p></body></html>",
+            items.join(", ")
+        )
+    }
+
+    #[test]
+    fn the_starters_and_a_large_newsletter_use_a_small_part_of_the_budget() {
+        for name in crate::templates::TEMPLATES {
+            let (html, text) = crate::templates::starter(name).unwrap();
+            assert!(fuel_of(html) * 1_000 < RENDER_FUEL, "{name}");
+            assert!(fuel_of(text) * 1_000 < RENDER_FUEL, "{name}");
+        }
+        let used = fuel_of(&catalogue(200));
+        assert!(used * 10 < RENDER_FUEL, "{used}");
+        compile(&catalogue(200), "t").unwrap();
+    }
+
+    #[test]
+    fn a_template_spinning_for_one_recipient_ends_by_its_fuel() {
+        let spin = "{% if attributes.spin %}{% for i in range(100000) %}\
+                    {% for j in range(100000) %}{% endfor %}{% endfor %}{% endif %}ok";
+        let c = compile(spin, "t").unwrap();
+        let mut attrs = Map::new();
+        attrs.insert("spin".into(), Value::String("yes".into()));
+        let vars = Vars::new("Bob", "b@x.test", &attrs, "u", "spring");
+        let e = c.body(&vars, DEFAULT_MAX_MESSAGE).unwrap_err();
+        assert!(matches!(e, RenderError::Budget), "{e}");
+        assert!(e.to_string().contains("render budget"), "{e}");
+        let calm = Vars::new("Bob", "b@x.test", &Map::new(), "u", "spring");
+        assert_eq!(c.body(&calm, DEFAULT_MAX_MESSAGE).unwrap().unwrap().0, "ok");
+        // A template that spins for the sample recipient is refused.
+        let e = compile(
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+            "t",
+        )
+        .unwrap_err();
+        assert!(e.problem.contains("render budget"), "{e}");
+    }
+
+    #[test]
+    fn output_stops_at_the_size_cap_and_huge_values_are_never_made() {
+        let cache = Cache::with_max_message(100_000);
+        let big = "{% if attributes.big %}{% for i in range(100) %}{{ 'x' * 1000000 }}{% endfor %}{% endif %}";
+        let c = cache.get_or_compile((1, 1), || compile(big, "t")).unwrap();
+        let mut attrs = Map::new();
+        attrs.insert("big".into(), Value::String("yes".into()));
+        let vars = Vars::new("Bob", "b@x.test", &attrs, "u", "spring");
+        let e = c.body(&vars, c.max_message()).unwrap_err();
+        assert!(matches!(e, RenderError::TooLarge { cap: 100_000 }), "{e}");
+        assert!(e.to_string().contains("size cap of 100000 bytes"), "{e}");
+        // What the subject wrote counts against the same cap.
+        let e = c
+            .body(&Vars::new("B", "b@x.test", &Map::new(), "u", "s"), 0)
+            .unwrap_err();
+        assert!(matches!(e, RenderError::TooLarge { .. }), "{e}");
+        let huge = compile("{{ 'x' * attributes.n | int }}", "t").unwrap();
+        let mut attrs = Map::new();
+        attrs.insert("n".into(), Value::String("100000000".into()));
+        let vars = Vars::new("Bob", "b@x.test", &attrs, "u", "spring");
+        let e = huge.body(&vars, usize::MAX).unwrap_err();
+        assert!(matches!(e, RenderError::Budget), "{e}");
     }
 }

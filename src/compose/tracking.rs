@@ -326,6 +326,115 @@ fn html_links(html: &str, own: &[String], links: &mut Links) -> Vec<Edit> {
     edits
 }
 
+/// The literal `href` values of `<a>` and `<area>` tags (Jinja tags
+/// outside, none inside), entities decoded, each with its byte offset:
+/// what `campaign create` checks the links of (see [`refused_href`]).
+pub fn literal_hrefs(html: &str) -> Vec<(usize, String)> {
+    let tags = jinja_tags(html);
+    let bytes = html.as_bytes();
+    let mut found = Vec::new();
+    let mut at = 0;
+    while let Some(lt) = html[at..].find('<') {
+        let start = at + lt;
+        at = start + 1;
+        if inside(&tags, start) {
+            continue;
+        }
+        let name_end = html[at..]
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .map_or(html.len(), |e| at + e);
+        let name = html[at..name_end].to_ascii_lowercase();
+        if name != "a" && name != "area" {
+            continue;
+        }
+        let Some(value) = href_value(bytes, name_end) else {
+            continue;
+        };
+        at = value.end;
+        let raw = &html[value.start..value.end];
+        if !has_jinja(raw) {
+            found.push((value.start, decode_entities(raw.trim())));
+        }
+    }
+    found
+}
+
+/// Why a link cannot go out, if it cannot: a script scheme (`javascript:`,
+/// `vbscript:`, or `data:`, which can hold a page with scripts; mail
+/// clients neutralise all three, and phishing filters count them), or a
+/// control character, with which it is no valid `Location` for the
+/// tracked redirect nor a link a client follows. Browsers drop tabs and
+/// newlines inside a scheme (`java&#9;script:`), so the check does too.
+pub fn refused_href(url: &str) -> Option<&'static str> {
+    if url.chars().any(char::is_control) {
+        return Some("it holds a control character once its character references are decoded, so it is no valid link (nor a Location a redirect could answer with)");
+    }
+    let scheme: String = url
+        .trim_start()
+        .chars()
+        .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
+        .take(12)
+        .collect::<String>()
+        .to_ascii_lowercase();
+    ["javascript:", "vbscript:", "data:"]
+        .iter()
+        .any(|s| scheme.starts_with(s))
+        .then_some("javascript:, vbscript: and data: links run code or hide a page; mail clients disable them and spam filters count them against the sender")
+}
+
+/// Scripts in literal HTML, with their byte offsets: `<script>` elements
+/// and `on…=` event-handler attributes. Mail clients strip both, so they
+/// only make a message look like an attack; `campaign create` warns.
+pub fn scripts(html: &str) -> Vec<(usize, String)> {
+    let tags = jinja_tags(html);
+    let b = html.as_bytes();
+    let mut found = Vec::new();
+    let mut at = 0;
+    while let Some(lt) = html[at..].find('<') {
+        let start = at + lt;
+        at = start + 1;
+        if inside(&tags, start) || !b.get(at).is_some_and(u8::is_ascii_alphabetic) {
+            continue;
+        }
+        let name_end = html[at..]
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .map_or(html.len(), |e| at + e);
+        if html[at..name_end].eq_ignore_ascii_case("script") {
+            found.push((start, "<script>".to_string()));
+        }
+        let mut i = name_end;
+        let mut quote = None;
+        while i < b.len() {
+            let c = b[i];
+            match quote {
+                Some(q) if c == q => quote = None,
+                Some(_) => {}
+                None if c == b'"' || c == b'\'' => quote = Some(c),
+                None if c == b'>' => break,
+                None if b[i - 1].is_ascii_whitespace() && c.eq_ignore_ascii_case(&b'o') => {
+                    let end = b[i..]
+                        .iter()
+                        .position(|c| !c.is_ascii_alphanumeric())
+                        .map_or(b.len(), |e| i + e);
+                    let word = &html[i..end];
+                    if word.len() > 2
+                        && word[..2].eq_ignore_ascii_case("on")
+                        && html[end..].trim_start().starts_with('=')
+                    {
+                        found.push((i, word.to_ascii_lowercase()));
+                    }
+                    i = end;
+                    continue;
+                }
+                None => {}
+            }
+            i += 1;
+        }
+        at = i;
+    }
+    found
+}
+
 /// Where an attribute value is: inside its quotes, and with them.
 struct Value {
     start: usize,
@@ -587,6 +696,32 @@ mod tests {
             "<p><a href=\"https://a.test\">a</a></p><img src=\"{{ __mailsplit_open|safe }}\""
         ));
         assert_eq!(t, "https://a.test");
+    }
+
+    #[test]
+    fn finds_script_links_control_characters_and_handlers() {
+        let html = "<a href=\"https://x.test\">ok</a>\n<a href=\"JavaScript:alert(1)\">j</a>\
+                    <a href='java&#9;script:x'>t</a><area href=\"data:text/html,x\">\
+                    <a href=\"https://x.test/&#10;\">c</a><a href=\"{{ attributes.url }}\">v</a>\
+                    <a href=\"mailto:a@x.test\">m</a>";
+        let refused: Vec<String> = literal_hrefs(html)
+            .into_iter()
+            .filter(|(_, url)| refused_href(url).is_some())
+            .map(|(_, url)| url)
+            .collect();
+        assert_eq!(
+            refused,
+            [
+                "JavaScript:alert(1)",
+                "java\tscript:x",
+                "data:text/html,x",
+                "https://x.test/\n"
+            ]
+        );
+        let html = "<p onclick=\"x()\" title=\"on=1 onload=2\">a</p><SCRIPT>x</SCRIPT>\
+                    <img src=x\nOnError = 'y'><p>one=two</p>{{ '<script>' }}";
+        let found: Vec<String> = scripts(html).into_iter().map(|(_, w)| w).collect();
+        assert_eq!(found, ["onclick", "<script>", "onerror"]);
     }
 
     #[test]

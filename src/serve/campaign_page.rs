@@ -16,6 +16,11 @@
 //! are allowed because mail carries its CSS inline (see
 //! `compose::source::inline_css`); everything this page writes itself is
 //! escaped, so they come from the content alone.
+//!
+//! The preview is rendered after the figures are read, off the admin
+//! connection and off the request threads, and waited for at most
+//! [`PREVIEW_WAIT`]: a template that uses its whole render budget
+//! stalls neither this page nor the dashboard, the API or the metrics.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -38,6 +43,7 @@ use crate::compose::ComposeError;
 use crate::status::CampaignStatus;
 use crate::store::content::{self, Track, VersionInfo};
 use crate::store::engagement;
+use crate::store::recipients::Recipient;
 use crate::store::timeline::{self, Timeline};
 use crate::store::{campaigns, Conn, Counters, StoreError};
 use crate::tokens::Identity;
@@ -98,9 +104,19 @@ pub struct CampaignView {
     /// Clicks per link; `None` when the campaign does not track clicks.
     pub links: Option<Vec<LinkRow>>,
     /// The preview, or why there is none (empty list, content that does
-    /// not render for this recipient).
+    /// not render for this recipient); rendered by [`page`] after the
+    /// figures are read (see the module documentation).
     pub preview: Result<Preview, String>,
 }
+
+/// What the preview is rendered from: the campaign's content and the
+/// sample recipient, or why there is none.
+pub type Sample = Result<(CampaignMail, Recipient), String>;
+
+/// How long the page waits for its preview. A render ends by its fuel
+/// (`compose::content::RENDER_FUEL`) well within this; the wait only
+/// guards the page against a machine too busy to finish it.
+pub const PREVIEW_WAIT: Duration = Duration::from_secs(10);
 
 #[derive(Template)]
 #[template(path = "admin/campaign.html")]
@@ -179,14 +195,15 @@ impl Timelines {
     }
 }
 
-/// Read everything the page shows for campaign `id`; `Ok(None)`: there
-/// is no such campaign.
+/// Read everything the page shows for campaign `id` and what its preview
+/// is rendered from (the view's preview is not rendered yet); `Ok(None)`:
+/// there is no such campaign.
 pub fn gather(
     conn: &mut Conn,
     id: i64,
     identity: &Identity,
     timelines: &Timelines,
-) -> Result<Option<CampaignView>, StoreError> {
+) -> Result<Option<(CampaignView, Sample)>, StoreError> {
     let Some(c) = campaigns::get(conn, id)? else {
         return Ok(None);
     };
@@ -218,19 +235,20 @@ pub fn gather(
             version: v.version,
         })
         .collect();
-    let preview = match preview(conn, &c, identity) {
-        Ok(p) => Ok(p),
+    let sample = match preview_sample(conn, &c, identity) {
+        Ok(s) => Ok(s),
         Err(ComposeError::Store(e)) => return Err(e),
         Err(e) => Err(e.to_string()),
     };
-    Ok(Some(CampaignView {
+    let view = CampaignView {
         send_at: status.send_at.clone(),
         row: CampaignRow::new(status),
         versions,
         charts,
         links,
-        preview,
-    }))
+        preview: Err("not rendered yet".into()),
+    };
+    Ok(Some((view, sample)))
 }
 
 /// One chart per series of the timeline: sent, failed, and first opens
@@ -282,24 +300,45 @@ fn links(conn: &mut Conn, campaign: i64) -> Result<Vec<LinkRow>, StoreError> {
         .collect())
 }
 
-/// The current content as the first active list member would read it.
-fn preview(
+/// The current content and the first active list member, to render the
+/// preview from.
+fn preview_sample(
     conn: &mut Conn,
     c: &crate::store::Campaign,
     identity: &Identity,
-) -> Result<Preview, ComposeError> {
+) -> Result<(CampaignMail, Recipient), ComposeError> {
     let r = sample(conn, c.list_id, None)?;
     let mail = CampaignMail::load(conn, c, identity)?;
-    let (subject, rendered) = render_sample(&mail, &r).map_err(|why| ComposeError::Unsendable {
-        email: r.email.clone(),
-        why,
-    })?;
-    Ok(Preview {
-        email: r.email,
-        subject,
-        html: rendered.html,
-        text: rendered.text,
-    })
+    Ok((mail, r))
+}
+
+/// The current content as the sample recipient would read it, rendered on
+/// the blocking pool and waited for at most [`PREVIEW_WAIT`].
+pub async fn preview(sample: Sample) -> Result<Preview, String> {
+    let (mail, r) = sample?;
+    let render = tokio::task::spawn_blocking(move || {
+        let rendered = render_sample(&mail, &r).map_err(|why| {
+            ComposeError::Unsendable {
+                email: r.email.clone(),
+                why,
+            }
+            .to_string()
+        });
+        rendered.map(|(subject, rendered)| Preview {
+            email: r.email,
+            subject,
+            html: rendered.html,
+            text: rendered.text,
+        })
+    });
+    match tokio::time::timeout(PREVIEW_WAIT, render).await {
+        Ok(Ok(preview)) => preview,
+        Ok(Err(e)) => Err(format!("rendering the preview failed: {e}")),
+        Err(_) => Err(format!(
+            "the preview took longer than {} s to render; the page is shown without it",
+            PREVIEW_WAIT.as_secs()
+        )),
+    }
 }
 
 /// `GET /campaigns/ID`.
@@ -308,7 +347,7 @@ pub async fn page(Extract(state): Extract<State>, Path(id): Path<String>) -> Res
         return not_found();
     };
     let shared = state.clone();
-    let view = match state
+    let (mut view, sample) = match state
         .admin
         .db(move |c| gather(c, id, &shared.identity, &shared.timelines))
         .await
@@ -322,6 +361,7 @@ pub async fn page(Extract(state): Extract<State>, Path(id): Path<String>) -> Res
             );
         }
     };
+    view.preview = preview(sample).await;
     match (Page { v: &view }).render() {
         Ok(html) => with_policy(Html(html).into_response()),
         Err(e) => {

@@ -17,7 +17,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
 use axum::extract::{ConnectInfo, Path, State as Extract};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::hits::{self, Recorder};
@@ -133,8 +133,21 @@ pub async fn click(
     let Some(m) = state.identity.signer.read_click(&token, n) else {
         return not_found();
     };
-    let url = match link(&state, m, n).await {
-        Ok(Some(url)) => url,
+    let location = match link(&state, m, n).await {
+        // A link stored before `campaign create` refused control
+        // characters is no valid Location: not found, never a 302
+        // without one.
+        Ok(Some(url)) => match HeaderValue::from_str(&url) {
+            Ok(location) => location,
+            Err(_) => {
+                tracing::warn!(
+                    campaign = m.campaign,
+                    link = n,
+                    "a stored link is no valid Location; answered not found"
+                );
+                return not_found();
+            }
+        },
         Ok(None) => return not_found(),
         Err(e) => {
             tracing::warn!(campaign = m.campaign, error = %e, "cannot read a campaign's links");
@@ -163,9 +176,12 @@ pub async fn click(
     (
         StatusCode::FOUND,
         [
-            (header::LOCATION, url.as_str()),
-            (header::CACHE_CONTROL, "no-store"),
-            (header::REFERRER_POLICY, "no-referrer"),
+            (header::LOCATION, location),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+            (
+                header::REFERRER_POLICY,
+                HeaderValue::from_static("no-referrer"),
+            ),
         ],
     )
         .into_response()

@@ -104,6 +104,15 @@ async fn load(
 }
 
 impl Campaigns {
+    /// No campaign loaded yet; their messages are capped at `max_message`
+    /// bytes.
+    pub fn new(max_message: usize) -> Campaigns {
+        Campaigns {
+            content: Arc::new(Cache::with_max_message(max_message)),
+            ..Campaigns::default()
+        }
+    }
+
     /// The campaign, loading it on first sight; `None` if it does not exist.
     pub async fn info(
         &self,

@@ -334,19 +334,30 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
     let attempts: HashMap<i64, i32> = claim.owned.iter().copied().collect();
     let mut people = people.into_iter().peekable();
     while people.peek().is_some() {
+        if shared.scheduler.abort().is_cancelled() {
+            // The grace is over: no more renders; the rest go back unsent
+            // as the senders hand theirs back.
+            let rest: Vec<i64> = people.map(|r| r.id).collect();
+            hand_back(&shared, &tracker, &attempts, &rest).await;
+            return;
+        }
         // The campaign as of the last refresh: a `dkim delete` or a new key
         // applies from the next batch on, also within a long job.
         let info = shared
             .campaigns
             .current(info.mail.id)
             .unwrap_or_else(|| Arc::clone(&info));
-        let take = if info.mail.dkim.is_empty() {
+        let take = if inline(&info) {
             1
         } else {
             sign_batch(&shared.to_send)
         };
         let batch: Vec<recipients::Recipient> = people.by_ref().take(take).collect();
-        for (rid, email, composed) in compose_batch(&shared, &info, batch).await {
+        let ids: Vec<i64> = batch.iter().map(|r| r.id).collect();
+        let composed = compose_batch(&shared, &info, batch).await;
+        // Those an abort left unrendered (the end of the batch).
+        let unrendered = ids.get(composed.len()..).unwrap_or_default().to_vec();
+        for (rid, email, composed) in composed {
             let attempt = attempts.get(&rid).copied().unwrap_or(1);
             if !hand_over(&shared, &tracker, &info, (rid, &email), attempt, composed).await {
                 // The pipeline is shutting down under us; the claims lapse
@@ -355,7 +366,34 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
                 return;
             }
         }
+        if !hand_back(&shared, &tracker, &attempts, &unrendered).await {
+            return;
+        }
     }
+}
+
+/// Hand recipients back unsent (their attempt does not count), as the
+/// senders do after an abort. False when the pipeline is closed.
+async fn hand_back(
+    shared: &Shared,
+    tracker: &Arc<Tracker>,
+    attempts: &HashMap<i64, i32>,
+    rids: &[i64],
+) -> bool {
+    for &rid in rids {
+        let outcome = SendOutcome {
+            tracker: Arc::clone(tracker),
+            recipient_id: rid,
+            attempt: attempts.get(&rid).copied().unwrap_or(1),
+            kind: OutcomeKind::Unclaim,
+            content_version: None,
+            unrecorded: None,
+        };
+        if shared.to_report.send(outcome).await.is_err() {
+            return false;
+        }
+    }
+    true
 }
 
 /// How many DKIM-signed messages to compose in the next hand-off: up to
@@ -416,29 +454,46 @@ async fn hand_over(
     }
 }
 
+/// Whether a campaign's messages are composed on the runtime's own thread:
+/// unsigned and without stored templates (a campaign older than stored
+/// content: literal subject, built-in template), whose cost is small and
+/// known. Stored templates (even a subject alone) render on the blocking
+/// pool: one may use its whole render budget for some recipient's data,
+/// and must not hold the thread the SMTP sessions, the reporter and the
+/// shutdown run on.
+fn inline(info: &CampaignInfo) -> bool {
+    info.mail.dkim.is_empty() && info.mail.content.is_none()
+}
+
 /// Compose a batch of recipients' messages, each beside its recipient. A
-/// DKIM-signed batch (up to [`SIGN_BATCH`]) is composed in one task on
-/// tokio's blocking pool, at most one batch per core at a time
-/// ([`Shared::signers`]): an RSA signature is a fraction of a millisecond of
-/// CPU that would otherwise stall the SMTP sessions sharing this thread, and
-/// one hand-off per batch rather than per message saves the thread wake-ups
-/// that cost more than an ed25519 signature. An unsigned message is
-/// composed here.
+/// DKIM-signed batch, or one of the user's own templates (up to
+/// [`SIGN_BATCH`]), is composed in one task on tokio's blocking pool, at
+/// most one batch per core at a time ([`Shared::signers`]): an RSA
+/// signature is a fraction of a millisecond of CPU, and a render may use
+/// its whole budget, that would otherwise stall the SMTP sessions sharing
+/// this thread; one hand-off per batch rather than per message saves the
+/// thread wake-ups that cost more than an ed25519 signature. An unsigned
+/// message from a built-in template is composed here ([`inline`]).
 async fn compose_batch(
     shared: &Shared,
     info: &Arc<CampaignInfo>,
     batch: Vec<recipients::Recipient>,
 ) -> Vec<Composing> {
-    let compose_all = |info: &CampaignInfo, batch: Vec<recipients::Recipient>| {
+    let abort = shared.scheduler.abort().clone();
+    // After an abort the rest of the batch is left unrendered (the caller
+    // hands it back): a batch of renders that each use their whole budget
+    // must not hold the exit.
+    let compose_all = move |info: &CampaignInfo, batch: Vec<recipients::Recipient>| {
         batch
             .into_iter()
+            .take_while(|_| !abort.is_cancelled())
             .map(|r| {
                 let composed = compose::compose(&info.mail, &r);
                 (r.id, r.email, composed)
             })
             .collect::<Vec<Composing>>()
     };
-    if info.mail.dkim.is_empty() {
+    if inline(info) {
         return compose_all(info, batch);
     }
     let Ok(permit) = Arc::clone(&shared.signers).acquire_owned().await else {

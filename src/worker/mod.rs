@@ -174,7 +174,7 @@ async fn pipeline_run(
         signers: Arc::new(Semaphore::new(
             std::thread::available_parallelism().map_or(1, |n| n.get()),
         )),
-        campaigns: Campaigns::default(),
+        campaigns: Campaigns::new(settings.max_message),
         optouts: Default::default(),
         cmds: cmd_txs,
         to_send: send_tx,

@@ -155,6 +155,12 @@ enum Admit {
 }
 
 impl Scheduler {
+    /// The worker's abort (the grace is over): the job stage stops
+    /// composing when it trips, between messages.
+    pub fn abort(&self) -> &CancellationToken {
+        &self.abort
+    }
+
     /// Messages come from `input` (the job stage); at most `max_parked` wait
     /// inside at once. After `abort`, messages are handed out without tokens
     /// (the sender hands them back unsent).

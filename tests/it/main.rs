@@ -22,6 +22,7 @@ mod audience;
 mod audience_mysql;
 mod audience_sync;
 mod bounce;
+mod budgets;
 mod campaign_page;
 mod charts;
 mod cli;

@@ -23,6 +23,7 @@ fn a_worker_sends_a_campaign_and_stops_when_its_token_is_cancelled() {
         grace: Duration::from_secs(5),
         smtp_timeout: Duration::from_secs(10),
         max_per_session: 100,
+        max_message: mailsplit::compose::content::DEFAULT_MAX_MESSAGE,
         webhooks: Default::default(),
     };
     let stop = CancellationToken::new();
