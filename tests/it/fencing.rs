@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use mailsplit::store::deliveries::{
     self, ledger_counts, DeliveryState, Outcome, OutcomeKind, Recorded,
 };
+use mailsplit::store::{Db, Plans, StoreError};
 
 use crate::util::*;
 
@@ -311,4 +312,39 @@ fn a_worker_whose_database_link_is_swallowed_then_reset_holds_nothing_back() {
     );
     assert_exact(&env, "news", N as i64);
     drop(bs);
+}
+
+/// The handle a worker uses, on a link that goes silent: the call whose
+/// query was swallowed fails after the handle's limit instead of waiting
+/// for an answer that never comes, and once the link is back the next call
+/// works on a connection of its own, while the swallowed one has not been
+/// reset (both of its ends still wait for the other).
+#[test]
+fn a_bounded_handle_gives_up_a_swallowed_call_and_carries_on() {
+    let env = Env::new(Kind::Postgres, "127.0.0.1:1");
+    env.ok(&["migrate"]);
+    let proxy = TcpProxy::start(pg_addr());
+    let proxied = env
+        .db
+        .url
+        .replace(&pg_addr().to_string(), &format!("127.0.0.1:{}", proxy.port));
+    let limit = Duration::from_secs(2);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let db = Db::bounded(&proxied, None, Plans::Custom, limit).unwrap();
+        let read = || db.run(|c| mailsplit::store::workers::list(c).map(|rows| rows.len()));
+        assert_eq!(read().await.unwrap(), 0);
+        proxy.swallow();
+        let asked = Instant::now();
+        let stalled = read().await;
+        assert!(
+            matches!(stalled, Err(StoreError::Stalled(l)) if l == limit),
+            "{stalled:?}"
+        );
+        assert!(asked.elapsed() >= limit);
+        proxy.reset();
+        assert_eq!(read().await.unwrap(), 0);
+    });
+    // The swallowed call is still blocked on its thread, and stays so.
+    rt.shutdown_background();
 }
