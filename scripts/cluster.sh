@@ -14,6 +14,9 @@ Usage: scripts/cluster.sh up [--workers N]   build the hosts, start the servers
        scripts/cluster.sh stop-worker I       stop (SIGTERM) the worker of host I
        scripts/cluster.sh cut HOST [PEER...]  drop HOST's packets to and from PEERs (all: every host)
        scripts/cluster.sh heal HOST           remove HOST's DROP rules
+       scripts/cluster.sh reset HOST PEER...  turn HOST's DROP rules for PEERs into TCP resets:
+                                              whichever side sends next on a connection
+                                              between them is reset (then `heal`)
        scripts/cluster.sh bs-kill I           kill beanstalkd I and delete its binlog (gone for good)
        scripts/cluster.sh bs-start I          start beanstalkd I again (empty)
 
@@ -218,6 +221,24 @@ cut() {
     done
 }
 
+# After a `cut`: what a switch that comes back with its state lost does
+# to the connections that crossed it. Each TCP segment between HOST and a
+# PEER is refused with a reset: a segment HOST sends resets HOST's end, one
+# a PEER sends resets the PEER's end. A connection where both ends wait for
+# the other sends nothing, and nothing resets it.
+reset() {
+    local host=$1 peer
+    shift
+    ip_of "$host" >/dev/null
+    heal "$host"
+    for peer in "$@"; do
+        ip netns exec "msc-$host" nft add rule inet msc in ip saddr "$(ip_of "$peer")" \
+            meta l4proto tcp reject with tcp reset
+        ip netns exec "msc-$host" nft add rule inet msc out ip daddr "$(ip_of "$peer")" \
+            meta l4proto tcp reject with tcp reset
+    done
+}
+
 heal() {
     ip netns exec "msc-$1" nft flush chain inet msc in
     ip netns exec "msc-$1" nft flush chain inet msc out
@@ -243,6 +264,7 @@ case $cmd in
     stop-worker) stop_pid "w${1:?which worker}"; stop_pid "w$1-proxy" ;;
     cut) cut "$@" ;;
     heal) heal "${1:?which host}" ;;
+    reset) reset "$@" ;;
     bs-kill) stop_pid "bs${1:?which}" KILL; rm -rf "${DIR:?}/bs$1" ;;
     bs-start) start_bs "${1:?which}" ;;
     -h | --help) usage ;;

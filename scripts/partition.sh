@@ -27,12 +27,17 @@ database only), worker-bs (w1 cut from beanstalkd 1), db (the database
 host cut from everyone), relay (the relay cut), bs-lost (beanstalkd 1
 killed, binlog deleted, started empty, then `mailsplit requeue`), slow-db
 (w1 restarted behind a 50 ms round trip to the database), clock (w1
-restarted with its wall clock 30 s ahead), and worker-db-60 (worker-db cut
-for 60 s, to show the bound does not grow with the cut).
+restarted with its wall clock 30 s ahead), worker-db-60 (worker-db cut
+for 60 s, to show the bound does not grow with the cut), and
+worker-db-reset (w1's database link silent both ways for the cut, then
+its connections reset: each end that sends next gets an RST, for
+RESET_FOR seconds, as a switch that comes back without its state does; a
+connection where both ends wait for the other is never reset).
 
 Full: 20,000 recipients, C = 100, cuts of 40 s (worker-db: 20 s and 60 s).
---short: 2,000 recipients, C = 20, worker-db cut 35 s (past a claim's
-30 s lease), relay and db cut 10 s, bs-lost; about 3 minutes.
+--short: 2,000 recipients, C = 20, worker-db and worker-db-reset cut 35 s
+(past a claim's 30 s lease), relay and db cut 10 s, bs-lost; about 5
+minutes.
 Needs root (network namespaces) and target/release/mailsplit (or debug).
 EOF
 }
@@ -54,11 +59,13 @@ done
 
 if ((SHORT)); then
     N=2000 C=20 DELAY_MS=400 LONG=${CUT:-35} BRIEF=${CUT:-10}
-    FAULTS=${ONLY:-worker-db,relay,db,bs-lost}
+    FAULTS=${ONLY:-worker-db,worker-db-reset,relay,db,bs-lost}
 else
     N=20000 C=100 DELAY_MS=1000 LONG=${CUT:-40} BRIEF=${CUT:-40}
-    FAULTS=${ONLY:-worker-db,worker-db-60,worker-all,worker-bs,db,relay,bs-lost,slow-db,clock}
+    FAULTS=${ONLY:-worker-db,worker-db-60,worker-db-reset,worker-all,worker-bs,db,relay,bs-lost,slow-db,clock}
 fi
+# How long the resets of worker-db-reset last before the link is healed.
+RESET_FOR=5
 # Seconds into the campaign a fault starts.
 START_AFTER=8
 # Longest wait after the heal for the campaign to finish.
@@ -129,6 +136,10 @@ inject() {
     esac
     sleep "$cut"
     case $fault in
+        worker-db-reset)
+            "$CLUSTER" reset w1 db
+            sleep "$RESET_FOR"
+            "$CLUSTER" heal w1 ;;
         worker-all | worker-db | worker-db-* | worker-bs) "$CLUSTER" heal w1 ;;
         db) "$CLUSTER" heal db ;;
         relay) "$CLUSTER" heal relay ;;
@@ -197,7 +208,7 @@ IFS=, read -ra list <<<"$FAULTS"
 for fault in "${list[@]}"; do
     case $fault in
         worker-db-60) cut=60 ;;
-        worker-db | worker-all) cut=$LONG ;;
+        worker-db | worker-db-reset | worker-all) cut=$LONG ;;
         *) cut=$BRIEF ;;
     esac
     ((SHORT)) || [[ $fault != worker-db ]] || cut=${CUT:-20}

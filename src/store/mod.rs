@@ -121,6 +121,9 @@ pub enum StoreError {
     BadValue { what: &'static str, value: String },
     #[error("database task failed: {0}")]
     Task(String),
+    /// A call got no answer within the handle's limit (see [`db`]).
+    #[error("the database did not answer within {0:?}: its connection is given up and the next call opens a new one; check the network between this host and the database")]
+    Stalled(Duration),
     #[error(transparent)]
     Query(#[from] diesel::result::Error),
 }
@@ -145,7 +148,7 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         use diesel::result::Error as E;
         match self {
-            StoreError::Connect { .. } => true,
+            StoreError::Connect { .. } | StoreError::Stalled(_) => true,
             StoreError::Query(E::DatabaseError(kind, info)) => {
                 use diesel::result::DatabaseErrorKind as K;
                 matches!(
@@ -374,7 +377,7 @@ impl Conn {
                 Inner::Sqlite(c)
             }
             Backend::Postgres => {
-                let mut c = PgConnection::establish(url).map_err(connect_err)?;
+                let mut c = PgConnection::establish(&with_link_checks(url)).map_err(connect_err)?;
                 // The ledger grows from empty during a campaign. A generic
                 // plan cached while it was small (a sequential scan) would
                 // stay in use as it grows to millions of rows, all the more
@@ -397,6 +400,21 @@ impl Conn {
         };
         conn.refuse_newer_schema()?;
         Ok(conn)
+    }
+
+    /// Have PostgreSQL end this session's transactions left idle for
+    /// `after`, and their locks with them: for a session whose statements
+    /// of a transaction follow each other at once (see [`db`]), such a
+    /// transaction belongs to a client the server no longer hears.
+    /// SQLite: nothing to do.
+    pub fn end_idle_transactions_after(&mut self, after: Duration) -> Result<()> {
+        match self.backend() {
+            Backend::Postgres => self.execute_batch(&format!(
+                "SET idle_in_transaction_session_timeout = {}",
+                after.as_millis()
+            )),
+            Backend::Sqlite => Ok(()),
+        }
     }
 
     /// A second connection to the same database, for work split across
@@ -541,6 +559,42 @@ impl Conn {
     }
 }
 
+/// libpq's checks of the link, for those the URL does not set: without
+/// them, connecting waits as long as the server stays silent, and a
+/// connection whose peer vanished (a cable pulled, a host gone) is only
+/// found dead by the kernel's retransmission limit, many minutes on. A
+/// connection attempt gives up after `connect_timeout`; an idle one is
+/// probed by keepalives; data left unacknowledged fails the connection
+/// after `tcp_user_timeout`.
+const LINK_CHECKS: [(&str, &str); 6] = [
+    ("connect_timeout", "10"),
+    ("keepalives", "1"),
+    ("keepalives_idle", "10"),
+    ("keepalives_interval", "5"),
+    ("keepalives_count", "3"),
+    ("tcp_user_timeout", "30000"),
+];
+
+/// `url` with the [`LINK_CHECKS`] it does not set already.
+fn with_link_checks(url: &str) -> String {
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    let set: Vec<&str> = query
+        .split('&')
+        .filter_map(|kv| kv.split('=').next())
+        .collect();
+    let mut out = url.to_string();
+    for (key, value) in LINK_CHECKS {
+        if set.contains(&key) {
+            continue;
+        }
+        out.push(if out.contains('?') { '&' } else { '?' });
+        out.push_str(key);
+        out.push('=');
+        out.push_str(value);
+    }
+    out
+}
+
 /// The embedded migrations of a backend. Both directories hold the same
 /// versions, one flavour each.
 fn migrations_of(backend: Backend) -> EmbeddedMigrations {
@@ -603,4 +657,19 @@ pub fn clip_line(text: &str, max: usize) -> String {
         out.push('…');
     }
     out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_checks_are_added_unless_the_url_sets_them() {
+        let plain = with_link_checks("postgres://u@h/db");
+        assert!(plain.starts_with("postgres://u@h/db?connect_timeout=10&keepalives=1&"));
+        assert!(plain.ends_with("&tcp_user_timeout=30000"), "{plain}");
+        let own = with_link_checks("postgres://u@h/db?sslmode=require&connect_timeout=3");
+        assert!(own.starts_with("postgres://u@h/db?sslmode=require&connect_timeout=3&keepalives=1"));
+        assert_eq!(own.matches("connect_timeout").count(), 1, "{own}");
+    }
 }

@@ -63,6 +63,14 @@ fn max_parked(concurrency: usize) -> usize {
     concurrency * 4 + 100
 }
 
+/// How long a database call of the worker may go unanswered before its
+/// connection is given up (see [`store::db`]): a claim's lease. An answer
+/// that comes later comes after the job's fence and after its claims may
+/// have passed to another worker, so it serves nothing it was asked for,
+/// while waiting on would hold every later call (heartbeat, extensions,
+/// outcomes) of this worker.
+const DB_CALL_LIMIT: Duration = crate::queue::JOB_TTR;
+
 /// Why a worker could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
@@ -159,7 +167,12 @@ async fn pipeline_run(
     )?;
     drop(jobs_tx);
 
-    let db = Db::new(&settings.database_url, Some(conn), Plans::GenericWhileLarge);
+    let db = Db::bounded(
+        &settings.database_url,
+        Some(conn),
+        Plans::GenericWhileLarge,
+        DB_CALL_LIMIT,
+    )?;
     let limiter = crate::ratelimit::Limiter::new(Arc::clone(&db), relay.target());
     limiter.refresh().await.context("cannot read rate groups")?;
     let shared = Arc::new(Shared {
@@ -220,7 +233,7 @@ async fn pipeline_run(
     };
 
     let deliverer = tokio::spawn(crate::webhooks::deliver::run(
-        Db::new(&settings.database_url, None, Plans::Custom),
+        Db::bounded(&settings.database_url, None, Plans::Custom, DB_CALL_LIMIT)?,
         settings.webhooks,
         stop.clone(),
     ));

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use mailsplit::store::deliveries::{
     self, ledger_counts, DeliveryState, Outcome, OutcomeKind, Recorded,
 };
+use mailsplit::store::{Db, Plans, StoreError};
 
 use crate::util::*;
 
@@ -227,4 +228,123 @@ fn a_worker_cut_from_the_database_sends_no_more_than_its_in_flight() {
     );
     assert_exact(&env, "news", N as i64);
     drop(bs);
+}
+
+/// Worker A's PostgreSQL link goes silent both ways mid-send (a dead
+/// switch: nothing carried, nothing closed, what is sent meanwhile is
+/// lost), past a claim's lease, then every connection through it is reset;
+/// its relay and beanstalkd stay reachable, worker B reaches the database
+/// directly. Whatever A was waiting on when the link went silent, it must
+/// not keep A's jobs or claims from the campaign: every recipient has an
+/// outcome within a claim's lease plus a job's TTR after the reset, and A
+/// sends no more than its in-flight messages twice.
+#[test]
+fn a_worker_whose_database_link_is_swallowed_then_reset_holds_nothing_back() {
+    const N: usize = 1_500;
+    const A_CONCURRENCY: u32 = 4;
+    let (_tmp, bs, env) = env_with_beanstalkd(Kind::Postgres);
+    let peer_a = ScriptedSmtp::start(Script {
+        data_delay: Duration::from_millis(50),
+        ..Script::default()
+    });
+    let peer_b = ScriptedSmtp::start(Script::default());
+    env.campaign("news", N);
+    let proxy = TcpProxy::start(pg_addr());
+    let proxied = env
+        .db
+        .url
+        .replace(&pg_addr().to_string(), &format!("127.0.0.1:{}", proxy.port));
+    assert_ne!(proxied, env.db.url);
+    let concurrency = A_CONCURRENCY.to_string();
+    let mut a = env
+        .cmd(&[
+            "worker",
+            "--smtp",
+            &peer_a.url(),
+            "--concurrency",
+            &concurrency,
+        ])
+        .env("DATABASE_URL", &proxied)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let a_log = Log::follow(&mut a);
+    let _a = Proc(a);
+    wait_for(60, "worker A under way", || peer_a.total() >= 40);
+    proxy.swallow();
+    let at_cut = peer_a.total();
+    let _b = worker(&env, &env.db.url, &peer_b.url(), 20);
+    // Longer than a claim's lease: A's claims lapse and B may take them.
+    std::thread::sleep(Duration::from_secs(40));
+    let during_cut = peer_a.total() - at_cut;
+    proxy.reset();
+    let healed = Instant::now();
+    let bound = mailsplit::queue::JOB_TTR * 2 + Duration::from_secs(10);
+    loop {
+        let status = env.status("news");
+        if status["pending"] == 0 {
+            break;
+        }
+        assert!(
+            healed.elapsed() < bound,
+            "{} recipients without an outcome {bound:?} after the reset: {status}\nworker A's log:\n{}",
+            status["pending"],
+            a_log.text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    settle(30, Duration::from_secs(3), || peer_a.total());
+    let mut seen = peer_a.received.lock().unwrap().clone();
+    for (rcpt, n) in peer_b.received.lock().unwrap().iter() {
+        *seen.entry(rcpt.clone()).or_default() += n;
+    }
+    let total: u32 = seen.values().sum();
+    let duplicates = total as usize - seen.len();
+    assert_eq!(seen.len(), N, "every recipient reached a relay");
+    assert!(
+        during_cut <= A_CONCURRENCY,
+        "A sent {during_cut} messages during the cut"
+    );
+    assert!(
+        duplicates <= A_CONCURRENCY as usize,
+        "{duplicates} duplicates (bound: A's {A_CONCURRENCY} in flight)"
+    );
+    assert_exact(&env, "news", N as i64);
+    drop(bs);
+}
+
+/// The handle a worker uses, on a link that goes silent: the call whose
+/// query was swallowed fails after the handle's limit instead of waiting
+/// for an answer that never comes, and once the link is back the next call
+/// works on a connection of its own, while the swallowed one has not been
+/// reset (both of its ends still wait for the other).
+#[test]
+fn a_bounded_handle_gives_up_a_swallowed_call_and_carries_on() {
+    let env = Env::new(Kind::Postgres, "127.0.0.1:1");
+    env.ok(&["migrate"]);
+    let proxy = TcpProxy::start(pg_addr());
+    let proxied = env
+        .db
+        .url
+        .replace(&pg_addr().to_string(), &format!("127.0.0.1:{}", proxy.port));
+    let limit = Duration::from_secs(2);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let db = Db::bounded(&proxied, None, Plans::Custom, limit).unwrap();
+        let read = || db.run(|c| mailsplit::store::workers::list(c).map(|rows| rows.len()));
+        assert_eq!(read().await.unwrap(), 0);
+        proxy.swallow();
+        let asked = Instant::now();
+        let stalled = read().await;
+        assert!(
+            matches!(stalled, Err(StoreError::Stalled(l)) if l == limit),
+            "{stalled:?}"
+        );
+        assert!(asked.elapsed() >= limit);
+        proxy.reset();
+        assert_eq!(read().await.unwrap(), 0);
+    });
+    // The swallowed call is still blocked on its thread, and stays so.
+    rt.shutdown_background();
 }

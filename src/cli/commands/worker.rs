@@ -21,11 +21,17 @@ pub fn worker(g: &Global, args: &WorkerArgs) -> Result {
         .context("cannot start the async runtime")
         .map_err(WorkerError::Run)?;
     let stop = CancellationToken::new();
-    Ok(runtime.block_on(async {
+    let result = runtime.block_on(async {
         // Kept alive until the worker returns.
         let _watcher = install(stop.clone()).map_err(WorkerError::Run)?;
         worker::run(settings, stop).await
-    })?)
+    });
+    // A database call the worker gave up on (its link went silent) may
+    // still be blocked on its thread: it must not keep the process from
+    // exiting, which dropping the runtime would (it waits for every
+    // blocking task).
+    runtime.shutdown_background();
+    Ok(result?)
 }
 
 /// Trip `stop` on SIGTERM, SIGINT, and when this executable is replaced.
