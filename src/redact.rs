@@ -322,10 +322,7 @@ mod tests {
                 "source (mysql://root@db/x?pass=hunter2): refused",
                 "source (mysql://root@db/x?pass=***): refused",
             ),
-            (
-                "relay smtp://u:pw@h:25.",
-                "relay smtp://u:***@h:25.",
-            ),
+            ("relay smtp://u:pw@h:25.", "relay smtp://u:***@h:25."),
             (
                 "quoted 'postgres://me@db/x?password=hunter2:': kept whole",
                 "quoted 'postgres://me@db/x?password=***': kept whole",

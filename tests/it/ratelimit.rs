@@ -724,12 +724,13 @@ fn out_of_range_stored_values_are_listed_as_not_in_force(kind: Kind) {
     assert!(!fine.contains("invalid"), "{fine}");
     // What the listing says is what a lease does: paced as 1/d, burst 1.
     let mut conn = env.conn();
-    let interval = |conn: &mut mailsplit::store::Conn, group: &str| {
-        match rates::lease(conn, group, 1, 0, 0).unwrap() {
+    let interval =
+        |conn: &mut mailsplit::store::Conn, group: &str| match rates::lease(conn, group, 1, 0, 0)
+            .unwrap()
+        {
             Lease::Granted { interval_us, .. } => interval_us,
             other => panic!("{group}: {other:?}"),
-        }
-    };
+        };
     assert_eq!(
         interval(&mut conn, "domain:zero.test"),
         interval(&mut conn, "domain:slowest.test")
