@@ -342,6 +342,8 @@ diesel::table! {
         last_error -> Nullable<Text>,
         last_error_at -> Nullable<BigInt>,
         last_ok_at -> Nullable<BigInt>,
+        /// Migration 71: may point at loopback or link-local addresses.
+        allow_local -> Bool,
     }
 }
 

@@ -146,6 +146,8 @@ fn serve_delivers_an_unsubscribe_event_and_the_report_counts_it() {
         &format!("http://127.0.0.1:{}/in", receiver.port),
         "--events",
         "unsubscribed",
+        // The test's receiver runs on this machine.
+        "--allow-local",
     ]);
     let message = env.ok(&["preview", "news", "--recipient", "user2@example.test"]);
     let link = header(&message, "List-Unsubscribe")[0]
