@@ -10,7 +10,7 @@ pub use addresses::{
 };
 
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use crate::redact;
@@ -143,6 +143,59 @@ pub struct ServeSettings {
     pub webhook_token: Option<String>,
     /// Outgoing event webhooks (issue 26).
     pub webhooks: WebhookDelivery,
+    /// Reverse proxies whose `X-Forwarded-For` names the client
+    /// (`--trusted-proxy`); empty: the header is never read.
+    pub trusted_proxies: Vec<TrustedProxy>,
+}
+
+/// A reverse proxy (an address, or a network `ADDR/BITS`) whose
+/// `X-Forwarded-For` header `serve` believes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrustedProxy {
+    net: IpAddr,
+    bits: u8,
+}
+
+impl TrustedProxy {
+    /// `192.0.2.7`, `::1`, `10.0.0.0/8`, `fd00::/8`.
+    pub fn parse(text: &str) -> Result<TrustedProxy, ConfigError> {
+        let bad = || ConfigError::BadTrustedProxy(text.to_string());
+        let text = text.trim();
+        let (addr, bits) = match text.split_once('/') {
+            Some((a, b)) => (a, Some(b.parse::<u8>().map_err(|_| bad())?)),
+            None => (text, None),
+        };
+        let net = addr
+            .trim_matches(['[', ']'])
+            .parse::<IpAddr>()
+            .map_err(|_| bad())?
+            .to_canonical();
+        let max = if net.is_ipv4() { 32 } else { 128 };
+        let bits = bits.unwrap_or(max);
+        if bits > max {
+            return Err(bad());
+        }
+        Ok(TrustedProxy { net, bits })
+    }
+
+    /// Whether `ip` is this proxy (or in this network).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let keep = |len: u32| match self.bits {
+            0 => 0,
+            b => u128::MAX << (len - u32::from(b)),
+        };
+        match (self.net, ip.to_canonical()) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => {
+                let mask = keep(32) as u32;
+                u32::from(n) & mask == u32::from(a) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) => {
+                let mask = keep(128);
+                u128::from(n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
 }
 
 impl fmt::Debug for WorkerSettings {
@@ -212,6 +265,8 @@ pub enum ConfigError {
     /// `url` is already redacted.
     #[error("bad --public-url {url:?}: {why} (expected https://HOST[/PATH], e.g. https://mail.example.com; http:// only for a loopback host)")]
     BadPublicUrl { url: String, why: &'static str },
+    #[error("bad --trusted-proxy {0:?}: expected an IP address or network, e.g. 10.0.0.5 or 10.0.0.0/8 (several separated by commas)")]
+    BadTrustedProxy(String),
     #[error("{what}={value:?} is not a whole number")]
     NotANumber { what: &'static str, value: String },
     #[error("{what} must be between {min} and {max}, got {value}")]
@@ -361,6 +416,7 @@ mod tests {
             admin_token: Some("T0ken".into()),
             webhook_token: Some("W3bhook".into()),
             webhooks: WebhookDelivery::default(),
+            trusted_proxies: vec![],
         };
         for shown in [
             format!("{smtp:?}"),
@@ -434,5 +490,24 @@ mod tests {
         assert!(check_tube("mailsplit").is_ok());
         assert!(check_tube("-x").is_err());
         assert!(check_tube("a b").is_err());
+    }
+
+    #[test]
+    fn trusted_proxies_are_addresses_or_networks() {
+        let one = TrustedProxy::parse("192.0.2.7").unwrap();
+        assert!(one.contains("192.0.2.7".parse().unwrap()));
+        assert!(one.contains("::ffff:192.0.2.7".parse().unwrap()));
+        assert!(!one.contains("192.0.2.8".parse().unwrap()));
+        let net = TrustedProxy::parse("10.0.0.0/8").unwrap();
+        assert!(net.contains("10.200.3.4".parse().unwrap()));
+        assert!(!net.contains("11.0.0.1".parse().unwrap()));
+        let v6 = TrustedProxy::parse("[fd00::]/8").unwrap();
+        assert!(v6.contains("fd12::1".parse().unwrap()));
+        assert!(!v6.contains("fe80::1".parse().unwrap()));
+        let all = TrustedProxy::parse("0.0.0.0/0").unwrap();
+        assert!(all.contains("203.0.113.9".parse().unwrap()));
+        for bad in ["", "proxy.example", "10.0.0.0/33", "::/129", "1.2.3.4/x"] {
+            assert!(TrustedProxy::parse(bad).is_err(), "{bad}");
+        }
     }
 }

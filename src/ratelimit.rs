@@ -13,7 +13,9 @@
 mod setting;
 mod stock;
 
-pub use setting::{parse_rate, setting, show_rate, Setting, SettingError};
+pub use setting::{
+    parse_rate, setting, show_rate, show_stored_burst, show_stored_rate, Setting, SettingError,
+};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -167,9 +167,13 @@ pub fn hide(message: &str, secret: &str) -> String {
     }
 }
 
+/// What ends a sentence or clause right after an unquoted URL.
+const SENTENCE_PUNCTUATION: &[char] = &[':', ',', ';', '.', ')'];
+
 /// Free text with every URL in it shown through [`url`]. A URL runs from
 /// its scheme to the closing quote when it is quoted (`'…'`, `"…"`, as
-/// clap and `{:?}` quote values), else to the next white space.
+/// clap and `{:?}` quote values), else to the next white space, less the
+/// punctuation that closes a clause there (`URL: refused`, `URL, then`).
 pub fn text(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
@@ -191,6 +195,14 @@ pub fn text(s: &str) -> String {
             None => rest[k..].find(char::is_whitespace),
         }
         .map_or(rest.len(), |e| k + e);
+        // Unquoted, a URL followed by `:`, `,` or `.` (`connecting to
+        // URL: refused`) ends before that punctuation: else it would count
+        // as part of the last secret query value and be hidden with it.
+        let end = match quote {
+            Some(_) => end,
+            None => k + rest[k..end].trim_end_matches(SENTENCE_PUNCTUATION).len(),
+        }
+        .max(k + 3);
         out.push_str(&rest[..start]);
         out.push_str(&url(&rest[start..end]));
         rest = &rest[end..];
@@ -286,8 +298,49 @@ mod tests {
                 "ünïcode before smtp://u:***@h",
             ),
             ("://odd", "://odd"),
+            ("a://: b", "a://: b"),
         ] {
             assert_eq!(text(raw), shown, "{raw}");
         }
+    }
+
+    #[test]
+    fn the_punctuation_after_a_url_survives() {
+        for (raw, shown) in [
+            (
+                "connecting to postgres://u:secret@h/db: connection refused",
+                "connecting to postgres://u:***@h/db: connection refused",
+            ),
+            (
+                "connecting to postgres://u:secret@h:5432: connection refused",
+                "connecting to postgres://u:***@h:5432: connection refused",
+            ),
+            (
+                "connecting to postgres://me@db/x?password=hunter2: connection refused",
+                "connecting to postgres://me@db/x?password=***: connection refused",
+            ),
+            (
+                "tried postgres://me@db/x?sslmode=require&password=hunter2, then gave up.",
+                "tried postgres://me@db/x?sslmode=require&password=***, then gave up.",
+            ),
+            (
+                "source (mysql://root@db/x?pass=hunter2): refused",
+                "source (mysql://root@db/x?pass=***): refused",
+            ),
+            ("relay smtp://u:pw@h:25.", "relay smtp://u:***@h:25."),
+            (
+                "quoted 'postgres://me@db/x?password=hunter2:': kept whole",
+                "quoted 'postgres://me@db/x?password=***': kept whole",
+            ),
+        ] {
+            let got = text(raw);
+            assert_eq!(got, shown, "{raw}");
+            assert!(!got.contains("secret") && !got.contains("hunter2"), "{got}");
+        }
+        let raw = "postgres://me@db/x?password=hunter2";
+        assert_eq!(
+            scrub(&format!("connecting to {raw}: connection refused"), raw),
+            "connecting to postgres://me@db/x?password=***: connection refused"
+        );
     }
 }

@@ -299,8 +299,8 @@ pub fn rate_line(g: &RateGroup, usage: &[Usage]) -> String {
     format!(
         "{:<32} limit {:>11}  burst {:>5}  observed {:>9.1}/s  parked {:>6}  deferred {:>6}  granted {}",
         g.name,
-        crate::ratelimit::show_rate(g.rate),
-        g.burst,
+        crate::ratelimit::show_stored_rate(g.rate),
+        crate::ratelimit::show_stored_burst(g.burst),
         observed,
         u.map_or(0, |u| u.parked),
         u.map_or(0, |u| u.deferred),

@@ -611,6 +611,14 @@ pub struct ServeArgs {
     /// Connections each listener holds at most; at the cap the one idle longest is closed
     #[arg(long, env = "MAILSPLIT_MAX_CONNECTIONS", default_value_t = config::DEFAULT_MAX_CONNECTIONS as u64, value_parser = clap::value_parser!(u64).range(1..=65_536))]
     pub max_connections: u64,
+    /// Reverse proxy (IP address or ADDR/BITS) whose X-Forwarded-For names the client; repeat or separate by commas
+    #[arg(
+        long = "trusted-proxy",
+        value_name = "ADDR",
+        env = "MAILSPLIT_TRUSTED_PROXY",
+        value_delimiter = ','
+    )]
+    pub trusted_proxies: Vec<String>,
 }
 
 #[cfg(test)]

@@ -81,6 +81,12 @@ pub fn serve_settings(g: &Global, args: &ServeArgs) -> Result<ServeSettings, Con
             std::env::var(WEBHOOK_TOKEN_ENV).ok(),
         )?,
         webhooks: webhook_delivery()?,
+        trusted_proxies: args
+            .trusted_proxies
+            .iter()
+            .filter(|t| !t.trim().is_empty())
+            .map(|t| config::TrustedProxy::parse(t))
+            .collect::<Result<_, _>>()?,
     })
 }
 

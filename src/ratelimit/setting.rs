@@ -4,7 +4,7 @@
 //! likely given in, so `1/h` reads `1/h`, never `0.000/s`).
 
 use crate::rate_group::{Group, GroupError};
-use crate::store::rates::{MAX_BURST, MAX_RATE, MIN_RATE};
+use crate::store::rates::{self, MAX_BURST, MAX_RATE, MIN_RATE};
 
 /// A checked `rate set`.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,6 +29,8 @@ pub enum SettingError {
     TooSlow { asked: String },
     #[error("burst {0} is above the maximum of {MAX_BURST}")]
     BurstTooLarge(u32),
+    #[error("burst 0 would let nothing through: give at least 1, or leave --burst out")]
+    BurstZero,
 }
 
 /// Check a `rate set GROUP RATE [--burst N]`. Without a burst, a tenth of
@@ -49,6 +51,7 @@ pub fn setting(group: &str, rate: &str, burst: Option<u32>) -> Result<Setting, S
     }
     let burst = match burst {
         Some(b) if i64::from(b) > MAX_BURST => return Err(SettingError::BurstTooLarge(b)),
+        Some(0) => return Err(SettingError::BurstZero),
         Some(b) => i64::from(b),
         None => (per_second / 10.0).ceil().max(1.0) as i64,
     };
@@ -75,6 +78,32 @@ pub fn parse_rate(s: &str) -> Option<f64> {
         _ => return None,
     };
     (n > 0.0 && n.is_finite()).then_some(n / per)
+}
+
+/// A stored rate as `rate list` and the dashboard show it: as set, or,
+/// when it is out of what `rate set` accepts (written into the table by
+/// hand), marked so with the rate the limiter paces at instead
+/// (`invalid: 0/s (stored), not in force; limiter uses 1/d`).
+pub fn show_stored_rate(stored: f64) -> String {
+    if rates::rate_accepted(stored) {
+        return show_rate(stored);
+    }
+    format!(
+        "invalid: {stored}/s (stored), not in force; limiter uses {}",
+        show_rate(rates::rate_in_force(stored))
+    )
+}
+
+/// A stored burst as `rate list` and the dashboard show it (see
+/// [`show_stored_rate`]).
+pub fn show_stored_burst(stored: i64) -> String {
+    if rates::burst_accepted(stored) {
+        return stored.to_string();
+    }
+    format!(
+        "invalid: {stored} (stored), not in force; limiter uses {}",
+        rates::burst_in_force(stored)
+    )
 }
 
 /// A rate as people write it: a whole number in the smallest unit that
@@ -149,6 +178,8 @@ mod tests {
         }
         let e = setting("campaign:x", "1e-300/s", None).unwrap_err();
         assert!(e.to_string().contains("minimum of 1/d"), "{e}");
+        let e = setting("campaign:x", "10/s", Some(0)).unwrap_err();
+        assert!(matches!(e, SettingError::BurstZero), "{e}");
         let e = setting("campaign:x", "10/s", Some(100_001)).unwrap_err();
         assert!(e.to_string().contains("maximum of 100000"), "{e}");
         for bad in [
@@ -160,5 +191,36 @@ mod tests {
             let e = setting(bad, "10/s", None).unwrap_err();
             assert!(matches!(e, SettingError::Name(_)), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn stored_values_out_of_range_are_shown_as_not_in_force() {
+        assert_eq!(show_stored_rate(200.0), "200/s");
+        assert_eq!(show_stored_rate(MIN_RATE), "1/d");
+        assert_eq!(
+            show_stored_rate(0.0),
+            "invalid: 0/s (stored), not in force; limiter uses 1/d"
+        );
+        assert_eq!(
+            show_stored_rate(-3.0),
+            "invalid: -3/s (stored), not in force; limiter uses 1/d"
+        );
+        assert_eq!(
+            show_stored_rate(f64::NAN),
+            "invalid: NaN/s (stored), not in force; limiter uses 1/d"
+        );
+        assert_eq!(
+            show_stored_rate(1e9),
+            "invalid: 1000000000/s (stored), not in force; limiter uses 100000/s"
+        );
+        assert_eq!(show_stored_burst(20), "20");
+        assert_eq!(
+            show_stored_burst(0),
+            "invalid: 0 (stored), not in force; limiter uses 1"
+        );
+        assert_eq!(
+            show_stored_burst(MAX_BURST + 1),
+            "invalid: 100001 (stored), not in force; limiter uses 100000"
+        );
     }
 }

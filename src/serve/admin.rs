@@ -13,9 +13,7 @@
 //! | `GET /api/workers` | the fleet, as `workers --json` plus totals |
 //! | `GET /metrics` | Prometheus/OpenMetrics text, see [`metrics`] |
 
-use std::net::SocketAddr;
-
-use axum::extract::{ConnectInfo, Path, State as Extract};
+use axum::extract::{Path, State as Extract};
 use axum::http::{header, StatusCode};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
@@ -23,6 +21,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
+use super::guard::Client;
 use super::{auth, campaign_page, dashboard, metrics, snapshot, State};
 use crate::control::{self, Controlled};
 use crate::fleet;
@@ -161,14 +160,14 @@ pub async fn run_control(
 /// beanstalkd server made ready again.
 async fn api_control(
     Extract(state): Extract<State>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Client(client): Client,
     Path((name, action)): Path<(String, String)>,
 ) -> Response {
     let Some(action) = parse_action(&action) else {
         let error = json!({"error": "unknown action: use pause, resume or cancel"});
         return (StatusCode::NOT_FOUND, Json(error)).into_response();
     };
-    let done = match run_control(&state, peer.ip(), &name, action).await {
+    let done = match run_control(&state, client, &name, action).await {
         Ok(done) => done,
         Err(f) => return (f.status, Json(json!({"error": f.message}))).into_response(),
     };

@@ -4,9 +4,13 @@
 //! A request is let in with `Authorization: Bearer <MAILSPLIT_ADMIN_TOKEN>`
 //! (scripts, Prometheus), or with the session cookie the login form sets
 //! after it was given the same token (browsers). The cookie holds no
-//! token: it is `EXPIRES.NONCE.MAC`, an HMAC under the admin token, so it
-//! survives a restart of `serve` and dies with a change of the token. It is
-//! `HttpOnly` and `SameSite=Strict`.
+//! token: it is `EXPIRES.NONCE.MAC`, an HMAC under the admin token, and
+//! the session must also be open in the database ([`sessions`]): so it
+//! survives a restart of `serve`, ends for good at `POST /logout` (a copy
+//! of the cookie kept elsewhere is refused from then on), and dies with a
+//! change of the token (the MAC no longer matches, and `serve` drops the
+//! older token's sessions when it starts). It is `HttpOnly` and
+//! `SameSite=Strict`.
 //!
 //! Every POST (and any other method but GET and HEAD) must also prove it
 //! was not forged by another site: either it carries the bearer header
@@ -23,24 +27,25 @@
 //! value: its presence is what no cross-site request can have) or the
 //! page's CSRF token, made with a random key of this process.
 
-use std::net::SocketAddr;
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use askama::Template;
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Request, State as Extract};
+use axum::extract::{Request, State as Extract};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use axum::Form;
+use axum::{Extension, Form};
 use data_encoding::BASE64URL_NOPAD;
 use hmac::{Hmac, Mac};
 use rand::RngCore;
 use serde::Deserialize;
-use sha2::Sha256;
+use sha2::{Digest, Sha256};
 
+use super::guard::{Client, Credential};
 use super::State;
+use crate::store::{now_ms, sessions};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -115,16 +120,44 @@ impl Access {
     }
 }
 
-/// A new session cookie's value: `EXPIRES.NONCE.MAC`.
-fn new_session(state: &State) -> String {
+/// Which admin token sessions were made under, as stored beside them: a
+/// MAC under the token itself, so the table never holds the token.
+pub fn token_fingerprint(token: Option<&str>) -> String {
+    let Some(token) = token else {
+        return String::new();
+    };
+    let tag = HmacSha256::new_from_slice(token.as_bytes())
+        .map(|m| {
+            m.chain_update(b"mailsplit admin token fingerprint")
+                .finalize()
+                .into_bytes()
+        })
+        .unwrap_or_default();
+    data_encoding::HEXLOWER.encode(&tag[..16])
+}
+
+/// A session's row id: a hash of its nonce, so the table alone cannot
+/// make a cookie.
+fn session_id(nonce: &str) -> String {
+    data_encoding::HEXLOWER.encode(&Sha256::digest(nonce.as_bytes()))
+}
+
+/// A new session: the cookie's value `EXPIRES.NONCE.MAC`, its row id and
+/// when it expires (ms).
+fn new_session(state: &State) -> (String, String, i64) {
     let mut nonce = [0u8; 16];
     rand::rng().fill_bytes(&mut nonce);
-    let expires = crate::store::now_ms() / 1000 + SESSION_TTL.as_secs() as i64;
-    let body = format!("{expires}.{}", BASE64URL_NOPAD.encode(&nonce));
+    let nonce = BASE64URL_NOPAD.encode(&nonce);
+    let expires = now_ms() / 1000 + SESSION_TTL.as_secs() as i64;
+    let body = format!("{expires}.{nonce}");
     let tag = mac(state, "mailsplit admin session", &body)
         .finalize()
         .into_bytes();
-    format!("{body}.{}", BASE64URL_NOPAD.encode(&tag))
+    (
+        format!("{body}.{}", BASE64URL_NOPAD.encode(&tag)),
+        session_id(&nonce),
+        expires * 1000,
+    )
 }
 
 /// The nonce of a valid, unexpired session cookie value.
@@ -136,7 +169,7 @@ fn read_session(state: &State, value: &str) -> Option<String> {
         .verify_slice(&tag)
         .ok()?;
     let expires: i64 = expires.parse().ok()?;
-    (expires > crate::store::now_ms() / 1000).then(|| nonce.to_string())
+    (expires > now_ms() / 1000).then(|| nonce.to_string())
 }
 
 fn cookie_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -157,11 +190,12 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Why a request is turned away.
-enum Refusal {
+enum Refusal<'a> {
     /// No credentials, or no valid session.
     Unauthorized,
-    /// A bearer header with the wrong token: counts as a failed login.
-    WrongBearer,
+    /// A bearer header with the wrong token (this one): counts as a failed
+    /// login.
+    WrongBearer(&'a str),
     /// An open listener asked under a name that is not loopback.
     NotLoopback,
 }
@@ -180,7 +214,7 @@ fn loopback_host(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-fn authenticate(state: &State, headers: &HeaderMap) -> Result<Access, Refusal> {
+fn authenticate<'a>(state: &State, headers: &'a HeaderMap) -> Result<Access, Refusal<'a>> {
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -200,7 +234,7 @@ fn authenticate(state: &State, headers: &HeaderMap) -> Result<Access, Refusal> {
         return if constant_time_eq(given.as_bytes(), expected.as_bytes()) {
             Ok(Access::Bearer)
         } else {
-            Err(Refusal::WrongBearer)
+            Err(Refusal::WrongBearer(given))
         };
     }
     cookie_value(headers, COOKIE)
@@ -219,11 +253,19 @@ pub async fn require_admin(Extract(state): Extract<State>, req: Request, next: N
     if is_public(req.uri().path()) {
         return next.run(req).await;
     }
-    let client = super::guard::client(req.extensions());
-    if let Some(wait) = state.failures.blocked(client) {
-        return super::guard::too_many(client, "admin listener", wait);
-    }
+    let client = super::guard::client_of(
+        req.extensions(),
+        req.headers(),
+        &state.settings.trusted_proxies,
+    );
+    // The right token or an open session gets in whatever others sent
+    // from this address (see `guard`); only failures are refused.
     let access = match authenticate(&state, req.headers()) {
+        Ok(Access::Session(nonce)) => match session_open(&state, &nonce).await {
+            Ok(true) => Access::Session(nonce),
+            Ok(false) => return unauthorized(&state, client, &req),
+            Err(refused) => return refused,
+        },
         Ok(access) => access,
         Err(Refusal::NotLoopback) => {
             return (
@@ -232,10 +274,15 @@ pub async fn require_admin(Extract(state): Extract<State>, req: Request, next: N
             )
                 .into_response()
         }
-        Err(Refusal::Unauthorized) => return unauthorized(&req, None),
-        Err(Refusal::WrongBearer) => {
-            state.failures.failed(client, "admin bearer header");
-            return unauthorized(&req, None);
+        Err(Refusal::Unauthorized) => return unauthorized(&state, client, &req),
+        Err(Refusal::WrongBearer(given)) => {
+            if let Some(wait) = state.failures.blocked(client, Credential::Admin, given) {
+                return super::guard::too_many(client, "admin listener", wait);
+            }
+            state
+                .failures
+                .failed(client, Credential::Admin, "admin bearer header", given);
+            return login_required(&req, None);
         }
     };
     let mut req = if matches!(*req.method(), Method::GET | Method::HEAD) {
@@ -248,6 +295,31 @@ pub async fn require_admin(Extract(state): Extract<State>, req: Request, next: N
     };
     req.extensions_mut().insert(access);
     next.run(req).await
+}
+
+/// Whether the session of a cookie with a valid MAC is still open (not
+/// logged out, not of another token); 503 when the database cannot say.
+async fn session_open(state: &State, nonce: &str) -> Result<bool, Response> {
+    let id = session_id(nonce);
+    let fp = token_fingerprint(state.settings.admin_token.as_deref());
+    let now = now_ms();
+    state
+        .admin
+        .db(move |c| sessions::alive(c, &id, &fp, now))
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "cannot check an admin session");
+            (StatusCode::SERVICE_UNAVAILABLE, "database unavailable\n").into_response()
+        })
+}
+
+/// No valid credentials: 401 (see [`login_required`]), or 429 to a client
+/// that used up its failed logins.
+fn unauthorized(state: &State, client: std::net::IpAddr, req: &Request) -> Response {
+    if let Some(wait) = state.failures.client_blocked(client) {
+        return super::guard::too_many(client, "admin listener", wait);
+    }
+    login_required(req, None)
 }
 
 /// Refuse a state-changing request that another site could have made.
@@ -294,7 +366,7 @@ async fn check_forgery(state: &State, access: &Access, req: Request) -> Result<R
 }
 
 /// 401: the login form for a browser, a short text for anything else.
-fn unauthorized(req: &Request, error: Option<&str>) -> Response {
+fn login_required(req: &Request, error: Option<&str>) -> Response {
     let browser = req.method() == Method::GET
         && req
             .headers()
@@ -345,32 +417,63 @@ pub struct Login {
 /// `POST /login`: the token for a session cookie.
 pub async fn login(
     Extract(state): Extract<State>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Client(client): Client,
     Form(form): Form<Login>,
 ) -> Response {
     let Some(expected) = state.settings.admin_token.as_deref() else {
         return Redirect::to("/").into_response();
     };
-    let client = peer.ip();
-    if let Some(wait) = state.failures.blocked(client) {
-        return super::guard::too_many(client, "admin login", wait);
-    }
-    if !constant_time_eq(form.token.trim().as_bytes(), expected.as_bytes()) {
-        state.failures.failed(client, "admin login form");
+    let given = form.token.trim();
+    if !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+        if let Some(wait) = state.failures.blocked(client, Credential::Admin, given) {
+            return super::guard::too_many(client, "admin login", wait);
+        }
+        state
+            .failures
+            .failed(client, Credential::Admin, "admin login form", given);
         let mut page = login_page(Some("That is not the admin token."));
         *page.status_mut() = StatusCode::UNAUTHORIZED;
         return page;
     }
+    let (value, id, expires_at) = new_session(&state);
+    let fp = token_fingerprint(Some(expected));
+    let now = now_ms();
+    let stored = state
+        .admin
+        .db(move |c| sessions::create(c, &id, &fp, now, expires_at))
+        .await;
+    if let Err(e) = stored {
+        tracing::warn!(error = %e, "cannot record an admin session");
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "cannot log in: the database is unavailable; try again\n",
+        )
+            .into_response();
+    }
     let cookie = format!(
-        "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
-        new_session(&state),
+        "{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
         SESSION_TTL.as_secs()
     );
     set_cookie(Redirect::to("/").into_response(), &cookie)
 }
 
-/// `POST /logout`: forget the session cookie.
-pub async fn logout() -> Response {
+/// `POST /logout`: end the session on the server (its cookie, wherever a
+/// copy of it is, lets nobody in any more) and forget the cookie.
+pub async fn logout(
+    Extract(state): Extract<State>,
+    Extension(access): Extension<Access>,
+) -> Response {
+    if let Access::Session(nonce) = access {
+        let id = session_id(&nonce);
+        if let Err(e) = state.admin.db(move |c| sessions::end(c, &id)).await {
+            tracing::warn!(error = %e, "cannot end an admin session");
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "cannot log out: the database is unavailable, so the session is still open; try again\n",
+            )
+                .into_response();
+        }
+    }
     let cookie = format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
     set_cookie(Redirect::to("/login").into_response(), &cookie)
 }

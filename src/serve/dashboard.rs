@@ -8,7 +8,7 @@
 //! CSRF token and come back to the page (303), doing what the CLI does.
 
 use askama::Template;
-use axum::extract::{ConnectInfo, Path, State as Extract};
+use axum::extract::{Path, State as Extract};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::Extension;
@@ -224,7 +224,7 @@ async fn show(state: &State, access: &Access, whole: bool) -> Response {
 /// shown with a link back.
 pub async fn control(
     Extract(state): Extract<State>,
-    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    super::guard::Client(client): super::guard::Client,
     Path((name, action)): Path<(String, String)>,
 ) -> Response {
     let Some(action) = parse_action(&action) else {
@@ -233,7 +233,7 @@ pub async fn control(
             "unknown action: use pause, resume or cancel",
         );
     };
-    match run_control(&state, peer.ip(), &name, action).await {
+    match run_control(&state, client, &name, action).await {
         Ok(_) => Redirect::to("/").into_response(),
         Err(ControlFailure { status, message }) => failure_page(status, &message),
     }

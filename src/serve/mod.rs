@@ -55,7 +55,7 @@ pub struct AppState {
     /// This database's identity: the signer that checks unsubscribe tokens.
     pub identity: Identity,
     pub settings: ServeSettings,
-    /// Failed logins per client address.
+    /// Failed logins per client address and token prefix.
     pub failures: guard::Failures,
     /// The campaign page's outcome counts over time, last read.
     pub timelines: campaign_page::Timelines,
@@ -81,6 +81,11 @@ pub enum ServeError {
 pub fn run(settings: ServeSettings) -> Result<(), ServeError> {
     let mut conn = store::open_migrated(&settings.database_url)?;
     let identity = Identity::from(&installation::load(&mut conn)?);
+    // Sessions of an earlier admin token end here (their cookies' MACs
+    // no longer match either; this also keeps them from coming back if
+    // that token is ever set again).
+    let fingerprint = auth::token_fingerprint(settings.admin_token.as_deref());
+    store::sessions::end_other_tokens(&mut conn, &fingerprint)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(pool::MAX_BLOCKING_THREADS)

@@ -37,7 +37,8 @@ pub struct RateView {
     pub name: String,
     /// Configured tokens per second.
     pub limit: f64,
-    /// The same as `rate set` takes it (`200/s`, `1/h`).
+    /// The same as `rate set` takes it (`200/s`, `1/h`), or why a stored
+    /// value out of range is not in force.
     pub shown: String,
     pub burst: i64,
     /// Tokens granted per second lately (0 when idle).
@@ -110,7 +111,7 @@ pub async fn take(state: &State) -> Result<Snapshot, StoreError> {
             .map(|g| RateView {
                 name: g.name.clone(),
                 limit: g.rate,
-                shown: crate::ratelimit::show_rate(g.rate),
+                shown: crate::ratelimit::show_stored_rate(g.rate),
                 burst: g.burst,
                 observed: (status::observed_rate(g) * 10.0).round() / 10.0,
                 granted: g.leased,

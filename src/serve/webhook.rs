@@ -16,9 +16,8 @@
 //! writes.
 
 use axum::body::Bytes;
-use std::net::SocketAddr;
 
-use axum::extract::{ConnectInfo, DefaultBodyLimit, State as Extract};
+use axum::extract::{DefaultBodyLimit, State as Extract};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -26,6 +25,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::auth::constant_time_eq;
+use super::guard::{Client, Credential};
 use super::State;
 use crate::bounce;
 use crate::store::bounces::{self, BounceKind, BounceSource, NewBounce};
@@ -89,14 +89,10 @@ fn answer(code: StatusCode, message: &str) -> Response {
 
 async fn receive(
     Extract(state): Extract<State>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Client(client): Client,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let client = peer.ip();
-    if let Some(wait) = state.failures.blocked(client) {
-        return super::guard::too_many(client, "webhook", wait);
-    }
     let expected = state.settings.webhook_token.as_deref().unwrap_or_default();
     let given = headers
         .get(header::AUTHORIZATION)
@@ -104,7 +100,12 @@ async fn receive(
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
     if expected.is_empty() || !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
-        state.failures.failed(client, "webhook bearer header");
+        if let Some(wait) = state.failures.blocked(client, Credential::Webhook, given) {
+            return super::guard::too_many(client, "webhook", wait);
+        }
+        state
+            .failures
+            .failed(client, Credential::Webhook, "webhook bearer header", given);
         return (
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Bearer")],

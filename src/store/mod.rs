@@ -33,6 +33,7 @@ pub mod rates;
 pub mod recipients;
 pub mod report;
 pub mod schema;
+pub mod sessions;
 pub mod timeline;
 pub mod unverified;
 mod versions;

@@ -55,14 +55,35 @@ pub const MAX_LEASE: u32 = 5_000;
 /// the message, and the limit must hold as the relay counts.
 const PACE: f64 = 0.95;
 
-fn interval_us(rate: f64) -> i64 {
-    // `clamp` keeps NaN; a NaN rate (a hand-written row) reads as the slowest.
-    let rate = if rate.is_nan() {
+/// Whether a stored rate is one `rate set` accepts (within a hair of
+/// [`MIN_RATE`]..=[`MAX_RATE`]), so the limiter uses it as stored.
+pub fn rate_accepted(stored: f64) -> bool {
+    (MIN_RATE * (1.0 - 1e-12)..=MAX_RATE * (1.0 + 1e-12)).contains(&stored)
+}
+
+/// The rate the limiter paces a group at: the stored rate brought within
+/// [`MIN_RATE`]..=[`MAX_RATE`]; a NaN (a hand-written row) reads as the
+/// slowest (`clamp` would keep it).
+pub fn rate_in_force(stored: f64) -> f64 {
+    if stored.is_nan() {
         MIN_RATE
     } else {
-        rate.clamp(MIN_RATE, MAX_RATE)
-    };
-    (1e6 / (rate * PACE)).ceil().max(1.0) as i64
+        stored.clamp(MIN_RATE, MAX_RATE)
+    }
+}
+
+/// Whether a stored burst is one `rate set` accepts (1..=[`MAX_BURST`]).
+pub fn burst_accepted(stored: i64) -> bool {
+    (1..=MAX_BURST).contains(&stored)
+}
+
+/// The burst the limiter allows: the stored one within 1..=[`MAX_BURST`].
+pub fn burst_in_force(stored: i64) -> i64 {
+    stored.clamp(1, MAX_BURST)
+}
+
+fn interval_us(rate: f64) -> i64 {
+    (1e6 / (rate_in_force(rate) * PACE)).ceil().max(1.0) as i64
 }
 
 /// Recompute the observed rate at most this often.
@@ -256,7 +277,7 @@ pub fn lease(
         let t = interval_us(rate);
         let base = tat.max(now_us);
         // Token i is conforming at base + (i+1)·T − burst·T.
-        let burst_us = burst.clamp(1, MAX_BURST) * t;
+        let burst_us = burst_in_force(burst) * t;
         let room = (now_us + horizon_us + burst_us - base) / t;
         if room < 1 {
             return Ok(Lease::Wait(base + t - burst_us - horizon_us - now_us));

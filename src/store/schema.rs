@@ -131,6 +131,16 @@ diesel::joinable!(list_members -> lists (list_id));
 diesel::joinable!(campaigns -> lists (list_id));
 diesel::joinable!(campaign_counters -> campaigns (campaign_id));
 
+diesel::table! {
+    /// Migration 70: admin login sessions (see `store::sessions`).
+    admin_sessions (id) {
+        id -> Text,
+        token_fp -> Text,
+        created_at -> BigInt,
+        expires_at -> BigInt,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     lists,
     recipients,
@@ -332,6 +342,8 @@ diesel::table! {
         last_error -> Nullable<Text>,
         last_error_at -> Nullable<BigInt>,
         last_ok_at -> Nullable<BigInt>,
+        /// Migration 71: may point at loopback or link-local addresses.
+        allow_local -> Bool,
     }
 }
 

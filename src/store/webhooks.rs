@@ -34,6 +34,8 @@ pub struct Target {
     pub url: String,
     pub secret: String,
     pub attempts: i64,
+    /// Whether its host may be this machine or its link (`--allow-local`).
+    pub allow_local: bool,
 }
 
 /// One event of a batch, as the receiver gets it.
@@ -48,8 +50,15 @@ pub struct Pending {
     pub url: Option<String>,
 }
 
-/// Store a webhook; returns its id.
-pub fn add(conn: &mut Conn, url: &str, events: &[EventKind], secret: &str) -> Result<i64> {
+/// Store a webhook (`allow_local`: it may point at loopback or link-local
+/// addresses); returns its id.
+pub fn add(
+    conn: &mut Conn,
+    url: &str,
+    events: &[EventKind],
+    secret: &str,
+    allow_local: bool,
+) -> Result<i64> {
     let events: Vec<&str> = events.iter().map(|k| k.as_str()).collect();
     let id = on!(conn, |c| diesel::insert_into(w::table)
         .values((
@@ -57,6 +66,7 @@ pub fn add(conn: &mut Conn, url: &str, events: &[EventKind], secret: &str) -> Re
             w::events.eq(events.join(",")),
             w::secret.eq(secret),
             w::created_at.eq(now_ms()),
+            w::allow_local.eq(allow_local),
         ))
         .returning(w::id)
         .get_result(c))?;

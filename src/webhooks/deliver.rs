@@ -139,7 +139,7 @@ async fn post_batch(
             let body = Bytes::from(body(events));
             let t = now_ms() / 1000;
             let signature = sign(&target.secret, t, &body);
-            http::post(&url, &signature, body, POST_TIMEOUT)
+            http::post(&url, &signature, body, POST_TIMEOUT, target.allow_local)
                 .await
                 .map_err(|e| e.to_string())
         }

@@ -3,6 +3,7 @@
 //! of up to [`super::BATCH`] events per connection makes pooling not worth
 //! its state.
 
+use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -39,6 +40,18 @@ pub enum PostError {
     Status(u16),
     #[error("no answer within {0:?}")]
     Timeout(Duration),
+    #[error("cannot resolve {host}: {source}")]
+    Resolve {
+        host: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{host} resolves to {addr}, a {kind} address (this machine or its link): not delivered; if the receiver runs here on purpose, add the webhook again with --allow-local")]
+    Local {
+        host: String,
+        addr: std::net::IpAddr,
+        kind: &'static str,
+    },
 }
 
 /// rustls with the Mozilla root certificates, built once.
@@ -56,25 +69,63 @@ static TLS: LazyLock<Option<Arc<rustls::ClientConfig>>> = LazyLock::new(|| {
 });
 
 /// POST `body` (JSON) to `url` with the signature header; Ok on 2xx.
+/// Unless `allow_local`, a host that resolves to a local address (see
+/// [`super::address`]) is refused before any connection.
 pub async fn post(
     url: &url::Url,
     signature: &str,
     body: Bytes,
     timeout: Duration,
+    allow_local: bool,
 ) -> Result<(), PostError> {
-    match tokio::time::timeout(timeout, post_now(url, signature, body)).await {
+    let sent = post_now(url, signature, body, allow_local);
+    match tokio::time::timeout(timeout, sent).await {
         Ok(result) => result,
         Err(_) => Err(PostError::Timeout(timeout)),
     }
 }
 
-async fn post_now(url: &url::Url, signature: &str, body: Bytes) -> Result<(), PostError> {
+/// The addresses `host` resolves to now, every one of them checked: the
+/// connection goes to these, never to a second lookup's answer.
+async fn resolve(host: &str, port: u16, allow_local: bool) -> Result<Vec<SocketAddr>, PostError> {
+    let name = host.trim_matches(['[', ']']);
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((name, port))
+        .await
+        .map_err(|source| PostError::Resolve {
+            host: host.to_string(),
+            source,
+        })?
+        .collect();
+    if !allow_local {
+        let local = addrs
+            .iter()
+            .find_map(|a| super::address::local_kind(a.ip()).map(|kind| (a.ip(), kind)));
+        if let Some((addr, kind)) = local {
+            return Err(PostError::Local {
+                host: host.to_string(),
+                addr,
+                kind,
+            });
+        }
+    }
+    Ok(addrs)
+}
+
+async fn post_now(
+    url: &url::Url,
+    signature: &str,
+    body: Bytes,
+    allow_local: bool,
+) -> Result<(), PostError> {
     let host = url.host_str().unwrap_or_default().to_string();
     let port = url.port_or_known_default().unwrap_or(80);
-    let addr = format!("{host}:{port}");
-    let tcp = TcpStream::connect(&addr)
+    let addrs = resolve(&host, port, allow_local).await?;
+    let tcp = TcpStream::connect(&addrs[..])
         .await
-        .map_err(|source| PostError::Connect { addr, source })?;
+        .map_err(|source| PostError::Connect {
+            addr: format!("{host}:{port}"),
+            source,
+        })?;
     let _ = tcp.set_nodelay(true);
     let host_header = match url.port() {
         Some(p) => format!("{host}:{p}"),

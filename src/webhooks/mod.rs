@@ -11,6 +11,7 @@
 //! `give_up` of
 //! [`Delivery`].
 
+pub mod address;
 pub mod deliver;
 mod http;
 
@@ -40,6 +41,13 @@ const MAX_SECRET: usize = 256;
 pub enum WebhookError {
     #[error("webhook URL {0:?} is not an http:// or https:// URL with a host")]
     BadUrl(String),
+    /// `url` is already redacted.
+    #[error("webhook URL {url:?} points at {addr}, a {kind} address (this machine or its link, not a receiver elsewhere); if the receiver runs here on purpose, add --allow-local")]
+    LocalAddress {
+        url: String,
+        kind: &'static str,
+        addr: String,
+    },
     #[error("unknown webhook event {0:?}; events: {list}", list = event_names())]
     UnknownEvent(String),
     #[error("--events is empty; events: {}", event_names())]
@@ -79,20 +87,26 @@ pub struct Added {
 }
 
 /// Check and store a webhook; a secret is generated when none is given.
+/// Unless `allow_local`, a URL whose host is or resolves to a local
+/// address ([`address`]) is refused.
 pub fn add(
     conn: &mut Conn,
     url: &str,
     events: &str,
     secret: Option<&str>,
+    allow_local: bool,
 ) -> Result<Added, WebhookError> {
     let url = check_url(url)?;
+    if !allow_local {
+        check_not_local(&url)?;
+    }
     let events = parse_events(events)?;
     let (secret, generated) = match secret {
         Some(s) if valid_secret(s) => (s.to_string(), false),
         Some(_) => return Err(WebhookError::BadSecret),
         None => (new_secret(), true),
     };
-    let id = store::add(conn, &url, &events, &secret)?;
+    let id = store::add(conn, &url, &events, &secret, allow_local)?;
     Ok(Added {
         id,
         events,
@@ -121,6 +135,43 @@ fn check_url(raw: &str) -> Result<String, WebhookError> {
         return Err(bad());
     }
     Ok(url.to_string())
+}
+
+/// Refuse a URL (already checked by [`check_url`]) whose host is a local
+/// address, a name for this machine, or a name that resolves to a local
+/// address now. A name that does not resolve yet is taken: the deliverer
+/// checks what it resolves to at every delivery.
+fn check_not_local(raw: &str) -> Result<(), WebhookError> {
+    let refuse = |kind, addr: String| WebhookError::LocalAddress {
+        url: crate::redact::url(raw),
+        kind,
+        addr,
+    };
+    let url = url::Url::parse(raw).map_err(|_| WebhookError::BadUrl(crate::redact::url(raw)))?;
+    let port = url.port_or_known_default().unwrap_or(80);
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => match address::local_kind(ip.into()) {
+            Some(kind) => Err(refuse(kind, ip.to_string())),
+            None => Ok(()),
+        },
+        Some(url::Host::Ipv6(ip)) => match address::local_kind(ip.into()) {
+            Some(kind) => Err(refuse(kind, ip.to_string())),
+            None => Ok(()),
+        },
+        Some(url::Host::Domain(name)) if address::is_localhost_name(name) => {
+            Err(refuse("loopback", name.to_string()))
+        }
+        Some(url::Host::Domain(name)) => {
+            let resolved = std::net::ToSocketAddrs::to_socket_addrs(&(name, port));
+            for addr in resolved.into_iter().flatten() {
+                if let Some(kind) = address::local_kind(addr.ip()) {
+                    return Err(refuse(kind, format!("{} ({name})", addr.ip())));
+                }
+            }
+            Ok(())
+        }
+        None => Err(WebhookError::BadUrl(crate::redact::url(raw))),
+    }
 }
 
 /// `sent,failed`: each a known kind, no repeats, at least one.
@@ -182,6 +233,38 @@ mod tests {
             "http://",
         ] {
             assert!(check_url(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn local_hosts_are_refused_in_every_spelling() {
+        for raw in [
+            "http://127.0.0.1:9/",
+            "http://0x7f000001/",
+            "http://2130706433/",
+            "http://127.1/",
+            "http://0177.0.0.1/",
+            "http://[::1]:8080/",
+            "http://[::ffff:127.0.0.1]/",
+            "http://[::ffff:7f00:1]/",
+            "http://169.254.169.254/latest/meta-data",
+            "http://[fe80::1]/",
+            "http://0.0.0.0:80/",
+            "http://0/",
+            "http://localhost:9000/in",
+            "https://LOCALHOST./",
+            "http://api.localhost/",
+        ] {
+            let url = check_url(raw).unwrap_or_else(|e| panic!("{raw}: {e}"));
+            let e = check_not_local(&url).expect_err(raw);
+            assert!(e.to_string().contains("--allow-local"), "{raw}: {e}");
+        }
+        for ok in [
+            "https://hooks.example/x",
+            "http://192.0.2.10:8080/",
+            "http://[2001:db8::1]/",
+        ] {
+            check_not_local(&check_url(ok).unwrap()).unwrap();
         }
     }
 

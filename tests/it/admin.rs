@@ -286,6 +286,65 @@ fn browser_sessions_need_the_csrf_token_on_every_post() {
     assert!(out.header("set-cookie").unwrap().contains("Max-Age=0"));
 }
 
+/// `GET /api/campaigns` with a session cookie: its status.
+fn api_status(port: u16, cookie: &str) -> u16 {
+    http("GET", port, "/api/campaigns", &[("Cookie", cookie)], None).status
+}
+
+/// Logging out ends the session on the server: a copy of its cookie kept
+/// from before gets 401 (the login form, for a page), while another
+/// session stays open; a restart of `serve` keeps open sessions open.
+fn a_logged_out_cookie_lets_nobody_in(kind: Kind) {
+    let (_tmp, _bs, env) = env_with_beanstalkd(kind);
+    env.ok(&["migrate"]);
+    let s = env.serve(Some(TOKEN));
+    let kept = login(s.admin);
+    let other = login(s.admin);
+    assert_eq!(api_status(s.admin, &kept), 200);
+    let page = http("GET", s.admin, "/", &[("Cookie", kept.as_str())], None);
+    let csrf = csrf_of(&page.body);
+    let out = http(
+        "POST",
+        s.admin,
+        "/logout",
+        &[("Cookie", kept.as_str())],
+        Some(&format!("csrf={csrf}")),
+    );
+    assert_eq!(out.status, 303, "{}", out.body);
+    assert_eq!(api_status(s.admin, &kept), 401);
+    let html = [("Cookie", kept.as_str()), ("Accept", "text/html")];
+    let r = http("GET", s.admin, "/", &html, None);
+    assert_eq!(r.status, 401);
+    assert!(r.body.contains("name=\"token\""), "{}", r.body);
+    assert_eq!(api_status(s.admin, &other), 200);
+    // Open sessions outlive a restart; the ended one stays ended.
+    drop(s);
+    let s = env.serve(Some(TOKEN));
+    assert_eq!(api_status(s.admin, &other), 200);
+    assert_eq!(api_status(s.admin, &kept), 401);
+}
+
+both!(a_logged_out_cookie_lets_nobody_in);
+
+/// A new MAILSPLIT_ADMIN_TOKEN ends every session of the old one, also if
+/// the old token is set again later.
+#[test]
+fn a_new_admin_token_ends_every_session() {
+    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
+    env.ok(&["migrate"]);
+    let s = env.serve(Some(TOKEN));
+    let cookie = login(s.admin);
+    assert_eq!(api_status(s.admin, &cookie), 200);
+    drop(s);
+    let s = env.serve(Some("another-admin-t0ken-for-tests"));
+    assert_eq!(api_status(s.admin, &cookie), 401);
+    drop(s);
+    let s = env.serve(Some(TOKEN));
+    assert_eq!(api_status(s.admin, &cookie), 401);
+    let fresh = login(s.admin);
+    assert_eq!(api_status(s.admin, &fresh), 200);
+}
+
 #[test]
 fn an_open_admin_listener_refuses_rebound_names_and_bare_posts() {
     // Enqueued (a draft cannot be paused), with no worker to send it.

@@ -344,8 +344,10 @@ fn weak_or_spaced_tokens_are_refused_at_start() {
     wait_port(admin);
 }
 
-/// Ten wrong tokens a minute per client, then 429 even for the right one;
-/// every failure is logged with the client's address and never the token.
+/// Ten wrong tokens a minute per client, then 429 for every wrong one;
+/// the right token still gets in from that address (bearer header and
+/// login form), also after twenty; every failure is logged with the
+/// client's address and never the token.
 #[test]
 fn failed_logins_are_limited_and_logged_per_client() {
     let env = Env::new(Kind::Sqlite, "127.0.0.1:1");
@@ -356,38 +358,29 @@ fn failed_logins_are_limited_and_logged_per_client() {
     wait_port(public);
     wait_port(admin);
     let ok = format!("Bearer {STRONG}");
-    assert_eq!(
+    let api = |auth: &str| {
         http(
             "GET",
             admin,
             "/api/campaigns",
-            &[("Authorization", &ok)],
-            None
-        )
-        .status,
-        200
-    );
-    for i in 0..10 {
-        let wrong = format!("Bearer guess-number-{i}");
-        let r = http(
-            "GET",
-            admin,
-            "/api/campaigns",
-            &[("Authorization", &wrong)],
+            &[("Authorization", auth)],
             None,
-        );
-        assert_eq!(r.status, 401, "try {i}");
+        )
+    };
+    assert_eq!(api(&ok).status, 200);
+    for i in 0..20 {
+        let r = api(&format!("Bearer guess-number-{i}"));
+        let expected = if i < 10 { 401 } else { 429 };
+        assert_eq!(r.status, expected, "try {i}: {}", r.body);
+        if i >= 10 {
+            assert!(r.header("retry-after").is_some());
+        }
     }
-    let r = http(
-        "GET",
-        admin,
-        "/api/campaigns",
-        &[("Authorization", &ok)],
-        None,
-    );
-    assert_eq!(r.status, 429, "{}", r.body);
-    assert!(r.header("retry-after").is_some());
-    // The login form counts too (and is refused now).
+    // The right token is never locked out, whatever the address sent.
+    let r = api(&ok);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(api("Bearer yet-another-guess").status, 429);
+    // The login form with the right token too; a wrong one gets 429.
     let r = http(
         "POST",
         admin,
@@ -395,21 +388,22 @@ fn failed_logins_are_limited_and_logged_per_client() {
         &[],
         Some(&format!("token={STRONG}")),
     );
+    assert_eq!(r.status, 303, "{}", r.body);
+    let r = http("POST", admin, "/login", &[], Some("token=wrong-again"));
     assert_eq!(r.status, 429);
     // The webhook is on the public listener, with its own token, but the
-    // same client: refused as well.
-    let json = [
-        ("Content-Type", "application/json"),
-        ("Authorization", "Bearer nope"),
-    ];
-    let r = http(
-        "POST",
-        public,
-        "/webhooks/bounce",
-        &json,
-        Some(r#"{"email":"a@b.test","type":"hard"}"#),
-    );
-    assert_eq!(r.status, 429);
+    // same client: a wrong one is refused as well, the right one taken.
+    let body = Some(r#"{"email":"a@b.test","type":"hard"}"#);
+    let hook_call = |auth: &str| {
+        let headers = [
+            ("Content-Type", "application/json"),
+            ("Authorization", auth),
+        ];
+        http("POST", public, "/webhooks/bounce", &headers, body)
+    };
+    assert_eq!(hook_call("Bearer nope").status, 429);
+    let r = hook_call(&format!("Bearer {hook}"));
+    assert!(![401, 429].contains(&r.status), "{}: {}", r.status, r.body);
     let text = std::fs::read_to_string(&log).unwrap();
     let failures: Vec<&str> = text.lines().filter(|l| l.contains("wrong token")).collect();
     assert_eq!(failures.len(), 10, "{text}");
@@ -419,6 +413,61 @@ fn failed_logins_are_limited_and_logged_per_client() {
     );
     assert!(!text.contains("guess-number"), "a token was logged: {text}");
     assert!(text.contains("too many failed attempts"), "{text}");
+}
+
+/// Behind a trusted proxy, `X-Forwarded-For` tells clients apart: one
+/// client's failures lock out neither another client nor the right token;
+/// from a peer that is not a trusted proxy the header is ignored.
+#[test]
+fn forwarded_clients_are_counted_apart_only_behind_a_trusted_proxy() {
+    let env = Env::new(Kind::Sqlite, "127.0.0.1:1");
+    env.ok(&["migrate"]);
+    let bad = |admin: u16, client: &str, token: &str| {
+        let auth = format!("Bearer {token}");
+        http(
+            "GET",
+            admin,
+            "/api/campaigns",
+            &[("Authorization", &auth), ("X-Forwarded-For", client)],
+            None,
+        )
+        .status
+    };
+    // The tests' peer, 127.0.0.1, is the trusted proxy.
+    let (mut cmd, _, admin, log) = serve_logged(&env, "127.0.0.1", Some(STRONG), None);
+    cmd.args(["--trusted-proxy", "10.9.9.9,127.0.0.1"]);
+    let p = Proc(cmd.spawn().unwrap());
+    wait_port(admin);
+    // A client can put anything left of what the proxy appended.
+    let one = "198.51.100.1, 203.0.113.1";
+    for i in 0..10 {
+        assert_eq!(bad(admin, one, &format!("aaaa-{i}")), 401, "try {i}");
+    }
+    assert_eq!(bad(admin, one, "bbbb"), 429);
+    assert_eq!(bad(admin, "203.0.113.1", "cccc"), 429);
+    // Another client behind the same proxy is not locked out.
+    assert_eq!(bad(admin, "203.0.113.2", "dddd"), 401);
+    assert_eq!(bad(admin, "203.0.113.2", STRONG), 200);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("client=203.0.113.1"), "{text}");
+    assert!(text.contains("client=203.0.113.2"), "{text}");
+    assert!(!text.contains("client=198.51.100.1"), "{text}");
+    drop(p);
+
+    // The peer is not a trusted proxy: every request is the peer's.
+    let (mut cmd, _, admin, log) = serve_logged(&env, "127.0.0.1", Some(STRONG), None);
+    cmd.args(["--trusted-proxy", "10.9.9.9"]);
+    let _p = Proc(cmd.spawn().unwrap());
+    wait_port(admin);
+    for i in 0..10 {
+        let client = format!("203.0.113.{i}");
+        assert_eq!(bad(admin, &client, &format!("eeee-{i}")), 401, "try {i}");
+    }
+    assert_eq!(bad(admin, "203.0.113.99", "ffff"), 429);
+    assert_eq!(bad(admin, "203.0.113.99", STRONG), 200);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("client=127.0.0.1"), "{text}");
+    assert!(!text.contains("client=203.0.113"), "{text}");
 }
 
 /// A failed webhook call is logged with the client address, not the token.

@@ -688,3 +688,53 @@ async fn slow_down_halves_the_local_rate_and_recovers() {
         "no recovery: {recovered:?} vs {quarter:?}"
     );
 }
+
+/// A rate or burst written into the table by hand, out of what `rate set`
+/// accepts, is listed as not in force, with what the limiter uses instead;
+/// and the limiter does pace such a group as the listing says.
+fn out_of_range_stored_values_are_listed_as_not_in_force(kind: Kind) {
+    use mailsplit::store::rates::{self, Lease};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = Beanstalkd::start(tmp.path());
+    let env = Env::new(kind, &bs.addr());
+    env.ok(&["migrate"]);
+    env.ok(&["rate", "set", "domain:zero.test", "100/s", "--burst", "5"]);
+    env.ok(&["rate", "set", "domain:slowest.test", "1/d", "--burst", "1"]);
+    env.ok(&["rate", "set", "domain:fine.test", "100/s", "--burst", "5"]);
+    env.sql("UPDATE rate_groups SET rate = 0, burst = 0 WHERE name = 'domain:zero.test'");
+    let list = env.ok(&["rate", "list"]);
+    let line = |group: &str| {
+        list.lines()
+            .find(|l| l.starts_with(group))
+            .unwrap_or_else(|| panic!("no {group} in {list}"))
+            .to_string()
+    };
+    let zero = line("domain:zero.test");
+    assert!(
+        zero.contains("limit invalid: 0/s (stored), not in force; limiter uses 1/d"),
+        "{zero}"
+    );
+    assert!(
+        zero.contains("burst invalid: 0 (stored), not in force; limiter uses 1"),
+        "{zero}"
+    );
+    let fine = line("domain:fine.test");
+    assert!(fine.contains("limit       100/s  burst     5"), "{fine}");
+    assert!(!fine.contains("invalid"), "{fine}");
+    // What the listing says is what a lease does: paced as 1/d, burst 1.
+    let mut conn = env.conn();
+    let interval =
+        |conn: &mut mailsplit::store::Conn, group: &str| match rates::lease(conn, group, 1, 0, 0)
+            .unwrap()
+        {
+            Lease::Granted { interval_us, .. } => interval_us,
+            other => panic!("{group}: {other:?}"),
+        };
+    assert_eq!(
+        interval(&mut conn, "domain:zero.test"),
+        interval(&mut conn, "domain:slowest.test")
+    );
+}
+
+both!(out_of_range_stored_values_are_listed_as_not_in_force);

@@ -181,6 +181,8 @@ fn serve_delivers_unsubscribe_and_click_events_and_the_report_counts_them() {
         &format!("http://127.0.0.1:{}/in", receiver.port),
         "--events",
         "unsubscribed,clicked",
+        // The test's receiver runs on this machine.
+        "--allow-local",
     ]);
     let unsubscribe = |message: &str| {
         let link = header(message, "List-Unsubscribe")[0]

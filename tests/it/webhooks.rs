@@ -261,6 +261,8 @@ fn events_reach_a_flaky_receiver_exactly_as_the_ledger_says(kind: Kind) {
         kinds,
         "--secret",
         SECRET,
+        // The test's receiver runs on this machine.
+        "--allow-local",
     ]);
     assert!(added.contains("added webhook"), "{added}");
     // Registered with another secret than the receiver checks.
@@ -272,6 +274,7 @@ fn events_reach_a_flaky_receiver_exactly_as_the_ledger_says(kind: Kind) {
         "sent",
         "--secret",
         "not-it",
+        "--allow-local",
     ]);
     env.ok(&["enqueue", "news"]);
     let _w = worker(&env);
@@ -427,4 +430,91 @@ fn add_refuses_what_is_not_http_and_shows_a_generated_secret_once() {
     assert!(!ls.contains(secret), "{ls}");
     let out = env.run(&["webhook", "rm", "999"]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// `webhook add` refuses a receiver on this machine or its link in every
+/// spelling (exit 2, saying how to allow it), and takes it with
+/// `--allow-local`.
+#[test]
+fn add_refuses_local_receivers_unless_allowed() {
+    let env = Env::new(Kind::Sqlite, "127.0.0.1:1");
+    env.ok(&["migrate"]);
+    for url in [
+        "http://127.0.0.1:9/in",
+        "http://0x7f000001/",
+        "http://2130706433/",
+        "http://127.1/",
+        "http://[::1]/",
+        "http://[::ffff:127.0.0.1]/",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://0.0.0.0:8080/",
+        "http://localhost:9/in",
+    ] {
+        let out = env.run(&["webhook", "add", url, "--events", "sent"]);
+        assert_eq!(out.status.code(), Some(2), "{url}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains("--allow-local"), "{url}: {err}");
+        assert!(
+            ["loopback", "link-local", "unspecified"]
+                .iter()
+                .any(|k| err.contains(k)),
+            "{url}: {err}"
+        );
+    }
+    assert!(env.ok(&["webhook", "ls"]).contains("no webhooks"));
+    let added = env.ok(&[
+        "webhook",
+        "add",
+        "http://127.0.0.1:9/in",
+        "--events",
+        "sent",
+        "--allow-local",
+    ]);
+    assert!(added.contains("added webhook"), "{added}");
+}
+
+/// A webhook whose host resolves to loopback when it is delivered (its
+/// name was rebound since `webhook add`) gets nothing: the deliverer
+/// checks the addresses it connects to, and says why in `webhook ls`.
+#[test]
+fn the_deliverer_refuses_a_host_that_resolves_to_loopback() {
+    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
+    env.ok(&["migrate"]);
+    let receiver = TcpListener::bind("127.0.0.1:0").unwrap();
+    receiver.set_nonblocking(true).unwrap();
+    let port = receiver.local_addr().unwrap().port();
+    // Accepted as written (a documentation address, nothing local)...
+    env.ok(&[
+        "webhook",
+        "add",
+        &format!("http://192.0.2.10:{port}/in"),
+        "--events",
+        "campaign.finished",
+    ]);
+    // ...then the name it uses resolves to this machine.
+    env.sql(&format!(
+        "UPDATE webhooks SET url = 'http://localhost:{port}/in'"
+    ));
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    env.sql(&format!(
+        "INSERT INTO webhook_outbox (webhook_id, kind, at) \
+         SELECT id, 'campaign.finished', {now_ms} FROM webhooks"
+    ));
+    let _s = env.serve(None);
+    let mut ls = String::new();
+    wait_for(30, "the deliverer's refusal in webhook ls", || {
+        ls = env.ok(&["webhook", "ls"]);
+        ls.contains("last error")
+    });
+    assert!(ls.contains("resolves to"), "{ls}");
+    assert!(ls.contains("loopback"), "{ls}");
+    assert!(ls.contains("--allow-local"), "{ls}");
+    assert!(ls.contains("delivered 0  pending 1"), "{ls}");
+    match receiver.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the deliverer connected to loopback: {other:?}"),
+    }
 }

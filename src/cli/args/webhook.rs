@@ -14,6 +14,9 @@ pub enum WebhookCommand {
         /// Signing secret (default: 32 random bytes, printed once)
         #[arg(long)]
         secret: Option<String>,
+        /// Let the URL point at this machine or its link (loopback, link-local): for a receiver on this host
+        #[arg(long)]
+        allow_local: bool,
     },
     /// Every webhook: URL, events, delivered, pending, failed, last error
     Ls,

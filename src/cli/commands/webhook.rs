@@ -14,7 +14,8 @@ pub fn webhook(g: &Global, cmd: WebhookCommand) -> Result {
             url,
             events,
             secret,
-        } => add(g, &url, &events, secret.as_deref()),
+            allow_local,
+        } => add(g, &url, &events, secret.as_deref(), allow_local),
         WebhookCommand::Ls => ls(g),
         WebhookCommand::Rm { id } => {
             webhooks::remove(&mut open_migrated(g)?, id)?;
@@ -24,8 +25,8 @@ pub fn webhook(g: &Global, cmd: WebhookCommand) -> Result {
     }
 }
 
-fn add(g: &Global, url: &str, events: &str, secret: Option<&str>) -> Result {
-    let added = webhooks::add(&mut open_migrated(g)?, url, events, secret)?;
+fn add(g: &Global, url: &str, events: &str, secret: Option<&str>, allow_local: bool) -> Result {
+    let added = webhooks::add(&mut open_migrated(g)?, url, events, secret, allow_local)?;
     let kinds: Vec<&str> = added.events.iter().map(|k| k.as_str()).collect();
     outln!(
         "added webhook {}: {} gets {}",
