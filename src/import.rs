@@ -44,6 +44,8 @@ pub enum ImportError {
     NoHeader { path: String },
     #[error("{path}: the header row has no `email` column (found: {found}); name the column that holds the addresses `email` (e.g. `email,name`)")]
     NoEmailColumn { path: String, found: String },
+    #[error("the --from-sql query has no column named `email` (its columns: {found}); name the one that holds the addresses: SELECT customer_mail AS email, …")]
+    NoEmailInQuery { found: String },
     #[error("{path}: the header row is {bytes} bytes long, over the limit of {MAX_RECORD_BYTES} bytes for any row; is the first line really a header of column names?")]
     HeaderTooLong { path: String, bytes: usize },
     #[error("{path}: cannot read the header row")]
@@ -81,6 +83,7 @@ impl ImportError {
                 e,
                 ImportError::NoHeader { .. }
                     | ImportError::NoEmailColumn { .. }
+                    | ImportError::NoEmailInQuery { .. }
                     | ImportError::HeaderTooLong { .. }
                     | ImportError::EmptySync { .. }
             ),
@@ -164,7 +167,7 @@ pub fn import_file(
         path: shown.clone(),
         source,
     })?;
-    let mut sink = Sink::new(conn, list, options, &mut on_reject);
+    let mut sink = Sink::new(conn, list, options, "line", &mut on_reject);
     sink.lock(on_wait)?;
     read_csv(&mut sink, file, &shown, &mut on_progress)?;
     sink.finish()
@@ -186,12 +189,11 @@ pub fn import_sql(
         .iter()
         .any(|c| c.eq_ignore_ascii_case(EMAIL))
     {
-        return Err(ImportError::NoEmailColumn {
-            path: "the --from-sql query".into(),
+        return Err(ImportError::NoEmailInQuery {
             found: source.columns().join(", "),
         });
     }
-    let mut sink = Sink::new(conn, list, options, &mut on_reject);
+    let mut sink = Sink::new(conn, list, options, "row", &mut on_reject);
     sink.lock(on_wait)?;
     // The source is read on a thread of its own, a few pages ahead, so its
     // round trips and the parsing of its rows overlap the writes (1M rows

@@ -13,6 +13,9 @@ use crate::store::{Backend, Conn, StoreError};
 /// Where parsed rows go: batched, written, counted.
 pub(super) struct Sink<'a> {
     conn: &'a mut Conn,
+    /// What the source's rows are called in reports: `line` (a file) or
+    /// `row` (a query).
+    unit: &'static str,
     /// The list's import lock, taken by [`Sink::lock`].
     lock: Option<ImportLock>,
     /// Begun when the source has proved readable (its header).
@@ -33,10 +36,12 @@ impl<'a> Sink<'a> {
         conn: &'a mut Conn,
         list: &'a str,
         options: Options,
+        unit: &'static str,
         on_reject: &'a mut dyn FnMut(&Rejected),
     ) -> Sink<'a> {
         Sink {
             conn,
+            unit,
             lock: None,
             run: None,
             list,
@@ -61,8 +66,9 @@ impl<'a> Sink<'a> {
         match row {
             Ok(mut row) => {
                 row.line = line;
+                let email = row.email.clone();
                 if let Some(first) = self.batch.push(row) {
-                    self.duplicate(line, Some(first));
+                    self.duplicate(line, Some((first, &email)));
                 }
             }
             Err(reason) => {
@@ -73,11 +79,16 @@ impl<'a> Sink<'a> {
         Ok(())
     }
 
-    fn duplicate(&mut self, line: u64, first: Option<u64>) {
+    /// A row naming a mailbox an earlier one named; `first` is that row
+    /// and this row's address, when this batch holds it.
+    fn duplicate(&mut self, line: u64, first: Option<(u64, &str)>) {
         self.summary.duplicates += 1;
+        let unit = self.unit;
         let reason = match first {
-            Some(first) => format!("duplicate: same mailbox as line {first}, which is kept"),
-            None => "duplicate: same mailbox as an earlier row, which is kept".to_string(),
+            Some((first, email)) => {
+                format!("duplicate: {email} is the same mailbox as {unit} {first}, which is kept")
+            }
+            None => format!("duplicate: the same mailbox as an earlier {unit}, which is kept"),
         };
         (self.on_reject)(&Rejected { line, reason });
     }

@@ -47,11 +47,11 @@ const REFUSED_PRIVILEGES: &str = "'SUPER', 'FILE', 'PROCESS', 'SHUTDOWN', 'CONNE
 impl Source {
     /// Connect, check the user (unless allowed) and prepare `query`.
     pub fn open(url: &str, query: &str, options: Options) -> Result<Source, SourceError> {
-        let connect_err = |e: &dyn std::fmt::Display| SourceError::Connect {
+        let connect_err = |e: &mysql::Error| SourceError::Connect {
             url: crate::redact::url(url),
-            reason: crate::redact::scrub(&e.to_string(), url),
+            reason: crate::redact::scrub(&describe(e), url),
         };
-        let opts = Opts::from_url(url).map_err(|e| connect_err(&e))?;
+        let opts = Opts::from_url(url).map_err(|e| connect_err(&e.into()))?;
         let opts = OptsBuilder::from_opts(opts)
             // Connect where the URL says, not to the socket the server names.
             .prefer_socket(false)
@@ -63,12 +63,12 @@ impl Source {
             ]);
         let mut conn = Conn::new(opts).map_err(|e| connect_err(&e))?;
         if !options.allow_privileged {
-            let held = privileges(&mut conn).map_err(|e| SourceError::Fetch(e.to_string()))?;
+            let held = privileges(&mut conn).map_err(|e| SourceError::Fetch(describe(&e)))?;
             if !held.is_empty() {
                 return Err(SourceError::Privileged(held));
             }
         }
-        let refused = |e: mysql::Error| SourceError::Query(e.to_string());
+        let refused = |e: mysql::Error| SourceError::Query(describe(&e));
         let statement = conn.prep(query).map_err(refused)?;
         if statement.num_columns() == 0 {
             return Err(SourceError::Query(
@@ -101,9 +101,9 @@ impl Source {
         // A write the read-only transaction stopped is the query's fault.
         let fetch = |e: mysql::Error| match &e {
             mysql::Error::MySqlError(m) if m.code == ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION => {
-                SourceError::Query(e.to_string())
+                SourceError::Query(describe(&e))
             }
-            _ => SourceError::Fetch(e.to_string()),
+            _ => SourceError::Fetch(describe(&e)),
         };
         self.conn
             .query_drop("START TRANSACTION READ ONLY")
@@ -147,6 +147,26 @@ fn bytes(values: &[Option<My>]) -> usize {
 
 /// What the connected user holds of [`REFUSED_PRIVILEGES`], globally, on
 /// a database or a table (empty when nothing).
+/// The driver's error in words a user acts on: the server's own message
+/// (not the driver's `MySqlError { … }` wrapping), and for a URL that does
+/// not parse, the usual cause.
+fn describe(e: &mysql::Error) -> String {
+    match e {
+        mysql::Error::MySqlError(m) => format!(
+            "{} (MySQL error {}, SQLSTATE {})",
+            m.message, m.code, m.state
+        ),
+        mysql::Error::UrlError(mysql::UrlError::ParseError(p)) => format!(
+            "the URL does not parse ({p}): percent-encode the user name and password \
+             (`/` as %2F, `@` as %40, `:` as %3A, `#` as %23, `%` as %25)"
+        ),
+        mysql::Error::UrlError(u) => u.to_string(),
+        mysql::Error::IoError(io) => io.to_string(),
+        mysql::Error::DriverError(d) => d.to_string(),
+        other => other.to_string(),
+    }
+}
+
 fn privileges(conn: &mut Conn) -> Result<String, mysql::Error> {
     let sql = format!(
         "SELECT COALESCE(GROUP_CONCAT(DISTINCT PRIVILEGE_TYPE ORDER BY PRIVILEGE_TYPE SEPARATOR ', '), '') \

@@ -182,6 +182,13 @@ fn import_counts_duplicates(kind: Kind) {
         .collect();
     dup_lines.sort();
     assert_eq!(dup_lines, [3, 2506, 2507], "{err}");
+    // The report names the address and speaks of lines only.
+    assert!(
+        err.contains(&format!(
+            "{prefix}3: duplicate: ada@example.test is the same mailbox as line 2, which is kept"
+        )),
+        "{err}"
+    );
     let summary = stdout(&out);
     assert!(
         summary.contains(
@@ -625,10 +632,15 @@ fn import_from_sql(kind: Kind) {
 
     let out = from_sql(&env, &url, "SELECT name FROM customers", &[]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    // SQL advice for a query, not a CSV header's.
+    let err = stderr(&out);
     assert!(
-        stderr(&out).contains("no `email` column"),
-        "{}",
-        stderr(&out)
+        err.contains("no column named `email` (its columns: name)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("AS email") && !err.contains("header row"),
+        "{err}"
     );
     let mut writes = vec!["DELETE FROM customers"];
     if kind == Kind::Postgres {
@@ -753,7 +765,29 @@ fn new_recipients_are_numbered_in_file_order(kind: Kind) {
     assert_eq!(by_id, order);
 }
 
+/// A query's duplicate is reported by row, naming the address, never by
+/// line (a query has no lines).
+fn a_duplicate_in_a_query_is_reported_by_row(kind: Kind) {
+    let env = env(kind);
+    let (url, _db) = shop_database(&env, kind);
+    let query = "SELECT email, name FROM customers WHERE email LIKE '%@%' \
+                 UNION ALL SELECT upper(email), name FROM customers WHERE email = 'ada@example.test'";
+    let out = from_sql(&env, &url, query, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let line = err
+        .lines()
+        .find(|l| l.contains("duplicate"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        line.starts_with("query: row 3: duplicate: ADA@example.test is the same mailbox as row 1,"),
+        "{line}"
+    );
+    assert!(!line.contains("line"), "{line}");
+}
+
 both!(
+    a_duplicate_in_a_query_is_reported_by_row,
     new_recipients_are_numbered_in_file_order,
     a_source_failing_part_way_stops_the_import,
     import_from_sql,

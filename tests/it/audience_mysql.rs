@@ -100,7 +100,7 @@ fn mysql_source_refuses_writes(kind: Kind) {
     let out = from_sql(&env, &url, "SELECT name, orders FROM customers", &[]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("no `email` column (found: name, orders)"),
+        stderr(&out).contains("no column named `email` (its columns: name, orders)"),
         "{}",
         stderr(&out)
     );
@@ -221,4 +221,24 @@ fn mysql_login_failure_hides_the_password() {
     assert!(!err.contains(&db.password), "{err}");
     assert!(err.contains("cannot open source database"), "{err}");
     assert!(err.contains("Access denied"), "{err}");
+    // The server's words, not the driver's wrapping of them.
+    assert!(err.contains("(MySQL error 1045"), "{err}");
+    assert!(!err.contains("MySqlError {"), "{err}");
+}
+
+/// A password with an unencoded `/` makes the URL unparsable: the error
+/// says to percent-encode it, and shows no part of the password.
+#[test]
+fn mysql_url_with_an_unencoded_slash_says_to_percent_encode() {
+    let env = env(Kind::Sqlite);
+    let url = "mysql://shop:pa/ssW0rdX@127.0.0.1:3306/shop";
+    let out = from_sql(&env, url, "SELECT 'a@example.test' AS email", &[]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("percent-encode") && err.contains("%2F"),
+        "{err}"
+    );
+    assert!(!err.contains("ParseError {"), "{err}");
+    assert!(!err.contains("ssW0rdX"), "{err}");
 }
