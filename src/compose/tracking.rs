@@ -286,32 +286,9 @@ fn link_expr(i: usize) -> String {
 
 /// The `href` values of `<a>` and `<area>` tags in literal HTML.
 fn html_links(html: &str, own: &[String], links: &mut Links) -> Vec<Edit> {
-    let tags = jinja_tags(html);
-    let bytes = html.as_bytes();
     let mut edits = Vec::new();
-    let mut at = 0;
-    while let Some(found) = html[at..].find('<') {
-        let start = at + found;
-        at = start + 1;
-        if inside(&tags, start) {
-            continue;
-        }
-        let name_end = html[at..]
-            .find(|c: char| !c.is_ascii_alphanumeric())
-            .map_or(html.len(), |e| at + e);
-        let name = html[at..name_end].to_ascii_lowercase();
-        if name != "a" && name != "area" {
-            continue;
-        }
-        let Some(value) = href_value(bytes, name_end) else {
-            continue;
-        };
-        at = value.end;
-        let raw = &html[value.start..value.end];
-        if has_jinja(raw) {
-            continue;
-        }
-        let url = decode_entities(raw.trim());
+    for value in anchor_hrefs(html) {
+        let url = decode_entities(html[value.start..value.end].trim());
         if !trackable(&url, own) {
             continue;
         }
@@ -330,6 +307,15 @@ fn html_links(html: &str, own: &[String], links: &mut Links) -> Vec<Edit> {
 /// outside, none inside), entities decoded, each with its byte offset:
 /// what `campaign create` checks the links of (see [`refused_href`]).
 pub fn literal_hrefs(html: &str) -> Vec<(usize, String)> {
+    anchor_hrefs(html)
+        .into_iter()
+        .map(|v| (v.start, decode_entities(html[v.start..v.end].trim())))
+        .collect()
+}
+
+/// Where the `href` of each `<a>` and `<area>` tag of literal HTML is:
+/// tags inside a Jinja tag, and values holding one, are left out.
+fn anchor_hrefs(html: &str) -> Vec<Value> {
     let tags = jinja_tags(html);
     let bytes = html.as_bytes();
     let mut found = Vec::new();
@@ -351,9 +337,8 @@ pub fn literal_hrefs(html: &str) -> Vec<(usize, String)> {
             continue;
         };
         at = value.end;
-        let raw = &html[value.start..value.end];
-        if !has_jinja(raw) {
-            found.push((value.start, decode_entities(raw.trim())));
+        if !has_jinja(&html[value.start..value.end]) {
+            found.push(value);
         }
     }
     found
