@@ -1,6 +1,6 @@
 //! A small beanstalkd client for the few commands `serve` and `resume`
 //! need (`stats-tube`, `list-tube-used`, `use`, `peek-delayed`,
-//! `kick-job`), each under a deadline. The `beanstalkc` crate sets no
+//! `kick-job`, `pause-tube`), each under a deadline. The `beanstalkc` crate sets no
 //! socket timeouts and does not expose its socket, so a server that
 //! accepts and never answers held a thread for ever (issue 29: one
 //! dashboard tab grew `serve` to 515 threads). Here every reply must
@@ -18,6 +18,10 @@ use super::QueueError;
 const MAX_LINE: usize = 1024;
 /// Largest `stats-tube` document read (beanstalkd's is under 1 KB).
 const MAX_STATS: usize = 64 * 1024;
+/// How long a kick of delayed jobs pauses their tube for reservations at
+/// most (renewed while the kick goes on): short, because every job of the
+/// tube waits that long should the kicking connection die.
+const KICK_PAUSE: Duration = Duration::from_secs(2);
 
 /// One connection whose every command answers within `timeout` or fails.
 pub struct Timed {
@@ -169,13 +173,56 @@ impl Timed {
     /// Make every delayed job of `tube` ready now (at most `limit`): what
     /// `resume` does so a paused campaign's jobs need not sit out their
     /// release delay. Returns how many were kicked.
+    ///
+    /// The tube is paused for reservations while the jobs are kicked: a
+    /// worker that took a kicked job could release it with a delay (a start
+    /// still a moment ahead) before the last `peek-delayed`, which would
+    /// find and kick it again, and again, as long as the worker keeps up,
+    /// each time costing a release. Paused, each delayed job is kicked
+    /// once. Should this connection die halfway, the pause lapses by
+    /// itself after [`KICK_PAUSE`].
     pub fn kick_delayed(&mut self, tube: &str, limit: u64) -> Result<u64, QueueError> {
         let (reply, _) = self.command("use", &format!("use {tube}"))?;
         if !reply.starts_with("USING ") {
             return Err(self.unexpected("use", &reply));
         }
+        self.pause_tube(tube, KICK_PAUSE)?;
+        let mut paused_at = Instant::now();
+        let kicked = self.kick_paused(tube, limit, &mut paused_at);
+        // Lifted even when the kick failed: the tube's other jobs wait for
+        // nobody. If this fails too, the pause lapses on its own.
+        let lifted = self.pause_tube(tube, Duration::ZERO);
+        let kicked = kicked?;
+        lifted?;
+        Ok(kicked)
+    }
+
+    /// `pause-tube`: no job of `tube` is reserved for `d` (whole seconds;
+    /// zero lifts a pause at once).
+    fn pause_tube(&mut self, tube: &str, d: Duration) -> Result<(), QueueError> {
+        let (reply, _) =
+            self.command("pause-tube", &format!("pause-tube {tube} {}", d.as_secs()))?;
+        match reply.as_str() {
+            // The tube went away: it holds no job to kick.
+            "PAUSED" | "NOT_FOUND" => Ok(()),
+            _ => Err(self.unexpected("pause-tube", &reply)),
+        }
+    }
+
+    /// The kick loop of [`Timed::kick_delayed`], with the tube paused; the
+    /// pause is renewed before it can lapse, so a long kick stays paused.
+    fn kick_paused(
+        &mut self,
+        tube: &str,
+        limit: u64,
+        paused_at: &mut Instant,
+    ) -> Result<u64, QueueError> {
         let mut kicked = 0;
         while kicked < limit {
+            if paused_at.elapsed() >= KICK_PAUSE / 2 {
+                self.pause_tube(tube, KICK_PAUSE)?;
+                *paused_at = Instant::now();
+            }
             let (reply, deadline) = self.command("peek-delayed", "peek-delayed")?;
             if reply == "NOT_FOUND" {
                 break;
