@@ -8,19 +8,19 @@
 
 use std::process::ExitCode;
 
+use crate::audience::import::ImportError;
+use crate::audience::lists::ListError;
+use crate::audience::optouts::OptoutError;
 use crate::campaign::CampaignError;
 use crate::compose::ComposeError;
 use crate::config::ConfigError;
-use crate::database::StoreError;
 use crate::dkim::{DkimError, KeygenError};
-use crate::import::ImportError;
-use crate::limits::LimitError;
-use crate::lists::ListError;
-use crate::optouts::OptoutError;
+use crate::enqueue::requeue::RequeueError;
+use crate::enqueue::EnqueueError;
+use crate::rate::LimitError;
 use crate::redact;
-use crate::requeue::RequeueError;
 use crate::serve::ServeError;
-use crate::splitter::EnqueueError;
+use crate::store::database::StoreError;
 use crate::templates::TemplateError;
 use crate::webhooks::WebhookError;
 use crate::worker::WorkerError;

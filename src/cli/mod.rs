@@ -17,7 +17,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::control::Control;
+use crate::campaign::control::Control;
 use crate::redact;
 
 pub use args::{Cli, Command, Global};

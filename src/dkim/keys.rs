@@ -29,7 +29,7 @@ pub enum KeygenError {
 }
 
 fn checked_domain(domain: &str) -> Result<String, DkimError> {
-    crate::compose::ascii_domain(domain).ok_or_else(|| DkimError::BadDomain(domain.to_string()))
+    crate::mailbox::dns_name(domain).ok_or_else(|| DkimError::BadDomain(domain.to_string()))
 }
 
 /// Generate a key for `domain` under `selector` (see [`DEFAULT_SELECTOR`]

@@ -36,11 +36,11 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 use super::chart::{self, Axis, Figure, Series};
-use super::dashboard::{secure, CampaignRow};
+use super::page::{secure, CampaignRow};
 use super::State;
+use crate::campaign::status::CampaignStatus;
 use crate::compose::sample::{render_sample, sample, CampaignMail};
 use crate::compose::ComposeError;
-use crate::status::CampaignStatus;
 use crate::store::content::{self, Track, VersionInfo};
 use crate::store::engagement;
 use crate::store::recipients::Recipient;
@@ -387,7 +387,7 @@ fn with_policy(response: Response) -> Response {
 
 /// `GET /static/campaign.css`.
 pub async fn stylesheet() -> Response {
-    super::dashboard::asset(
+    super::page::asset(
         "text/css; charset=utf-8",
         include_str!("../../templates/admin/campaign.css"),
     )

@@ -16,6 +16,7 @@
 //! for slow and idle clients, a cap per listener); SIGTERM or SIGINT stop
 //! accepting and let requests in flight finish, for a few seconds at most.
 
+pub mod actions;
 pub mod admin;
 pub mod auth;
 pub mod campaign_page;
@@ -26,6 +27,7 @@ pub mod health;
 pub mod hits;
 pub mod listen;
 pub mod metrics;
+pub mod page;
 pub mod pool;
 pub mod public;
 pub mod snapshot;
@@ -60,7 +62,7 @@ pub struct AppState {
     /// The campaign page's outcome counts over time, last read.
     pub timelines: campaign_page::Timelines,
     /// Opens and clicks: the batched writer, the link tables read.
-    pub tracking: tracking::Tracking,
+    pub tracking: tracking::TrackingRoutes,
 }
 
 pub type State = Arc<AppState>;
@@ -110,7 +112,7 @@ pub fn run(settings: ServeSettings) -> Result<(), ServeError> {
             settings: settings.clone(),
             failures: guard::Failures::default(),
             timelines: campaign_page::Timelines::default(),
-            tracking: tracking::Tracking::new(recorder),
+            tracking: tracking::TrackingRoutes::new(recorder),
         });
         let stop = CancellationToken::new();
         shutdown::on_signals(stop.clone()).context("cannot install signal handlers")?;

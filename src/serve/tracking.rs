@@ -42,14 +42,14 @@ pub const PIXEL: &[u8] = &[
 type LinkTables = HashMap<(i64, i64), Arc<Vec<String>>>;
 
 /// The tracking routes' state: the writer and the link tables read.
-pub struct Tracking {
+pub struct TrackingRoutes {
     pub recorder: Recorder,
     links: Mutex<LinkTables>,
 }
 
-impl Tracking {
-    pub fn new(recorder: Recorder) -> Tracking {
-        Tracking {
+impl TrackingRoutes {
+    pub fn new(recorder: Recorder) -> TrackingRoutes {
+        TrackingRoutes {
             recorder,
             links: Mutex::default(),
         }

@@ -16,6 +16,7 @@ pub mod bounces;
 pub mod campaigns;
 pub mod connections;
 pub mod content;
+pub mod database;
 pub mod db;
 pub mod deliveries;
 pub mod dkim_keys;

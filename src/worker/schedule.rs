@@ -26,11 +26,22 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex as StdMutex;
 use std::time::{Duration, Instant};
 
-use tokio::sync::Mutex;
+use tokio::sync::{mpsc, Mutex};
 use tokio_util::sync::CancellationToken;
 
-use super::pipeline::{Msg, SendOutcome, Shared};
+use super::flags::Campaigns;
+use super::pipeline::{Msg, SendOutcome};
+use crate::rate::limiter::Limiter;
 use crate::store::OutcomeKind;
+
+/// What the scheduler reads of the worker's shared state (see
+/// [`super::shared::Shared::schedule`]): the limiter, the campaigns' flags,
+/// and the way to the reporter for deferred recipients.
+pub struct Context<'a> {
+    pub limiter: &'a Limiter,
+    pub campaigns: &'a Campaigns,
+    pub to_report: &'a mpsc::Sender<SendOutcome>,
+}
 
 /// A message is parked only if its tokens are expected within this long;
 /// otherwise it is deferred at once.
@@ -194,7 +205,7 @@ impl Scheduler {
     /// With `idle`, gives up after that long without a message. Not to be
     /// cancelled midway (it may hold a message between two awaits): the
     /// idle time is its own way out.
-    pub async fn next(&self, shared: &Shared, idle: Option<Duration>) -> Next {
+    pub async fn next(&self, shared: &Context<'_>, idle: Option<Duration>) -> Next {
         self.waiting.fetch_add(1, Ordering::AcqRel);
         let deadline = idle.map(|d| Instant::now() + d);
         let out = self.next_locked(shared, deadline).await;
@@ -237,7 +248,7 @@ impl Scheduler {
 
     async fn next_locked(
         &self,
-        shared: &Shared,
+        shared: &Context<'_>,
         deadline: Option<Instant>,
     ) -> Result<Option<Msg>, Idle> {
         if let Some(m) = self.pop_ready() {
@@ -300,7 +311,7 @@ impl Scheduler {
     }
 
     /// Give groups whose next token is due their parked messages.
-    async fn release_parked(&self, st: &mut State, shared: &Shared) -> Option<Msg> {
+    async fn release_parked(&self, st: &mut State, shared: &Context<'_>) -> Option<Msg> {
         let now = Instant::now();
         let mut due: Vec<(Instant, String)> = st
             .queues
@@ -375,7 +386,7 @@ impl Scheduler {
     /// newest messages beyond that are deferred (their jobs are then free),
     /// the oldest stay, as they go next. Anything parked longer than
     /// [`MAX_PARKED_FOR`] is deferred whatever the estimate said.
-    async fn sweep(&self, st: &mut State, shared: &Shared) {
+    async fn sweep(&self, st: &mut State, shared: &Context<'_>) {
         let now = Instant::now();
         let names: Vec<String> = st
             .queues
@@ -422,7 +433,7 @@ impl Scheduler {
     }
 
     /// A message from the job stage: send it now, park it, or defer it.
-    async fn admit(&self, st: &mut State, shared: &Shared, mut msg: Msg) -> Admit {
+    async fn admit(&self, st: &mut State, shared: &Context<'_>, mut msg: Msg) -> Admit {
         regroup(shared, &mut msg);
         if msg.rate_groups.is_empty() || shared.campaigns.blocked(msg.tracker.campaign_id).await {
             return Admit::Go(msg);
@@ -451,7 +462,14 @@ impl Scheduler {
 
     /// Hand a message back to the ledger unsent and note on its job that it
     /// is deferred, to come back a little before `wait` is over.
-    async fn defer(&self, st: &mut State, shared: &Shared, msg: Msg, group: &str, wait: Duration) {
+    async fn defer(
+        &self,
+        st: &mut State,
+        shared: &Context<'_>,
+        msg: Msg,
+        group: &str,
+        wait: Duration,
+    ) {
         let delay = wait
             .saturating_sub(DEFER_EARLY)
             .clamp(MIN_DEFER_DELAY, MAX_DEFER_DELAY);
@@ -564,7 +582,7 @@ impl State {
 
     /// Time between two messages of `group` at this worker: the configured
     /// interval, or the share measured lately if slower.
-    fn each(&self, shared: &Shared, group: &str) -> Duration {
+    fn each(&self, shared: &Context<'_>, group: &str) -> Duration {
         let configured = shared.limiter.interval(group).unwrap_or_default();
         // A group whose next token is far off is caught by its due time;
         // a pause of the whole worker (a slow database round trip) must not
@@ -578,7 +596,7 @@ impl State {
 
     /// How long a message joining `group`'s queue now would wait: until the
     /// group's next token, plus one share of the group per message ahead.
-    fn estimate(&self, shared: &Shared, group: &str, now: Instant) -> Duration {
+    fn estimate(&self, shared: &Context<'_>, group: &str, now: Instant) -> Duration {
         let q = self.queues.get(group);
         let ahead = q.map_or(0, |q| q.msgs.len()) as u32;
         let until_due = q
@@ -589,7 +607,7 @@ impl State {
 }
 
 /// Work out the message's groups again if they changed since.
-fn regroup(shared: &Shared, msg: &mut Msg) {
+fn regroup(shared: &Context<'_>, msg: &mut Msg) {
     let generation = shared.limiter.generation();
     if msg.rate_generation != generation {
         msg.rate_groups = shared.limiter.groups_for(&msg.campaign_name, &msg.domain);

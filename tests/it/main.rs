@@ -4,7 +4,7 @@
 //! ```sh
 //! cargo test --test it worker::              # one area
 //! cargo test --test it worker::sqlite::      # one area, one backend
-//! cargo nextest run --test it -E 'test(/^ratelimit::/)'
+//! cargo nextest run --test it -E 'test(/^limiter::/)'
 //! scripts/test.sh                            # everything, as CI runs it
 //! ```
 //!

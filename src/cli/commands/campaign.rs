@@ -157,7 +157,8 @@ fn edit(g: &Global, request: &campaign::EditRequest) -> Result {
         None => {}
     }
     if edited.earlier {
-        for (server, kicked) in crate::control::kick_delayed(&mut conn, &servers, &g.tube) {
+        for (server, kicked) in crate::campaign::control::kick_delayed(&mut conn, &servers, &g.tube)
+        {
             if let Err(e) = kicked {
                 error_line(&format!(
                     "mailsplit: warning: cannot make the delayed jobs on {server} ready ({e}); they come at the old time, at most an hour late"

@@ -18,7 +18,7 @@ pub mod templates;
 pub mod webhook;
 pub mod worker;
 
-use crate::database::{self, Conn};
+use crate::store::database::{self, Conn};
 
 use super::args::Global;
 use super::exit::CliError;

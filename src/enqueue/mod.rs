@@ -34,6 +34,7 @@ use crate::tokens::Identity;
 
 mod doubt;
 mod lease;
+pub mod requeue;
 
 use doubt::resolve_in_doubt;
 use lease::{wait_for_lease, RunName};

@@ -12,8 +12,8 @@ use std::str::FromStr;
 
 use serde_json::{Map, Value};
 
+use crate::audience::source::{RowResult, SourceError, SqlSource};
 use crate::compose;
-use crate::source::{RowResult, SourceError, SqlSource};
 use crate::store::imports::Row;
 use crate::store::recipients::RecipientStatus;
 use crate::store::{Conn, StoreError};
@@ -173,7 +173,7 @@ pub fn import_file(
     sink.finish()
 }
 
-/// Import the rows of an SQL source (see [`crate::source`]) into `list`,
+/// Import the rows of an SQL source (see [`crate::audience::source`]) into `list`,
 /// under the same rules as a file; rows are numbered from 1 for reports.
 pub fn import_sql(
     conn: &mut Conn,

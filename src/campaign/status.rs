@@ -299,8 +299,8 @@ pub fn rate_line(g: &RateGroup, usage: &[Usage]) -> String {
     format!(
         "{:<32} limit {:>11}  burst {:>5}  observed {:>9.1}/s  parked {:>6}  deferred {:>6}  granted {}",
         g.name,
-        crate::ratelimit::show_stored_rate(g.rate),
-        crate::ratelimit::show_stored_burst(g.burst),
+        crate::rate::limiter::show_stored_rate(g.rate),
+        crate::rate::limiter::show_stored_burst(g.burst),
         observed,
         u.map_or(0, |u| u.parked),
         u.map_or(0, |u| u.deferred),
@@ -347,7 +347,7 @@ pub fn unverified_lines(conn: &mut crate::store::Conn) -> crate::store::Result<O
     for u in newest {
         out.push_str(&format!(
             "\n  {} ago: {} {} naming {} ({}): {}",
-            crate::fleet::ago(now_ms() - u.received_at),
+            crate::worker::fleet::ago(now_ms() - u.received_at),
             u.format,
             u.kind.as_deref().unwrap_or("report"),
             u.addresses,

@@ -14,7 +14,7 @@ use serde::Serialize;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
-use crate::status::CampaignStatus;
+use crate::campaign::status::CampaignStatus;
 use crate::store::engagement::{self, Engagement};
 use crate::store::report::{self as q, ReasonRow};
 use crate::store::{campaigns, content, Conn, StoreError};
@@ -43,12 +43,12 @@ pub struct Report {
     /// are left out).
     pub rate_per_minute: Vec<Minute>,
     /// Opens and clicks per link: `null` when the campaign tracks neither.
-    pub tracking: Option<Tracking>,
+    pub tracking: Option<Activity>,
 }
 
 /// What readers did, for a campaign that tracks opens or clicks.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct Tracking {
+pub struct Activity {
     /// What its versions track: `opens,clicks`, `opens` or `clicks`.
     pub tracks: String,
     /// `opened`, `machine_opened`, `clicked`, `unsubscribed`: unique
@@ -116,7 +116,7 @@ pub fn build(conn: &mut Conn, name_or_id: &str, top: usize) -> Result<Report, St
     let counters = campaigns::counters(conn, campaign.id)?;
     // The same object `status --json` prints (content version, versions
     // sent, engagement), so the two never disagree.
-    let status = crate::status::with_versions(conn, &[(campaign.clone(), counters)])?
+    let status = crate::campaign::status::with_versions(conn, &[(campaign.clone(), counters)])?
         .pop()
         .ok_or_else(|| StoreError::UnknownCampaign(name_or_id.to_owned()))?;
     let tracking = tracking(conn, campaign.id)?;
@@ -144,7 +144,7 @@ pub fn build(conn: &mut Conn, name_or_id: &str, top: usize) -> Result<Report, St
 }
 
 /// The counters and clicks per link; `None` when nothing is tracked.
-fn tracking(conn: &mut Conn, campaign: i64) -> Result<Option<Tracking>, StoreError> {
+fn tracking(conn: &mut Conn, campaign: i64) -> Result<Option<Activity>, StoreError> {
     let track = content::tracked(conn, campaign)?;
     if !track.any() {
         return Ok(None);
@@ -161,7 +161,7 @@ fn tracking(conn: &mut Conn, campaign: i64) -> Result<Option<Tracking>, StoreErr
             clicks,
         })
         .collect();
-    Ok(Some(Tracking {
+    Ok(Some(Activity {
         tracks: track.to_string(),
         counts,
         links,
