@@ -22,6 +22,7 @@ pub mod audience;
 pub mod bounce;
 pub mod campaign;
 pub mod cli;
+pub mod clock;
 pub mod compose;
 pub mod config;
 pub mod dkim;

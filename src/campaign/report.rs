@@ -10,9 +10,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::clock::{rfc3339, Precision};
 use serde::Serialize;
-use time::format_description::well_known::Rfc3339;
-use time::OffsetDateTime;
 
 use crate::campaign::status::CampaignStatus;
 use crate::store::engagement::{self, Engagement};
@@ -284,19 +283,11 @@ fn minutes(rows: Vec<q::MinuteRow>) -> Vec<Minute> {
     }
     by.into_iter()
         .map(|(minute, (sent, failed))| Minute {
-            minute: rfc3339(minute * 60_000),
+            minute: rfc3339(minute * 60_000, Precision::AsNeeded),
             sent,
             failed,
         })
         .collect()
-}
-
-/// RFC 3339 (UTC) of a stored timestamp (ms).
-pub fn rfc3339(ms: i64) -> String {
-    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -179,7 +179,9 @@ impl CampaignStatus {
                 .filter(|_| state == Phase::Paused),
             content_version: 0,
             versions: Default::default(),
-            send_at: campaign.send_at.map(crate::send_at::format),
+            send_at: campaign
+                .send_at
+                .map(|at| crate::clock::rfc3339(at, crate::clock::Precision::AsNeeded)),
             engagement: Engagement::default(),
         }
     }

@@ -7,10 +7,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::clock::{rfc3339, Precision};
 use hyper::body::Bytes;
 use serde::Serialize;
-use time::format_description::well_known::Rfc3339;
-use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use super::{http, sign, Delivery, BATCH, MAX_RETRY_DELAY, POST_TIMEOUT};
@@ -207,25 +206,12 @@ fn body(events: &[Pending]) -> Vec<u8> {
             kind: e.kind.as_str(),
             campaign: e.campaign.as_deref(),
             email: e.email.as_deref(),
-            at: rfc3339(e.at),
+            at: rfc3339(e.at, Precision::Millis),
             url: e.url.as_deref(),
         })
         .collect();
     // Serializing plain strings into a Vec cannot fail.
     serde_json::to_vec(&Body { events }).unwrap_or_default()
-}
-
-/// RFC 3339 UTC with exactly three decimals (`…T11:56:34.510Z`), so that
-/// the texts sort as the times do.
-fn rfc3339(ms: i64) -> String {
-    let whole = OffsetDateTime::from_unix_timestamp(ms.div_euclid(1000))
-        .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
-        .unwrap_or_default();
-    match whole.strip_suffix('Z') {
-        Some(head) => format!("{head}.{:03}Z", ms.rem_euclid(1000)),
-        None => whole,
-    }
 }
 
 #[cfg(test)]
@@ -243,7 +229,13 @@ mod tests {
 
     #[test]
     fn times_have_three_decimals() {
-        assert_eq!(rfc3339(1_764_158_194_510), "2025-11-26T11:56:34.510Z");
-        assert_eq!(rfc3339(1_764_158_194_000), "2025-11-26T11:56:34.000Z");
+        assert_eq!(
+            rfc3339(1_764_158_194_510, Precision::Millis),
+            "2025-11-26T11:56:34.510Z"
+        );
+        assert_eq!(
+            rfc3339(1_764_158_194_000, Precision::Millis),
+            "2025-11-26T11:56:34.000Z"
+        );
     }
 }

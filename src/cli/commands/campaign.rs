@@ -111,7 +111,7 @@ fn print_created(c: &Created) -> Result {
     if let Some(at) = c.campaign.send_at {
         outln!(
             "scheduled: no message leaves before {} (`mailsplit enqueue {}` any time before)",
-            crate::send_at::format(at),
+            crate::clock::rfc3339(at, crate::clock::Precision::AsNeeded),
             c.campaign.name
         )?;
     }
@@ -148,7 +148,7 @@ fn edit(g: &Global, request: &campaign::EditRequest) -> Result {
         Some(Some(at)) => outln!(
             "campaign {:?} now starts at {}",
             edited.name,
-            crate::send_at::format(at)
+            crate::clock::rfc3339(at, crate::clock::Precision::AsNeeded)
         )?,
         Some(None) => outln!(
             "campaign {:?} is no longer scheduled: it sends as soon as it is enqueued",
