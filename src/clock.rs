@@ -22,8 +22,8 @@ pub enum Precision {
 /// rather than dropped.
 pub fn rfc3339(ms: i64, precision: Precision) -> String {
     let nanos = match precision {
-        Precision::Seconds => i128::from(ms.div_euclid(1000)) * 1_000_000_000,
-        _ => i128::from(ms) * 1_000_000,
+        Precision::Seconds | Precision::Millis => i128::from(ms.div_euclid(1000)) * 1_000_000_000,
+        Precision::AsNeeded => i128::from(ms) * 1_000_000,
     };
     let Some(text) = OffsetDateTime::from_unix_timestamp_nanos(nanos)
         .ok()
@@ -32,7 +32,7 @@ pub fn rfc3339(ms: i64, precision: Precision) -> String {
         return format!("{ms} ms since the epoch");
     };
     match (precision, text.strip_suffix('Z')) {
-        (Precision::Millis, Some(head)) if !head.contains('.') => {
+        (Precision::Millis, Some(head)) => {
             format!("{head}.{:03}Z", ms.rem_euclid(1000))
         }
         _ => text,
