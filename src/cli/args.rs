@@ -92,9 +92,9 @@ pub enum Command {
         /// Only status changes at or after this RFC 3339 time, e.g. 2026-11-26T09:00:00Z
         #[arg(long)]
         since: Option<String>,
-        /// csv (with a header row) or json (one object per line)
-        #[arg(long, default_value = "csv", value_parser = ["csv", "json"])]
-        format: String,
+        /// How to print them
+        #[arg(long, value_enum, default_value_t = Format::Csv)]
+        format: Format,
     },
     /// List the built-in starter templates, or show one's source
     Templates {
@@ -369,9 +369,9 @@ pub enum DkimCommand {
         /// mailsplit; mailsplit-ed25519 when the domain already uses mailsplit)
         #[arg(long)]
         selector: Option<String>,
-        /// rsa (2048 bits, verified everywhere) or ed25519 (RFC 8463)
-        #[arg(long, default_value = "rsa", value_parser = ["rsa", "ed25519"])]
-        algorithm: String,
+        /// What the key signs with
+        #[arg(long, value_enum, default_value_t = Algorithm::Rsa)]
+        algorithm: Algorithm,
     },
     /// Domains, selectors, algorithms, states (active, pending, retired) and
     /// the TXT record of each key
@@ -389,9 +389,10 @@ pub enum DkimCommand {
     /// new record can be published first.
     Rotate {
         domain: String,
-        /// rsa or ed25519 (default: the algorithm of the domain's active key)
-        #[arg(long, value_parser = ["rsa", "ed25519"])]
-        algorithm: Option<String>,
+        /// What the new key signs with (default: the algorithm of the
+        /// domain's active key)
+        #[arg(long, value_enum)]
+        algorithm: Option<Algorithm>,
         /// Selector of the new key (default mailsplit-YYYYMMDD)
         #[arg(long)]
         selector: Option<String>,
@@ -619,6 +620,33 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub trusted_proxies: Vec<String>,
+}
+
+/// How a listing is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// With a header row.
+    Csv,
+    /// One object per line.
+    Json,
+}
+
+/// `--algorithm`: what a DKIM key signs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Algorithm {
+    /// RSA 2048 with SHA-256: verified by every receiver.
+    Rsa,
+    /// Ed25519 (RFC 8463): small and fast, not yet verified everywhere.
+    Ed25519,
+}
+
+impl From<Algorithm> for crate::dkim::DkimAlgorithm {
+    fn from(a: Algorithm) -> Self {
+        match a {
+            Algorithm::Rsa => crate::dkim::DkimAlgorithm::Rsa,
+            Algorithm::Ed25519 => crate::dkim::DkimAlgorithm::Ed25519,
+        }
+    }
 }
 
 #[cfg(test)]

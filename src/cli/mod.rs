@@ -62,7 +62,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Campaign(cmd) => c::campaign::campaign(g, cmd)?,
         Command::List(cmd) => c::lists::lists(g, cmd)?,
         Command::Optouts { since, format } => {
-            c::lists::optouts(g, since.as_deref(), format == "json")?
+            c::lists::optouts(g, since.as_deref(), format == args::Format::Json)?
         }
         Command::Templates { command } => c::templates::templates(command)?,
         Command::Enqueue {
