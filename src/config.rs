@@ -141,7 +141,7 @@ pub struct ServeSettings {
     /// Bearer token of `POST /webhooks/bounce` on the public listener; the
     /// route does not exist without one.
     pub webhook_token: Option<String>,
-    /// Outgoing event webhooks (issue 26).
+    /// Outgoing event webhooks.
     pub webhooks: WebhookDelivery,
     /// Reverse proxies whose `X-Forwarded-For` names the client
     /// (`--trusted-proxy`); empty: the header is never read.

@@ -111,7 +111,7 @@ pub struct CampaignStatus {
     /// When it may start, RFC 3339 UTC (`--send-at`); `None`: as soon as
     /// it is enqueued.
     pub send_at: Option<String>,
-    /// Opens, clicks and unsubscribes (issue 26): `opened`, `clicked`,
+    /// Opens, clicks and unsubscribes: `opened`, `clicked`,
     /// `machine_opened`, `unsubscribed` are unique recipients; `opens`,
     /// `machine_opens`, `clicks` totals.
     #[serde(flatten)]

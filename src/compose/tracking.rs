@@ -1,4 +1,4 @@
-//! Open and click tracking (issue 26), put into a content version's
+//! Open and click tracking, put into a content version's
 //! templates once, never searched for per message.
 //!
 //! When a version tracks clicks, every literal `http(s)` link of its HTML

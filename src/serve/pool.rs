@@ -4,8 +4,8 @@
 //! them all busy waits for one without holding a thread. So nothing the
 //! admin side does (a dashboard polling a hung beanstalkd, a slow resume)
 //! can take a thread or a connection a one-click unsubscribe needs, and
-//! the process's thread count has a ceiling (issue 29: a hung beanstalkd
-//! and one dashboard tab once grew `serve` to 515 threads).
+//! the process's thread count has a ceiling however long a beanstalkd
+//! server hangs while a dashboard polls it.
 
 use std::sync::Arc;
 

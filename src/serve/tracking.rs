@@ -1,4 +1,4 @@
-//! Public tracking routes (issue 26): `/o/TOKEN`, a campaign message's
+//! Public tracking routes: `/o/TOKEN`, a campaign message's
 //! open pixel (a 1×1 transparent GIF), and `/c/TOKEN/N`, its link N: a
 //! redirect to exactly link N of the message's content version, as stored
 //! in `campaign_links` when the version was stored. Nothing in the request

@@ -1,4 +1,4 @@
-//! What recipients did with a campaign's messages (issue 26): opens,
+//! What recipients did with a campaign's messages: opens,
 //! clicks and unsubscribes, per recipient (table `engagement`: first open,
 //! first click, counts), per link (`campaign_links.clicks`) and per
 //! campaign (`campaign_engagement`, changed in the same transaction as the

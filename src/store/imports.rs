@@ -1,4 +1,4 @@
-//! The store side of `import` (issue 25): one import of a list is one
+//! The store side of `import`: one import of a list is one
 //! generation, and each batch of rows is written under three rules.
 //!
 //! - Nobody is re-subscribed: a recipient who is not active (unsubscribed,

@@ -6,7 +6,7 @@ diesel::table! {
         id -> BigInt,
         name -> Text,
         created_at -> BigInt,
-        /// Migration 50: the latest import's generation.
+        /// The latest import's generation.
         import_gen -> BigInt,
     }
 }
@@ -21,7 +21,7 @@ diesel::table! {
         updated_at -> BigInt,
         status_reason -> Nullable<Text>,
         status_at -> Nullable<BigInt>,
-        /// Migration 4: the mailbox's identity (`crate::mailbox::key`);
+        /// The mailbox's identity (`crate::mailbox::key`);
         /// NULL only on twins left by older imports.
         email_key -> Nullable<Text>,
     }
@@ -31,7 +31,7 @@ diesel::table! {
     list_members (list_id, recipient_id) {
         list_id -> BigInt,
         recipient_id -> BigInt,
-        /// Migration 50: the import that last named the member.
+        /// The import that last named the member.
         import_gen -> Nullable<BigInt>,
     }
 }
@@ -55,14 +55,14 @@ diesel::table! {
         return_path -> Nullable<Text>,
         max_failure_rate -> Nullable<Double>,
         pause_reason -> Nullable<Text>,
-        /// Migration 4: the `enqueue` run holding the campaign, and until
+        /// The `enqueue` run holding the campaign, and until
         /// when (ms).
         enqueue_owner -> Nullable<Text>,
         enqueue_lease_until -> Nullable<BigInt>,
-        /// Migration 11: the servers of the in-doubt window (see
+        /// The servers of the in-doubt window (see
         /// `campaigns::Intent`).
         pending_servers -> Nullable<Text>,
-        /// Migration 46: when it may start (ms); NULL: once enqueued.
+        /// When it may start (ms); NULL: once enqueued.
         send_at -> Nullable<BigInt>,
     }
 }
@@ -89,7 +89,7 @@ diesel::table! {
         recent_failed -> BigInt,
         prior_done -> BigInt,
         prior_failed -> BigInt,
-        /// Migration 65: when the campaign was seen done (reported once
+        /// When the campaign was seen done (reported once
         /// as `campaign.finished`).
         finished_at -> Nullable<BigInt>,
     }
@@ -107,13 +107,13 @@ diesel::table! {
         updated_at -> BigInt,
         bounced_at -> Nullable<BigInt>,
         complained_at -> Nullable<BigInt>,
-        /// Migration 45: the content version a sent message had.
+        /// The content version a sent message had.
         content_version -> Nullable<BigInt>,
     }
 }
 
 diesel::table! {
-    /// Migration 20: reports nobody can vouch for; they changed nobody.
+    /// Reports nobody can vouch for; they changed nobody.
     unverified_reports (id) {
         id -> BigInt,
         fingerprint -> Text,
@@ -132,7 +132,7 @@ diesel::joinable!(campaigns -> lists (list_id));
 diesel::joinable!(campaign_counters -> campaigns (campaign_id));
 
 diesel::table! {
-    /// Migration 70: admin login sessions (see `store::sessions`).
+    /// Admin login sessions (see `store::sessions`).
     admin_sessions (id) {
         id -> Text,
         token_fp -> Text,
@@ -240,7 +240,7 @@ diesel::table! {
 }
 
 diesel::table! {
-    /// Migration 10: shared connection limits per relay group.
+    /// Shared connection limits per relay group.
     connection_limits (name) {
         name -> Text,
         connections -> BigInt,
@@ -249,7 +249,7 @@ diesel::table! {
 }
 
 diesel::table! {
-    /// Migration 10: the connection slots each worker holds, until `until` (ms).
+    /// The connection slots each worker holds, until `until` (ms).
     connection_leases (name, owner) {
         name -> Text,
         owner -> Text,
@@ -260,7 +260,7 @@ diesel::table! {
 }
 
 diesel::table! {
-    /// Migration 40: each content version of a campaign (issue 24).
+    /// Each content version of a campaign.
     campaign_content (campaign_id, version) {
         campaign_id -> BigInt,
         version -> BigInt,
@@ -269,13 +269,13 @@ diesel::table! {
         html -> Text,
         text -> Text,
         created_at -> BigInt,
-        /// Migration 60: what this version tracks (issue 26).
+        /// What this version tracks.
         track -> Text,
     }
 }
 
 diesel::table! {
-    /// Migration 60: each tracked content version's links (issue 26).
+    /// Each tracked content version's links.
     campaign_links (campaign_id, version, n) {
         campaign_id -> BigInt,
         version -> BigInt,
@@ -286,7 +286,7 @@ diesel::table! {
 }
 
 diesel::table! {
-    /// Migration 60: opens, clicks and unsubscribes per recipient and campaign.
+    /// Opens, clicks and unsubscribes per recipient and campaign.
     engagement (campaign_id, recipient_id) {
         campaign_id -> BigInt,
         recipient_id -> BigInt,
@@ -301,7 +301,7 @@ diesel::table! {
 }
 
 diesel::table! {
-    /// Migration 60: engagement counters per campaign.
+    /// Engagement counters per campaign.
     campaign_engagement (campaign_id) {
         campaign_id -> BigInt,
         opened -> BigInt,
@@ -315,7 +315,7 @@ diesel::table! {
 }
 
 diesel::table! {
-    /// Migration 47: campaigns deleted after `enqueue`, whose jobs workers
+    /// Campaigns deleted after `enqueue`, whose jobs workers
     /// drop when they meet them.
     deleted_campaigns (id) {
         id -> BigInt,
@@ -325,7 +325,7 @@ diesel::table! {
 }
 
 diesel::table! {
-    /// Migration 65: signed event webhooks out (issue 26).
+    /// Signed event webhooks out.
     webhooks (id) {
         id -> BigInt,
         url -> Text,
@@ -342,13 +342,13 @@ diesel::table! {
         last_error -> Nullable<Text>,
         last_error_at -> Nullable<BigInt>,
         last_ok_at -> Nullable<BigInt>,
-        /// Migration 71: may point at loopback or link-local addresses.
+        /// May point at loopback or link-local addresses.
         allow_local -> Bool,
     }
 }
 
 diesel::table! {
-    /// Migration 65: one row per (webhook, event) until delivered.
+    /// One row per (webhook, event) until delivered.
     webhook_outbox (id) {
         id -> BigInt,
         webhook_id -> BigInt,
@@ -356,7 +356,7 @@ diesel::table! {
         campaign_id -> Nullable<BigInt>,
         recipient_id -> Nullable<BigInt>,
         at -> BigInt,
-        /// Migration 68: a `clicked` event's link (content version, number).
+        /// A `clicked` event's link (content version, number).
         link_version -> Nullable<BigInt>,
         link_n -> Nullable<BigInt>,
     }

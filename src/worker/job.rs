@@ -36,7 +36,7 @@ const DB_RETRY_DELAY: Duration = Duration::from_secs(5);
 const FOREIGN_DELAY: Duration = Duration::from_secs(30);
 /// DKIM-signed messages composed per hand-off to the blocking pool: enough
 /// that the hand-off costs little beside the signatures, few enough that a
-/// batch of RSA signatures (about 16 × 0.4 ms of one core) keeps the
+/// batch of RSA signatures (a few milliseconds of one core) keeps the
 /// senders fed. Smaller when the senders' queue has less room
 /// ([`sign_batch`]).
 const SIGN_BATCH: usize = 16;
