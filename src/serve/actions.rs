@@ -11,12 +11,7 @@ use crate::store::{Conn, StoreError};
 
 /// `pause`, `resume` or `cancel`.
 pub fn parse_action(action: &str) -> Option<Control> {
-    match action {
-        "pause" => Some(Control::Pause),
-        "resume" => Some(Control::Resume),
-        "cancel" => Some(Control::Cancel),
-        _ => None,
-    }
+    action.parse().ok()
 }
 
 /// Why a control request did nothing, as an HTTP status and a message.
