@@ -835,7 +835,11 @@ fn migrate_merges_mailboxes_imported_twice(kind: Kind) {
         ],
         false,
     );
-    assert_eq!(counts(&written), (0, 2, 0), "the holders updated, no twin added");
+    assert_eq!(
+        counts(&written),
+        (0, 2, 0),
+        "the holders updated, no twin added"
+    );
     let (three, written) = import(
         &mut conn,
         "three",
