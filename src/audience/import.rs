@@ -3,24 +3,19 @@
 //! with its line number and skipped, never half-written. Memory is bounded by
 //! one batch, however long the file.
 
-use std::cell::RefCell;
-use std::collections::VecDeque;
-use std::io::Read;
 use std::path::Path;
-use std::rc::Rc;
 use std::str::FromStr;
 
-use serde_json::{Map, Value};
-
-use crate::audience::source::{RowResult, SourceError, SqlSource};
-use crate::compose;
-use crate::store::imports::Row;
-use crate::store::recipients::RecipientStatus;
+use crate::audience::source::SourceError;
 use crate::store::{Conn, StoreError};
 
+mod csv_file;
 mod sink;
+mod sql;
 mod writers;
+use csv_file::read_csv;
 use sink::Sink;
+pub use sql::import_sql;
 
 /// Rows written per transaction.
 pub const BATCH_ROWS: usize = 2_000;
@@ -31,6 +26,8 @@ pub const MAX_RECORD_BYTES: usize = 64 * 1024;
 const EMAIL: &str = "email";
 const NAME: &str = "name";
 const STATUS: &str = "status";
+/// The attribute templates render as a link (`href`).
+const LINK_ATTRIBUTE: &str = "unsubscribe_url";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
@@ -88,28 +85,6 @@ impl ImportError {
                     | ImportError::EmptySync { .. }
             ),
         }
-    }
-}
-
-/// Passes bytes through and notes the offset of every CR and LF, so a
-/// record's byte offset can be turned into a line number.
-struct LineIndex<R> {
-    inner: R,
-    offset: u64,
-    newlines: Rc<RefCell<VecDeque<(u64, u8)>>>,
-}
-
-impl<R: Read> Read for LineIndex<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        let mut q = self.newlines.borrow_mut();
-        for (i, &b) in buf[..n].iter().enumerate() {
-            if b == b'\n' || b == b'\r' {
-                q.push_back((self.offset + i as u64, b));
-            }
-        }
-        self.offset += n as u64;
-        Ok(n)
     }
 }
 
@@ -171,342 +146,6 @@ pub fn import_file(
     sink.lock(on_wait)?;
     read_csv(&mut sink, file, &shown, &mut on_progress)?;
     sink.finish()
-}
-
-/// Import the rows of an SQL source (see [`crate::audience::source`]) into `list`,
-/// under the same rules as a file; rows are numbered from 1 for reports.
-pub fn import_sql(
-    conn: &mut Conn,
-    source: &mut SqlSource,
-    list: &str,
-    options: Options,
-    mut on_reject: impl FnMut(&Rejected),
-    mut on_progress: impl FnMut(u64),
-    on_wait: &mut dyn FnMut(),
-) -> Result<Summary, ImportError> {
-    if !source
-        .columns()
-        .iter()
-        .any(|c| c.eq_ignore_ascii_case(EMAIL))
-    {
-        return Err(ImportError::NoEmailInQuery {
-            found: source.columns().join(", "),
-        });
-    }
-    let mut sink = Sink::new(conn, list, options, "row", &mut on_reject);
-    sink.lock(on_wait)?;
-    // The source is read on a thread of its own, a few pages ahead, so its
-    // round trips and the parsing of its rows overlap the writes (1M rows
-    // from PostgreSQL into SQLite: BENCHMARKS.md, import compare); the
-    // channel bounds what is read ahead.
-    std::thread::scope(|scope| {
-        let (pages, ahead) = std::sync::mpsc::sync_channel::<Vec<RowResult>>(READ_AHEAD);
-        let reader = scope.spawn(move || {
-            let mut page = Vec::with_capacity(READ_PAGE);
-            source.rows(|row| {
-                page.push(row);
-                if page.len() == READ_PAGE {
-                    let full = std::mem::replace(&mut page, Vec::with_capacity(READ_PAGE));
-                    pages.send(full).map_err(|_| Reading::Stopped)?;
-                }
-                Ok::<_, Reading>(())
-            })?;
-            pages.send(page).map_err(|_| Reading::Stopped)
-        });
-        let written = write_pages(&mut sink, ahead, &mut on_progress);
-        // The reader stops at its next page once `ahead` is dropped.
-        let read = reader.join().unwrap_or_else(|_| {
-            Err(Reading::Source(SourceError::Fetch(
-                "the source reader panicked".into(),
-            )))
-        });
-        written?;
-        match read {
-            Ok(()) | Err(Reading::Stopped) => Ok(()),
-            Err(Reading::Source(e)) => Err(ImportError::Source(e)),
-        }
-    })?;
-    on_progress(sink.summary.read);
-    sink.finish()
-}
-
-/// Source rows read ahead, at most this many pages of [`READ_PAGE`].
-const READ_AHEAD: usize = 4;
-const READ_PAGE: usize = 500;
-
-/// Why the source reader stopped early.
-enum Reading {
-    Source(SourceError),
-    /// The writer is gone (it failed): nothing more to read for.
-    Stopped,
-}
-
-impl From<SourceError> for Reading {
-    fn from(e: SourceError) -> Self {
-        Reading::Source(e)
-    }
-}
-
-/// Write the pages the source reader sends until it is done or a write
-/// fails (which drops `pages`, and so stops the reader).
-fn write_pages(
-    sink: &mut Sink,
-    pages: std::sync::mpsc::Receiver<Vec<RowResult>>,
-    on_progress: &mut impl FnMut(u64),
-) -> Result<(), ImportError> {
-    let mut n = 0u64;
-    for page in pages {
-        for row in page {
-            n += 1;
-            sink.row(n, row.and_then(sql_row))?;
-            if sink.batch.rows.len() >= BATCH_ROWS {
-                sink.flush()?;
-                on_progress(sink.summary.read);
-            }
-        }
-    }
-    Ok(())
-}
-
-/// One source row (a JSON object from the source database) as a row to
-/// import: `email` required, `name` and `status` optional; every other
-/// column an attribute with its type kept, NULL leaving it out.
-fn sql_row(map: Map<String, Value>) -> Result<Row, String> {
-    let mut email = None;
-    let mut name = None;
-    let mut status = None;
-    let mut attributes = Map::new();
-    for (column, value) in map {
-        let column = column.trim().to_ascii_lowercase();
-        let text = || match &value {
-            Value::String(s) => Some(s.trim().to_string()),
-            Value::Null => None,
-            other => Some(other.to_string()),
-        };
-        match column.as_str() {
-            EMAIL => email = text(),
-            NAME => name = text(),
-            STATUS => status = text(),
-            "" => {}
-            _ if value.is_null() => {}
-            _ => {
-                if let (LINK_ATTRIBUTE, Value::String(v)) = (column.as_str(), &value) {
-                    if !v.is_empty() && compose::safe_link(v).is_none() {
-                        return Err(format!(
-                            "{LINK_ATTRIBUTE} must be an http(s) or mailto URL, got {v:?}"
-                        ));
-                    }
-                }
-                attributes.insert(column, value);
-            }
-        }
-    }
-    let email = normalise_email(email.as_deref().unwrap_or(""))?;
-    let email_key =
-        crate::mailbox::key(&email).map_err(|e| format!("invalid email {email:?}: {e}"))?;
-    if name
-        .as_deref()
-        .is_some_and(|n| n.chars().any(char::is_control))
-    {
-        return Err("name contains control characters (CR, LF, …)".into());
-    }
-    let status = status
-        .map(|s| RecipientStatus::from_input(&s).map_err(|e| e.to_string()))
-        .transpose()?;
-    Ok(Row {
-        line: 0,
-        email,
-        email_key,
-        name,
-        attributes,
-        status,
-        new_id: None,
-    })
-}
-
-/// The columns of a CSV header that the import reads.
-struct Columns {
-    names: Vec<String>,
-    email: usize,
-    name: Option<usize>,
-    status: Option<usize>,
-}
-
-/// Read the header row into [`Columns`].
-fn read_header<R: Read>(reader: &mut csv::Reader<R>, shown: &str) -> Result<Columns, ImportError> {
-    let headers = reader
-        .byte_headers()
-        .map_err(|source| ImportError::BadHeader {
-            path: shown.to_string(),
-            source,
-        })?;
-    if headers.is_empty() {
-        return Err(ImportError::NoHeader {
-            path: shown.to_string(),
-        });
-    }
-    // The row limit holds for the header too: its column names are copied
-    // into every row's attributes.
-    if headers.as_slice().len() > MAX_RECORD_BYTES {
-        return Err(ImportError::HeaderTooLong {
-            path: shown.to_string(),
-            bytes: headers.as_slice().len(),
-        });
-    }
-    let names: Vec<String> = headers
-        .iter()
-        .map(|h| {
-            String::from_utf8_lossy(h)
-                .trim()
-                .trim_start_matches('\u{feff}')
-                .to_ascii_lowercase()
-        })
-        .collect();
-    let Some(email) = names.iter().position(|c| c == EMAIL) else {
-        return Err(ImportError::NoEmailColumn {
-            path: shown.to_string(),
-            found: names.join(", "),
-        });
-    };
-    Ok(Columns {
-        email,
-        name: names.iter().position(|c| c == NAME),
-        status: names.iter().position(|c| c == STATUS),
-        names,
-    })
-}
-
-fn read_csv(
-    sink: &mut Sink<'_>,
-    input: impl Read,
-    shown: &str,
-    on_progress: &mut dyn FnMut(u64),
-) -> Result<(), ImportError> {
-    let newlines = Rc::new(RefCell::new(VecDeque::new()));
-    let mut reader = csv::ReaderBuilder::new()
-        .flexible(true)
-        .from_reader(LineIndex {
-            inner: std::io::BufReader::with_capacity(1 << 16, input),
-            offset: 0,
-            newlines: Rc::clone(&newlines),
-        });
-    // The line a record starts on, from the offset where the csv reader
-    // began it: skip the line ends (blank lines, the LF of a CRLF) found
-    // there, then count the LFs before the first byte of the record. The csv
-    // crate's own line numbers skip blank lines and miscount CRLF files.
-    let mut lines_before = 0u64;
-    let mut line_at = |byte: u64| {
-        let mut q = newlines.borrow_mut();
-        let mut at = byte;
-        while let Some(&(offset, b)) = q.front() {
-            if offset > at {
-                break;
-            }
-            if offset == at {
-                at += 1;
-            }
-            lines_before += u64::from(b == b'\n');
-            q.pop_front();
-        }
-        lines_before + 1
-    };
-    let columns = read_header(&mut reader, shown)?;
-    let mut record = csv::ByteRecord::new();
-    loop {
-        let start = reader.position().byte();
-        match reader.read_byte_record(&mut record) {
-            Ok(false) => break,
-            Ok(true) => {
-                let line = line_at(record.position().map_or(start, |p| p.byte()));
-                sink.row(line, parse_row(&record, &columns))?;
-            }
-            Err(e) if e.is_io_error() => {
-                return Err(ImportError::Read {
-                    path: shown.to_string(),
-                    line: line_at(start),
-                    source: e,
-                })
-            }
-            // A malformed record: skip it and read on.
-            Err(e) => {
-                let at = e.position().map_or(start, |p| p.byte());
-                sink.row(line_at(at), Err(e.to_string()))?;
-            }
-        }
-        if sink.batch.rows.len() >= BATCH_ROWS {
-            sink.flush()?;
-            on_progress(sink.summary.read);
-        }
-    }
-    on_progress(sink.summary.read);
-    Ok(())
-}
-
-/// The attribute templates render as a link (`href`).
-const LINK_ATTRIBUTE: &str = "unsubscribe_url";
-
-/// Validate one record into a row, or say what is wrong with it. The row
-/// holds only the columns the file has; an empty attribute clears its key.
-fn parse_row(record: &csv::ByteRecord, columns: &Columns) -> Result<Row, String> {
-    let names = &columns.names;
-    if record.as_slice().len() > MAX_RECORD_BYTES {
-        return Err(format!("row longer than {MAX_RECORD_BYTES} bytes"));
-    }
-    if record.len() != names.len() {
-        return Err(format!(
-            "has {} fields, the header has {}",
-            record.len(),
-            names.len()
-        ));
-    }
-    let field = |i: usize| -> Result<&str, String> {
-        std::str::from_utf8(&record[i])
-            .map(str::trim)
-            .map_err(|_| format!("column {:?} is not valid UTF-8", names[i]))
-    };
-    let email = normalise_email(field(columns.email)?)?;
-    let email_key =
-        crate::mailbox::key(&email).map_err(|e| format!("invalid email {email:?}: {e}"))?;
-    let name = columns.name.map(field).transpose()?;
-    if name.is_some_and(|n| n.chars().any(char::is_control)) {
-        return Err("name contains control characters (CR, LF, …)".into());
-    }
-    let status = match columns.status {
-        Some(i) => Some(RecipientStatus::from_input(field(i)?).map_err(|e| e.to_string())?),
-        None => None,
-    };
-    let mut attributes = Map::new();
-    for (i, column) in names.iter().enumerate() {
-        if i == columns.email
-            || Some(i) == columns.name
-            || Some(i) == columns.status
-            || column.is_empty()
-        {
-            continue;
-        }
-        let value = field(i)?;
-        // A link a template renders must be http(s) or mailto (compose
-        // checks again; this tells the user which row is wrong).
-        if column == LINK_ATTRIBUTE && !value.is_empty() && compose::safe_link(value).is_none() {
-            return Err(format!(
-                "{LINK_ATTRIBUTE} must be an http(s) or mailto URL, got {value:?}"
-            ));
-        }
-        let value = match value {
-            "" => Value::Null,
-            v => Value::String(v.to_string()),
-        };
-        attributes.insert(column.clone(), value);
-    }
-    Ok(Row {
-        line: 0,
-        email,
-        email_key,
-        name: name.map(str::to_string),
-        attributes,
-        status,
-        new_id: None,
-    })
 }
 
 /// Check an address the way the mailer will (lettre's parser, which accepts
