@@ -18,6 +18,7 @@
 mod util;
 
 mod admin;
+mod api;
 mod audience;
 mod audience_mysql;
 mod audience_sync;

@@ -160,6 +160,13 @@ fn create_blocking(url: &str, body: NewCampaign) -> Result<CampaignStatus, Probl
 fn readable(e: CampaignError, dir: &FsPath) -> Problem {
     let mut p = refused(e);
     p.detail = p.detail.replace(&format!("{}/", dir.display()), "");
+    for (file, field) in [
+        ("content.html", "html"),
+        ("content.txt", "text"),
+        ("content.md", "markdown"),
+    ] {
+        p.detail = p.detail.replace(file, field);
+    }
     p
 }
 

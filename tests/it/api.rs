@@ -1,0 +1,610 @@
+//! `/api/v1` over real HTTP against a real `serve`, beanstalkd, worker,
+//! SMTP peer and both databases: keys and scopes (401/403, revoke at the
+//! next request, the failed-attempt limiter that never locks out the right
+//! key), problem+json on every error kind, the per-key rate limit, the
+//! import's safety rules through `POST /subscribers`, and a campaign
+//! created, enqueued (twice, at once) and sent through the API only.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::util::*;
+use serde_json::{json, Value};
+
+const TOKEN: &str = "admin-t0ken-for-api-tests";
+
+/// `serve` with its log in a file (the helper's goes to /dev/null).
+fn serve_logged(env: &Env, vars: &[(&str, &str)]) -> (Served, PathBuf) {
+    let (public, admin) = (free_port(), free_port());
+    let log = env.dir.path().join("serve.log");
+    let mut cmd = env.cmd(&[
+        "serve",
+        "--listen",
+        &format!("127.0.0.1:{public}"),
+        "--admin-listen",
+        &format!("127.0.0.1:{admin}"),
+    ]);
+    cmd.env("MAILSPLIT_ADMIN_TOKEN", TOKEN)
+        .envs(vars.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    let proc = Proc(cmd.spawn().unwrap());
+    wait_port(public);
+    wait_port(admin);
+    let served = Served {
+        proc,
+        public,
+        admin,
+    };
+    (served, log)
+}
+
+/// `apikey create NAME --scopes SCOPES`: the key it printed.
+fn key(env: &Env, name: &str, scopes: &str) -> String {
+    let out = env.ok(&["apikey", "create", name, "--scopes", scopes]);
+    let key = out.lines().last().unwrap().trim().to_string();
+    assert!(key.starts_with("ms_") && key.len() >= 40, "{out}");
+    key
+}
+
+fn bearer(key: &str) -> String {
+    format!("Bearer {key}")
+}
+
+fn call(port: u16, method: &str, path: &str, key: &str, body: Option<&Value>) -> Http {
+    let auth = bearer(key);
+    let mut headers = vec![("Authorization", auth.as_str())];
+    let text = body.map(|b| b.to_string());
+    if text.is_some() {
+        headers.push(("Content-Type", "application/json"));
+    }
+    http(method, port, path, &headers, text.as_deref())
+}
+
+fn json_of(r: &Http) -> Value {
+    serde_json::from_str(&r.body).unwrap_or_else(|e| panic!("{e}: {} {}", r.status, r.body))
+}
+
+/// An RFC 9457 problem with this status, whose detail never holds `secret`.
+fn assert_problem(r: &Http, status: u16, secret: &str) -> Value {
+    assert_eq!(r.status, status, "{}", r.body);
+    assert_eq!(
+        r.header("content-type"),
+        Some("application/problem+json"),
+        "{status}: {:?}",
+        r.headers
+    );
+    let p = json_of(r);
+    assert_eq!(p["status"], status, "{p}");
+    assert!(p["type"].is_string() && p["title"].is_string(), "{p}");
+    assert!(!p["detail"].as_str().unwrap().is_empty(), "{p}");
+    assert!(!r.body.contains(secret), "{status} echoes a secret: {p}");
+    p
+}
+
+fn keys_scopes_revoke_and_lockout(kind: Kind) {
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = Beanstalkd::start(tmp.path());
+    let env = Env::new(kind, &bs.addr());
+    env.ok(&["migrate"]);
+    let reader = key(&env, "reader", "read");
+    let writer = key(&env, "shop", "subscribers");
+    let (s, log) = serve_logged(&env, &[]);
+    let sub = json!({"email": "ada@example.test", "lists": ["news"]});
+
+    let none = http("GET", s.admin, "/api/v1/campaigns", &[], None);
+    assert_problem(&none, 401, TOKEN);
+    let forged = format!("{}x", &writer[..writer.len() - 1]);
+    assert_problem(
+        &call(s.admin, "GET", "/api/v1/campaigns", &forged, None),
+        401,
+        &forged,
+    );
+    // A key without the scope: 403, whatever the body (checked first).
+    let r = call(s.admin, "POST", "/api/v1/subscribers", &reader, Some(&sub));
+    assert_problem(&r, 403, &reader);
+    let r = http(
+        "POST",
+        s.admin,
+        "/api/v1/subscribers",
+        &[
+            ("Authorization", &bearer(&reader)),
+            ("Content-Type", "application/json"),
+        ],
+        Some("{not json"),
+    );
+    assert_problem(&r, 403, &reader);
+    // `subscribers` does not imply `read`.
+    assert_problem(
+        &call(s.admin, "GET", "/api/v1/campaigns", &writer, None),
+        403,
+        &writer,
+    );
+    assert_eq!(
+        call(s.admin, "GET", "/api/v1/campaigns", &reader, None).status,
+        200
+    );
+    assert_eq!(
+        call(s.admin, "POST", "/api/v1/subscribers", &writer, Some(&sub)).status,
+        201
+    );
+    // The admin token holds every scope.
+    assert_eq!(
+        call(
+            s.admin,
+            "GET",
+            "/api/v1/subscribers/ada@example.test",
+            TOKEN,
+            None
+        )
+        .status,
+        200
+    );
+
+    // Revoked: refused from the very next request.
+    env.ok(&["apikey", "revoke", "shop"]);
+    let r = call(s.admin, "POST", "/api/v1/subscribers", &writer, Some(&sub));
+    assert_problem(&r, 401, &writer);
+    assert_eq!(
+        env.run(&["apikey", "revoke", "shop"]).status.code(),
+        Some(2)
+    );
+
+    // Wrong keys from one address: 429 with Retry-After once the limiter's
+    // count is used up, but the right key still gets in.
+    let mut last = None;
+    for i in 0..12 {
+        last = Some(call(
+            s.admin,
+            "GET",
+            "/api/v1/campaigns",
+            &format!("ms_guess{i}"),
+            None,
+        ));
+    }
+    let last = last.unwrap();
+    assert_problem(&last, 429, "ms_guess");
+    assert!(last.header("retry-after").unwrap().parse::<u64>().unwrap() >= 1);
+    assert_eq!(
+        call(s.admin, "GET", "/api/v1/campaigns", &reader, None).status,
+        200
+    );
+
+    // Keys appear nowhere but in `create`'s output.
+    let ls = env.ok(&["apikey", "ls"]) + &env.ok(&["apikey", "ls", "--json"]);
+    assert!(ls.contains("reader") && !ls.contains("shop"), "{ls}");
+    assert!(
+        ls.contains("last used 20"),
+        "the reader's use is recorded: {ls}"
+    );
+    for line in env.ok(&["apikey", "ls", "--json"]).lines() {
+        let row: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(row["scopes"], json!(["read"]));
+    }
+    drop(s);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("api key: wrong token"), "{logged}");
+    for secret in [reader.as_str(), writer.as_str(), forged.as_str(), TOKEN] {
+        assert!(!ls.contains(secret), "apikey ls shows a key");
+        assert!(!logged.contains(secret), "the log holds a key:\n{logged}");
+    }
+    let hashes = mailsplit::store::api_keys::list(&mut env.conn()).unwrap();
+    assert_eq!(hashes.len(), 1);
+}
+
+fn every_error_is_a_problem(kind: Kind) {
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = Beanstalkd::start(tmp.path());
+    let env = Env::new(kind, &bs.addr());
+    env.import_n("news", 3);
+    let k = key(&env, "all", "subscribers,campaigns,read");
+    let (s, _log) = serve_logged(&env, &[]);
+    let post_raw = |path: &str, body: &str| {
+        http(
+            "POST",
+            s.admin,
+            path,
+            &[
+                ("Authorization", &bearer(&k)),
+                ("Content-Type", "application/json"),
+            ],
+            Some(body),
+        )
+    };
+    assert_problem(&post_raw("/api/v1/subscribers", "{\"email\":"), 400, &k);
+    assert_problem(
+        &post_raw("/api/v1/subscribers", "{\"email\":5,\"lists\":[]}"),
+        400,
+        &k,
+    );
+    let p = assert_problem(
+        &post_raw(
+            "/api/v1/subscribers",
+            "{\"email\":\"a@b.test\",\"lists\":[\"x\"],\"password\":\"hunter2\"}",
+        ),
+        400,
+        "hunter2",
+    );
+    assert!(p["detail"].as_str().unwrap().contains("password"), "{p}");
+    assert_problem(
+        &post_raw(
+            "/api/v1/subscribers",
+            "{\"email\":\"not an address\",\"lists\":[\"x\"]}",
+        ),
+        400,
+        &k,
+    );
+    assert_problem(
+        &post_raw(
+            "/api/v1/subscribers",
+            "{\"email\":\"a@b.test\",\"lists\":[]}",
+        ),
+        400,
+        &k,
+    );
+    let r = http(
+        "POST",
+        s.admin,
+        "/api/v1/subscribers",
+        &[
+            ("Authorization", &bearer(&k)),
+            ("Content-Type", "text/plain"),
+        ],
+        Some("{}"),
+    );
+    assert_problem(&r, 415, &k);
+    // 2 MiB: refused before it is read.
+    let big = format!(
+        "{{\"email\":\"a@b.test\",\"lists\":[\"x\"],\"name\":\"{}\"}}",
+        "x".repeat(2 << 20)
+    );
+    assert_problem(&post_raw("/api/v1/subscribers", &big), 413, &k);
+    let r = call(
+        s.admin,
+        "POST",
+        "/api/v1/subscribers",
+        &k,
+        Some(&json!({"email": "a@b.test", "lists": ["x"], "double_opt_in": true})),
+    );
+    assert_problem(&r, 422, &k);
+    assert_problem(
+        &call(
+            s.admin,
+            "GET",
+            "/api/v1/subscribers/nobody@example.test",
+            &k,
+            None,
+        ),
+        404,
+        &k,
+    );
+    assert_problem(
+        &call(s.admin, "GET", "/api/v1/nothing/here", &k, None),
+        404,
+        &k,
+    );
+    assert_problem(
+        &call(s.admin, "PUT", "/api/v1/campaigns", &k, None),
+        405,
+        &k,
+    );
+
+    let campaign = |name: &str, html: &str| json!({"name": name, "list": "news", "subject": "Hi", "from": "Shop <shop@example.test>", "html": html});
+    let r = call(
+        s.admin,
+        "POST",
+        "/api/v1/campaigns",
+        &k,
+        Some(&campaign("w1", "<p>Hi {{ name }}</p>")),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(json_of(&r), env.status("w1"));
+    assert_problem(
+        &call(
+            s.admin,
+            "POST",
+            "/api/v1/campaigns",
+            &k,
+            Some(&campaign("w1", "<p>x</p>")),
+        ),
+        409,
+        &k,
+    );
+    let bad = call(
+        s.admin,
+        "POST",
+        "/api/v1/campaigns",
+        &k,
+        Some(&campaign("w2", "<p>ok</p>\n<p>{% if %}</p>")),
+    );
+    let p = assert_problem(&bad, 422, &k);
+    assert!(p["detail"].as_str().unwrap().starts_with("html:2:"), "{p}");
+    assert!(
+        !p["detail"].as_str().unwrap().contains("mailsplit-api-"),
+        "{p}"
+    );
+    let mut unknown_list = campaign("w3", "<p>x</p>");
+    unknown_list["list"] = json!("nope");
+    assert_problem(
+        &call(
+            s.admin,
+            "POST",
+            "/api/v1/campaigns",
+            &k,
+            Some(&unknown_list),
+        ),
+        422,
+        &k,
+    );
+    let mut two = campaign("w4", "<p>x</p>");
+    two["markdown"] = json!("# x");
+    assert_problem(
+        &call(s.admin, "POST", "/api/v1/campaigns", &k, Some(&two)),
+        400,
+        &k,
+    );
+    assert_problem(
+        &call(s.admin, "GET", "/api/v1/campaigns/nope", &k, None),
+        404,
+        &k,
+    );
+    assert_problem(
+        &call(s.admin, "POST", "/api/v1/campaigns/w1/resume", &k, None),
+        409,
+        &k,
+    );
+    assert_problem(
+        &call(s.admin, "POST", "/api/v1/campaigns/w1/explode", &k, None),
+        404,
+        &k,
+    );
+    assert!(!env.ok(&["campaign", "list"]).contains("w2"));
+}
+
+fn rate_limit_per_key(kind: Kind) {
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = Beanstalkd::start(tmp.path());
+    let env = Env::new(kind, &bs.addr());
+    env.ok(&["migrate"]);
+    let a = key(&env, "a", "read");
+    let b = key(&env, "b", "read");
+    let (s, _log) = serve_logged(
+        &env,
+        &[("MAILSPLIT_API_RATE", "1"), ("MAILSPLIT_API_BURST", "3")],
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            call(s.admin, "GET", "/api/v1/campaigns", &a, None).status,
+            200
+        );
+    }
+    let r = call(s.admin, "GET", "/api/v1/campaigns", &a, None);
+    assert_problem(&r, 429, &a);
+    let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=2).contains(&wait), "{wait}");
+    // Another key has a bucket of its own.
+    assert_eq!(
+        call(s.admin, "GET", "/api/v1/campaigns", &b, None).status,
+        200
+    );
+    std::thread::sleep(Duration::from_secs(wait));
+    assert_eq!(
+        call(s.admin, "GET", "/api/v1/campaigns", &a, None).status,
+        200
+    );
+}
+
+fn subscriber(s: &Served, k: &str, email: &str) -> Value {
+    let r = call(
+        s.admin,
+        "GET",
+        &format!("/api/v1/subscribers/{email}"),
+        k,
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    json_of(&r)
+}
+
+fn upsert_keeps_the_import_rules(kind: Kind) {
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = Beanstalkd::start(tmp.path());
+    let env = Env::new(kind, &bs.addr());
+    env.ok(&["migrate"]);
+    let csv = env.dir.path().join("old.csv");
+    std::fs::write(
+        &csv,
+        "email,name,status\nun@example.test,Un,unsubscribed\nbo@example.test,Bo,bounced\n",
+    )
+    .unwrap();
+    env.ok(&["import", csv.to_str().unwrap(), "--list", "old"]);
+    let k = key(&env, "shop", "subscribers,read");
+    let (s, _log) = serve_logged(&env, &[]);
+    let post = |body: Value| call(s.admin, "POST", "/api/v1/subscribers", &k, Some(&body));
+
+    for (email, status) in [
+        ("un@example.test", "unsubscribed"),
+        ("BO@Example.test", "bounced"),
+    ] {
+        let r = post(json!({"email": email, "name": "Back", "lists": ["news"]}));
+        assert_eq!(r.status, 200, "{}", r.body);
+        let got = json_of(&r);
+        assert_eq!(got["status"], status, "{got}");
+        assert_eq!(got["name"], "Back");
+        assert_eq!(got["lists"], json!(["news", "old"]));
+    }
+
+    // Ten posts of one new address at once: one creates, none fails.
+    let codes: Vec<u16> = std::thread::scope(|scope| {
+        let hs: Vec<_> = (0..10)
+            .map(|i| {
+                let body =
+                    json!({"email": "new@example.test", "attributes": {"n": i}, "lists": ["news"]});
+                let k = k.clone();
+                let port = s.admin;
+                scope.spawn(move || {
+                    call(port, "POST", "/api/v1/subscribers", &k, Some(&body)).status
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(codes.iter().filter(|&&c| c == 201).count(), 1, "{codes:?}");
+    assert!(codes.iter().all(|&c| c == 201 || c == 200), "{codes:?}");
+    let got = subscriber(&s, &k, "new@example.test");
+    assert_eq!(got["status"], "active");
+    assert!(
+        got["created_at"].as_str().unwrap().starts_with("20"),
+        "{got}"
+    );
+
+    // PATCH merges, null removes; unsubscribing holds against a later POST.
+    let r = call(
+        s.admin,
+        "PATCH",
+        "/api/v1/subscribers/new@example.test",
+        &k,
+        Some(&json!({"name": "Nu", "attributes": {"n": null, "plan": "pro"}})),
+    );
+    assert_eq!(json_of(&r)["attributes"], json!({"plan": "pro"}));
+    let r = call(
+        s.admin,
+        "PATCH",
+        "/api/v1/subscribers/new@example.test",
+        &k,
+        Some(&json!({"status": "active"})),
+    );
+    assert_problem(&r, 400, &k);
+    let r = call(
+        s.admin,
+        "PATCH",
+        "/api/v1/subscribers/new@example.test",
+        &k,
+        Some(&json!({"status": "unsubscribed"})),
+    );
+    assert_eq!(json_of(&r)["status"], "unsubscribed");
+    assert_eq!(
+        json_of(&post(
+            json!({"email": "new@example.test", "lists": ["news"]})
+        ))["status"],
+        "unsubscribed"
+    );
+
+    // DELETE forgets name, attributes and lists; the status stays.
+    let r = call(
+        s.admin,
+        "DELETE",
+        "/api/v1/subscribers/un@example.test",
+        &k,
+        None,
+    );
+    assert_eq!(r.status, 204, "{}", r.body);
+    let got = subscriber(&s, &k, "un@example.test");
+    assert_eq!(
+        (got["name"].as_str(), got["lists"].clone()),
+        (Some(""), json!([]))
+    );
+    assert_eq!(
+        (got["attributes"].clone(), got["status"].as_str()),
+        (json!({}), Some("unsubscribed"))
+    );
+    assert_eq!(
+        json_of(&post(
+            json!({"email": "un@example.test", "lists": ["news"]})
+        ))["status"],
+        "unsubscribed"
+    );
+}
+
+fn campaign_end_to_end_through_the_api(kind: Kind) {
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = Beanstalkd::start(tmp.path());
+    let peer = ScriptedSmtp::start(Script::default());
+    let mut env = Env::new(kind, &bs.addr());
+    env.smtp = peer.url();
+    env.ok(&["migrate"]);
+    let k = key(&env, "shop", "subscribers,campaigns,read");
+    let (s, _log) = serve_logged(&env, &[]);
+    let n = 40;
+    for i in 0..n {
+        let body = json!({"email": format!("c{i}@example.test"), "name": format!("C {i}"), "lists": ["weekly"]});
+        assert_eq!(
+            call(s.admin, "POST", "/api/v1/subscribers", &k, Some(&body)).status,
+            201
+        );
+    }
+    let body = json!({"name": "weekly-1", "list": "weekly", "subject": "This week", "from": "shop@example.test", "markdown": "# Hello {{ name }}"});
+    let r = call(s.admin, "POST", "/api/v1/campaigns", &k, Some(&body));
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(json_of(&r)["state"], "draft");
+    // Two enqueues at once: the splitter's lease makes them one.
+    let codes: Vec<u16> = std::thread::scope(|scope| {
+        let hs: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    call(
+                        s.admin,
+                        "POST",
+                        "/api/v1/campaigns/weekly-1/enqueue",
+                        &k,
+                        None,
+                    )
+                    .status
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(codes, vec![202, 202]);
+    let _w = env.worker(&[]);
+    wait_for(60, "the campaign to finish", || {
+        let c = json_of(&call(
+            s.admin,
+            "GET",
+            "/api/v1/campaigns/weekly-1",
+            &k,
+            None,
+        ));
+        c["state"] == "done" && c["sent"] == n
+    });
+    // A late third enqueue changes nothing either.
+    assert_eq!(
+        call(
+            s.admin,
+            "POST",
+            "/api/v1/campaigns/weekly-1/enqueue",
+            &k,
+            None
+        )
+        .status,
+        202
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    for i in 0..n {
+        assert_eq!(peer.count(&format!("c{i}@example.test")), 1, "c{i}");
+    }
+    assert_eq!(peer.total(), n);
+    let all = json_of(&call(s.admin, "GET", "/api/v1/campaigns", &k, None));
+    assert_eq!(all[0], env.status("weekly-1"));
+    assert_eq!(all[0]["enqueued"], n);
+    assert_problem(
+        &call(
+            s.admin,
+            "POST",
+            "/api/v1/campaigns/weekly-1/pause",
+            &k,
+            None,
+        ),
+        409,
+        &k,
+    );
+}
+
+both!(
+    keys_scopes_revoke_and_lockout,
+    every_error_is_a_problem,
+    rate_limit_per_key,
+    upsert_keeps_the_import_rules,
+    campaign_end_to_end_through_the_api,
+);
