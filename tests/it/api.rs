@@ -601,6 +601,27 @@ fn campaign_end_to_end_through_the_api(kind: Kind) {
     );
 }
 
+/// `scripts/api-conformance.sh`: the OpenAPI document validates
+/// (openapi-spec-validator) and schemathesis, fuzzing every route from it,
+/// finds no 5xx and no response that differs from the document.
+#[test]
+fn openapi_document_validates_and_the_fuzzer_finds_nothing() {
+    let out = std::process::Command::new("scripts/api-conformance.sh")
+        .arg(BIN)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("BEANSTALKD")
+        .output()
+        .unwrap();
+    let shown = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.contains("openapi.json: OK"), "{shown}");
+    assert!(shown.contains("found nothing"), "{shown}");
+}
+
 both!(
     keys_scopes_revoke_and_lockout,
     every_error_is_a_problem,

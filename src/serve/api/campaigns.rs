@@ -181,7 +181,7 @@ fn one(conn: &mut Conn, name: &str) -> Result<CampaignStatus, Problem> {
 }
 
 /// Create a campaign (a draft until enqueued).
-#[utoipa::path(post, path = "/campaigns", tag = "campaigns",
+#[utoipa::path(post, path = "/campaigns", operation_id = "create_campaign", tag = "campaigns",
     request_body = NewCampaign,
     responses((status = 201, description = "created", body = CampaignStatus), Errors),
     security(("bearer" = [])))]
@@ -209,7 +209,7 @@ async fn status_of(state: &State, name: String) -> Result<CampaignStatus, Proble
 }
 
 /// Every campaign, as `mailsplit status --json` prints them.
-#[utoipa::path(get, path = "/campaigns", tag = "campaigns",
+#[utoipa::path(get, path = "/campaigns", operation_id = "list_campaigns", tag = "campaigns",
     responses((status = 200, description = "every campaign", body = Vec<CampaignStatus>), Errors),
     security(("bearer" = [])))]
 async fn list(
@@ -225,7 +225,7 @@ async fn list(
 }
 
 /// One campaign, as `mailsplit status NAME --json` prints it.
-#[utoipa::path(get, path = "/campaigns/{name}", tag = "campaigns",
+#[utoipa::path(get, path = "/campaigns/{name}", operation_id = "get_campaign", tag = "campaigns",
     params(("name" = String, Path, description = "campaign name or id")),
     responses((status = 200, description = "the campaign", body = CampaignStatus), Errors),
     security(("bearer" = [])))]
@@ -240,7 +240,7 @@ async fn get_one(
 /// Put the campaign's recipients into beanstalkd, in the background; 202
 /// at once. Safe to repeat: the splitter never enqueues a recipient twice
 /// (a second run waits for the first, then finds nothing left).
-#[utoipa::path(post, path = "/campaigns/{name}/enqueue", tag = "campaigns",
+#[utoipa::path(post, path = "/campaigns/{name}/enqueue", operation_id = "enqueue_campaign", tag = "campaigns",
     params(("name" = String, Path, description = "campaign name or id")),
     responses((status = 202, description = "enqueueing has started; the campaign as it was", body = CampaignStatus), Errors),
     security(("bearer" = [])))]
@@ -288,7 +288,7 @@ async fn enqueue(
 }
 
 /// `pause`, `resume` or `cancel`, as `mailsplit pause|resume|cancel`.
-#[utoipa::path(post, path = "/campaigns/{name}/{action}", tag = "campaigns",
+#[utoipa::path(post, path = "/campaigns/{name}/{action}", operation_id = "control_campaign", tag = "campaigns",
     params(
         ("name" = String, Path, description = "campaign name or id"),
         ("action" = String, Path, description = "pause, resume or cancel", pattern = "^(pause|resume|cancel)$"),

@@ -33,6 +33,7 @@ pub fn routes() -> OpenApiRouter<State> {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewSubscriber {
+    #[schema(format = Email, example = "ada@example.test")]
     pub email: String,
     /// Omitted: a new subscriber has none, a known one keeps theirs.
     pub name: Option<String>,
@@ -40,6 +41,7 @@ pub struct NewSubscriber {
     #[schema(value_type = Option<Object>)]
     pub attributes: Option<Map<String, Value>>,
     /// Lists to add the person to (created if new); at least one.
+    #[schema(example = json!(["news"]))]
     pub lists: Vec<String>,
     /// Not yet supported: `true` is refused with 422 (nothing is written).
     pub double_opt_in: Option<bool>,
@@ -162,7 +164,7 @@ fn row_of(body: NewSubscriber) -> Result<(Row, Vec<String>), Problem> {
 
 /// Add a subscriber to lists, or update a known one. The import's rules
 /// hold: an unsubscribed or bounced address stays so.
-#[utoipa::path(post, path = "/subscribers", tag = "subscribers",
+#[utoipa::path(post, path = "/subscribers", operation_id = "add_subscriber", tag = "subscribers",
     request_body = NewSubscriber,
     responses(
         (status = 201, description = "a new subscriber", body = Subscriber),
@@ -215,8 +217,8 @@ async fn find(state: &State, email: &str) -> Result<subscribers::Subscriber, Pro
 }
 
 /// One subscriber.
-#[utoipa::path(get, path = "/subscribers/{email}", tag = "subscribers",
-    params(("email" = String, Path, description = "the subscriber's address")),
+#[utoipa::path(get, path = "/subscribers/{email}", operation_id = "get_subscriber", tag = "subscribers",
+    params(("email" = String, Path, description = "the subscriber's address", example = "ada@example.test")),
     responses((status = 200, description = "the subscriber", body = Subscriber), Errors),
     security(("bearer" = [])))]
 async fn get_one(
@@ -228,8 +230,8 @@ async fn get_one(
 }
 
 /// Change a subscriber's name or attributes, or unsubscribe them.
-#[utoipa::path(patch, path = "/subscribers/{email}", tag = "subscribers",
-    params(("email" = String, Path, description = "the subscriber's address")),
+#[utoipa::path(patch, path = "/subscribers/{email}", operation_id = "patch_subscriber", tag = "subscribers",
+    params(("email" = String, Path, description = "the subscriber's address", example = "ada@example.test")),
     request_body = SubscriberPatch,
     responses((status = 200, description = "the subscriber afterwards", body = Subscriber), Errors),
     security(("bearer" = [])))]
@@ -265,8 +267,8 @@ async fn patch(
 /// Forget a subscriber: their name, attributes and list memberships are
 /// erased. The address and its status stay (an unsubscribed or bounced
 /// address must stay refused), as does the record of what was sent.
-#[utoipa::path(delete, path = "/subscribers/{email}", tag = "subscribers",
-    params(("email" = String, Path, description = "the subscriber's address")),
+#[utoipa::path(delete, path = "/subscribers/{email}", operation_id = "forget_subscriber", tag = "subscribers",
+    params(("email" = String, Path, description = "the subscriber's address", example = "ada@example.test")),
     responses((status = 204, description = "forgotten"), Errors),
     security(("bearer" = [])))]
 async fn forget(
