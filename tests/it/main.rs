@@ -19,6 +19,7 @@ mod util;
 
 mod admin;
 mod api;
+mod api_flows;
 mod audience;
 mod audience_mysql;
 mod audience_sync;

@@ -1,0 +1,221 @@
+//! `/api/v1` end to end on both databases: the import's safety rules
+//! through `POST /subscribers` (also under concurrent posts of one
+//! address), PATCH and DELETE, and a campaign created, enqueued (twice, at
+//! once) and sent through the API only, every recipient exactly once.
+
+use std::time::Duration;
+
+use crate::api::{assert_problem, call, json_of, key, serve_logged};
+use crate::util::*;
+use serde_json::{json, Value};
+
+fn subscriber(s: &Served, k: &str, email: &str) -> Value {
+    let r = call(
+        s.admin,
+        "GET",
+        &format!("/api/v1/subscribers/{email}"),
+        k,
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    json_of(&r)
+}
+
+fn upsert_keeps_the_import_rules(kind: Kind) {
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = Beanstalkd::start(tmp.path());
+    let env = Env::new(kind, &bs.addr());
+    env.ok(&["migrate"]);
+    let csv = env.dir.path().join("old.csv");
+    std::fs::write(
+        &csv,
+        "email,name,status\nun@example.test,Un,unsubscribed\nbo@example.test,Bo,bounced\n",
+    )
+    .unwrap();
+    env.ok(&["import", csv.to_str().unwrap(), "--list", "old"]);
+    let k = key(&env, "shop", "subscribers,read");
+    let (s, _log) = serve_logged(&env, &[]);
+    let post = |body: Value| call(s.admin, "POST", "/api/v1/subscribers", &k, Some(&body));
+
+    for (email, status) in [
+        ("un@example.test", "unsubscribed"),
+        ("BO@Example.test", "bounced"),
+    ] {
+        let r = post(json!({"email": email, "name": "Back", "lists": ["news"]}));
+        assert_eq!(r.status, 200, "{}", r.body);
+        let got = json_of(&r);
+        assert_eq!(got["status"], status, "{got}");
+        assert_eq!(got["name"], "Back");
+        assert_eq!(got["lists"], json!(["news", "old"]));
+    }
+
+    // Ten posts of one new address at once: one creates, none fails.
+    let codes: Vec<u16> = std::thread::scope(|scope| {
+        let hs: Vec<_> = (0..10)
+            .map(|i| {
+                let body =
+                    json!({"email": "new@example.test", "attributes": {"n": i}, "lists": ["news"]});
+                let k = k.clone();
+                let port = s.admin;
+                scope.spawn(move || {
+                    call(port, "POST", "/api/v1/subscribers", &k, Some(&body)).status
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(codes.iter().filter(|&&c| c == 201).count(), 1, "{codes:?}");
+    assert!(codes.iter().all(|&c| c == 201 || c == 200), "{codes:?}");
+    let got = subscriber(&s, &k, "new@example.test");
+    assert_eq!(got["status"], "active");
+    assert!(
+        got["created_at"].as_str().unwrap().starts_with("20"),
+        "{got}"
+    );
+
+    // PATCH merges, null removes; unsubscribing holds against a later POST.
+    let r = call(
+        s.admin,
+        "PATCH",
+        "/api/v1/subscribers/new@example.test",
+        &k,
+        Some(&json!({"name": "Nu", "attributes": {"n": null, "plan": "pro"}})),
+    );
+    assert_eq!(json_of(&r)["attributes"], json!({"plan": "pro"}));
+    let r = call(
+        s.admin,
+        "PATCH",
+        "/api/v1/subscribers/new@example.test",
+        &k,
+        Some(&json!({"status": "active"})),
+    );
+    assert_problem(&r, 400, &k);
+    let r = call(
+        s.admin,
+        "PATCH",
+        "/api/v1/subscribers/new@example.test",
+        &k,
+        Some(&json!({"status": "unsubscribed"})),
+    );
+    assert_eq!(json_of(&r)["status"], "unsubscribed");
+    assert_eq!(
+        json_of(&post(
+            json!({"email": "new@example.test", "lists": ["news"]})
+        ))["status"],
+        "unsubscribed"
+    );
+
+    // DELETE forgets name, attributes and lists; the status stays.
+    let r = call(
+        s.admin,
+        "DELETE",
+        "/api/v1/subscribers/un@example.test",
+        &k,
+        None,
+    );
+    assert_eq!(r.status, 204, "{}", r.body);
+    let got = subscriber(&s, &k, "un@example.test");
+    assert_eq!(
+        (got["name"].as_str(), got["lists"].clone()),
+        (Some(""), json!([]))
+    );
+    assert_eq!(
+        (got["attributes"].clone(), got["status"].as_str()),
+        (json!({}), Some("unsubscribed"))
+    );
+    assert_eq!(
+        json_of(&post(
+            json!({"email": "un@example.test", "lists": ["news"]})
+        ))["status"],
+        "unsubscribed"
+    );
+}
+
+fn campaign_end_to_end_through_the_api(kind: Kind) {
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = Beanstalkd::start(tmp.path());
+    let peer = ScriptedSmtp::start(Script::default());
+    let mut env = Env::new(kind, &bs.addr());
+    env.smtp = peer.url();
+    env.ok(&["migrate"]);
+    let k = key(&env, "shop", "subscribers,campaigns,read");
+    let (s, _log) = serve_logged(&env, &[]);
+    let n = 40;
+    for i in 0..n {
+        let body = json!({"email": format!("c{i}@example.test"), "name": format!("C {i}"), "lists": ["weekly"]});
+        assert_eq!(
+            call(s.admin, "POST", "/api/v1/subscribers", &k, Some(&body)).status,
+            201
+        );
+    }
+    let body = json!({"name": "weekly-1", "list": "weekly", "subject": "This week", "from": "shop@example.test", "markdown": "# Hello {{ name }}"});
+    let r = call(s.admin, "POST", "/api/v1/campaigns", &k, Some(&body));
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(json_of(&r)["state"], "draft");
+    // Two enqueues at once: the splitter's lease makes them one.
+    let codes: Vec<u16> = std::thread::scope(|scope| {
+        let hs: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    call(
+                        s.admin,
+                        "POST",
+                        "/api/v1/campaigns/weekly-1/enqueue",
+                        &k,
+                        None,
+                    )
+                    .status
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(codes, vec![202, 202]);
+    let _w = env.worker(&[]);
+    wait_for(60, "the campaign to finish", || {
+        let c = json_of(&call(
+            s.admin,
+            "GET",
+            "/api/v1/campaigns/weekly-1",
+            &k,
+            None,
+        ));
+        c["state"] == "done" && c["sent"] == n
+    });
+    // A late third enqueue changes nothing either.
+    assert_eq!(
+        call(
+            s.admin,
+            "POST",
+            "/api/v1/campaigns/weekly-1/enqueue",
+            &k,
+            None
+        )
+        .status,
+        202
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    for i in 0..n {
+        assert_eq!(peer.count(&format!("c{i}@example.test")), 1, "c{i}");
+    }
+    assert_eq!(peer.total(), n);
+    let all = json_of(&call(s.admin, "GET", "/api/v1/campaigns", &k, None));
+    assert_eq!(all[0], env.status("weekly-1"));
+    assert_eq!(all[0]["enqueued"], n);
+    assert_problem(
+        &call(
+            s.admin,
+            "POST",
+            "/api/v1/campaigns/weekly-1/pause",
+            &k,
+            None,
+        ),
+        409,
+        &k,
+    );
+}
+
+both!(
+    upsert_keeps_the_import_rules,
+    campaign_end_to_end_through_the_api,
+);
