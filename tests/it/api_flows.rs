@@ -21,22 +21,25 @@ fn subscriber(s: &Served, k: &str, email: &str) -> Value {
     json_of(&r)
 }
 
-fn upsert_keeps_the_import_rules(kind: Kind) {
+/// A database with an unsubscriber and a bounced address (by import), a
+/// key with `subscribers,read`, and `serve`.
+fn setup(kind: Kind) -> ((tempfile::TempDir, Beanstalkd), Env, String, Served) {
     let tmp = tempfile::tempdir().unwrap();
     let bs = Beanstalkd::start(tmp.path());
     let env = Env::new(kind, &bs.addr());
     env.ok(&["migrate"]);
     let csv = env.dir.path().join("old.csv");
-    std::fs::write(
-        &csv,
-        "email,name,status\nun@example.test,Un,unsubscribed\nbo@example.test,Bo,bounced\n",
-    )
-    .unwrap();
+    let rows = "email,name,status\nun@example.test,Un,unsubscribed\nbo@example.test,Bo,bounced\n";
+    std::fs::write(&csv, rows).unwrap();
     env.ok(&["import", csv.to_str().unwrap(), "--list", "old"]);
     let k = key(&env, "shop", "subscribers,read");
     let (s, _log) = serve_logged(&env, &[]);
-    let post = |body: Value| call(s.admin, "POST", "/api/v1/subscribers", &k, Some(&body));
+    ((tmp, bs), env, k, s)
+}
 
+fn upsert_never_resubscribes(kind: Kind) {
+    let (_bs, _env, k, s) = setup(kind);
+    let post = |body: Value| call(s.admin, "POST", "/api/v1/subscribers", &k, Some(&body));
     for (email, status) in [
         ("un@example.test", "unsubscribed"),
         ("BO@Example.test", "bounced"),
@@ -45,21 +48,18 @@ fn upsert_keeps_the_import_rules(kind: Kind) {
         assert_eq!(r.status, 200, "{}", r.body);
         let got = json_of(&r);
         assert_eq!(got["status"], status, "{got}");
-        assert_eq!(got["name"], "Back");
-        assert_eq!(got["lists"], json!(["news", "old"]));
+        assert_eq!(
+            (&got["name"], &got["lists"]),
+            (&json!("Back"), &json!(["news", "old"]))
+        );
     }
-
     // Ten posts of one new address at once: one creates, none fails.
     let codes: Vec<u16> = std::thread::scope(|scope| {
         let hs: Vec<_> = (0..10)
             .map(|i| {
                 let body =
                     json!({"email": "new@example.test", "attributes": {"n": i}, "lists": ["news"]});
-                let k = k.clone();
-                let port = s.admin;
-                scope.spawn(move || {
-                    call(port, "POST", "/api/v1/subscribers", &k, Some(&body)).status
-                })
+                scope.spawn(move || post(body).status)
             })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
@@ -72,39 +72,32 @@ fn upsert_keeps_the_import_rules(kind: Kind) {
         got["created_at"].as_str().unwrap().starts_with("20"),
         "{got}"
     );
+}
 
+fn patch_and_forget_keep_refusals(kind: Kind) {
+    let (_bs, _env, k, s) = setup(kind);
+    let post = |body: Value| call(s.admin, "POST", "/api/v1/subscribers", &k, Some(&body));
+    let patch = |email: &str, body: Value| {
+        let path = format!("/api/v1/subscribers/{email}");
+        call(s.admin, "PATCH", &path, &k, Some(&body))
+    };
+    let r = post(json!({"email": "new@example.test", "attributes": {"n": 1}, "lists": ["news"]}));
+    assert_eq!(r.status, 201, "{}", r.body);
     // PATCH merges, null removes; unsubscribing holds against a later POST.
-    let r = call(
-        s.admin,
-        "PATCH",
-        "/api/v1/subscribers/new@example.test",
-        &k,
-        Some(&json!({"name": "Nu", "attributes": {"n": null, "plan": "pro"}})),
+    let r = patch(
+        "new@example.test",
+        json!({"name": "Nu", "attributes": {"n": null, "plan": "pro"}}),
     );
     assert_eq!(json_of(&r)["attributes"], json!({"plan": "pro"}));
-    let r = call(
-        s.admin,
-        "PATCH",
-        "/api/v1/subscribers/new@example.test",
+    assert_problem(
+        &patch("new@example.test", json!({"status": "active"})),
+        400,
         &k,
-        Some(&json!({"status": "active"})),
     );
-    assert_problem(&r, 400, &k);
-    let r = call(
-        s.admin,
-        "PATCH",
-        "/api/v1/subscribers/new@example.test",
-        &k,
-        Some(&json!({"status": "unsubscribed"})),
-    );
+    let r = patch("new@example.test", json!({"status": "unsubscribed"}));
     assert_eq!(json_of(&r)["status"], "unsubscribed");
-    assert_eq!(
-        json_of(&post(
-            json!({"email": "new@example.test", "lists": ["news"]})
-        ))["status"],
-        "unsubscribed"
-    );
-
+    let again = post(json!({"email": "new@example.test", "lists": ["news"]}));
+    assert_eq!(json_of(&again)["status"], "unsubscribed");
     // DELETE forgets name, attributes and lists; the status stays.
     let r = call(
         s.admin,
@@ -115,20 +108,14 @@ fn upsert_keeps_the_import_rules(kind: Kind) {
     );
     assert_eq!(r.status, 204, "{}", r.body);
     let got = subscriber(&s, &k, "un@example.test");
+    assert_eq!((&got["name"], &got["lists"]), (&json!(""), &json!([])));
     assert_eq!(
-        (got["name"].as_str(), got["lists"].clone()),
-        (Some(""), json!([]))
+        (&got["attributes"], &got["status"]),
+        (&json!({}), &json!("unsubscribed"))
     );
-    assert_eq!(
-        (got["attributes"].clone(), got["status"].as_str()),
-        (json!({}), Some("unsubscribed"))
-    );
-    assert_eq!(
-        json_of(&post(
-            json!({"email": "un@example.test", "lists": ["news"]})
-        ))["status"],
-        "unsubscribed"
-    );
+    let again = post(json!({"email": "un@example.test", "lists": ["news"]}));
+    assert_eq!(json_of(&again)["status"], "unsubscribed");
+    assert_problem(&patch("nobody@example.test", json!({"name": "x"})), 404, &k);
 }
 
 fn campaign_end_to_end_through_the_api(kind: Kind) {
@@ -216,6 +203,7 @@ fn campaign_end_to_end_through_the_api(kind: Kind) {
 }
 
 both!(
-    upsert_keeps_the_import_rules,
+    upsert_never_resubscribes,
+    patch_and_forget_keep_refusals,
     campaign_end_to_end_through_the_api,
 );
