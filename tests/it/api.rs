@@ -142,6 +142,11 @@ fn keys_scopes_revoke_and_lockout(kind: Kind) {
     // `subscribers` does not imply `read`; the admin token holds every scope.
     assert_problem(&list(&writer), 403, &writer);
     assert_eq!((list(&reader).status, add(&writer).status), (200, 201));
+    // A key is no admin token: the dashboard's routes refuse it.
+    assert_eq!(
+        call(s.admin, "GET", "/api/campaigns", &reader, None).status,
+        401
+    );
     let r = call(
         s.admin,
         "GET",
