@@ -93,18 +93,17 @@ fn versioned() -> OpenApiRouter<State> {
     OpenApiRouter::new()
         .merge(subscribers::routes())
         .merge(campaigns::routes())
+        .merge(openapi::routes())
 }
 
 /// The routes under `/api/v1`, to merge into the admin router (outside
 /// its session gate: the API has its own, [`auth`]).
 pub fn router() -> Router<State> {
     let (routes, doc) = api().split_for_parts();
-    let doc = Arc::new(openapi::finish(doc));
+    if let Err(e) = openapi::publish(&openapi::finish(doc)) {
+        tracing::warn!(error = %e, "cannot encode the OpenAPI document");
+    }
     routes
-        .route(
-            "/api/v1/openapi.json",
-            axum::routing::get(move || openapi::serve(Arc::clone(&doc))),
-        )
         .route("/api/v1/{*rest}", axum::routing::any(not_found))
         .layer(middleware::map_response(problem::as_problem))
         .layer(DefaultBodyLimit::max(MAX_BODY))
