@@ -31,7 +31,7 @@ pub fn with_versions(
 
 /// What a campaign is doing, as `status` shows it: the stored state with
 /// the pause flag and the counters folded in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Phase {
     Draft,
@@ -75,7 +75,7 @@ impl std::fmt::Display for Phase {
 }
 
 /// One campaign as `status --json` prints it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct CampaignStatus {
     pub id: i64,
     pub name: String,

@@ -8,8 +8,10 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::{self, DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY};
 
+mod apikey;
 mod webhook;
 use crate::redact;
+pub use apikey::{ApikeyCommand, ScopeArg};
 pub use webhook::WebhookCommand;
 
 #[derive(Parser, Debug)]
@@ -132,6 +134,9 @@ pub enum Command {
     /// Signed event webhooks out (delivered by workers and `serve`): add, ls, rm
     #[command(subcommand)]
     Webhook(WebhookCommand),
+    /// Keys for the HTTP API (/api/v1): create, ls, revoke
+    #[command(subcommand)]
+    Apikey(ApikeyCommand),
     /// Outcomes by domain, bounce reasons, unsubscribes, versions, rate per minute
     Report {
         /// Campaign name or id
@@ -620,6 +625,12 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub trusted_proxies: Vec<String>,
+    /// /api/v1 requests per second each API key may make on average (429 beyond)
+    #[arg(long, env = "MAILSPLIT_API_RATE", default_value_t = config::DEFAULT_API_RATE, value_parser = clap::value_parser!(u32).range(1..))]
+    pub api_rate: u32,
+    /// /api/v1 requests each API key may make at once above its rate
+    #[arg(long, env = "MAILSPLIT_API_BURST", default_value_t = config::DEFAULT_API_BURST, value_parser = clap::value_parser!(u32).range(1..))]
+    pub api_burst: u32,
 }
 
 /// How a listing is printed.

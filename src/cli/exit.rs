@@ -19,6 +19,7 @@ use crate::enqueue::requeue::RequeueError;
 use crate::enqueue::EnqueueError;
 use crate::rate::LimitError;
 use crate::redact;
+use crate::serve::api::keys::KeyError;
 use crate::serve::ServeError;
 use crate::store::database::StoreError;
 use crate::templates::TemplateError;
@@ -110,6 +111,8 @@ pub enum CliError {
     #[error(transparent)]
     Webhook(#[from] WebhookError),
     #[error(transparent)]
+    ApiKey(#[from] KeyError),
+    #[error(transparent)]
     Output(#[from] OutputError),
     #[error(transparent)]
     Json(#[from] serde_json::Error),
@@ -135,6 +138,7 @@ impl ExitKind for CliError {
             CliError::Worker(e) => e.exit_kind(),
             CliError::Serve(e) => e.exit_kind(),
             CliError::Webhook(e) => e.exit_kind(),
+            CliError::ApiKey(e) => e.exit_kind(),
             CliError::Output(e) => e.exit_kind(),
             CliError::Json(e) => e.exit_kind(),
         }
@@ -234,6 +238,12 @@ impl ExitKind for RequeueError {
 }
 
 impl ExitKind for ImportError {
+    fn exit_kind(&self) -> Exit {
+        usage_if(self.is_usage())
+    }
+}
+
+impl ExitKind for KeyError {
     fn exit_kind(&self) -> Exit {
         usage_if(self.is_usage())
     }

@@ -80,6 +80,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Rate(cmd) => c::rate::rate(g, cmd)?,
         Command::Dkim(cmd) => c::dkim::dkim(g, cmd)?,
         Command::Webhook(cmd) => c::webhook::webhook(g, cmd)?,
+        Command::Apikey(cmd) => c::apikey::apikey(g, cmd)?,
         Command::Report {
             campaign,
             json,

@@ -12,6 +12,7 @@
 //! | `POST /api/campaigns/NAME/pause\|resume\|cancel` | what the CLI does, as JSON |
 //! | `GET /api/workers` | the fleet, as `workers --json` plus totals |
 //! | `GET /metrics` | Prometheus/OpenMetrics text, see [`metrics`] |
+//! | `/api/v1/…` | the application's API, see [`api`](super::api) |
 
 use axum::extract::{Path, State as Extract};
 use axum::http::{header, StatusCode};
@@ -47,6 +48,8 @@ pub fn router(state: State) -> Router {
             state.clone(),
             auth::require_admin,
         ))
+        // After the gate: `/api/v1` checks its own keys.
+        .merge(super::api::router())
         .with_state(state)
 }
 

@@ -6,7 +6,7 @@
 //! - [`admin`] on `--admin-listen`: the operator's routes ([`dashboard`],
 //!   [`campaign_page`], JSON API, [`metrics`]), every request checked by
 //!   [`auth`] against `MAILSPLIT_ADMIN_TOKEN`; [`snapshot`] gathers what
-//!   they show.
+//!   they show. [`api`] is `/api/v1`, with keys and scopes of its own.
 //!
 //! Each side is one axum `Router` built from [`AppState`]; a new route is a
 //! line in its module. Each side reads the database through a reconnecting
@@ -18,6 +18,7 @@
 
 pub mod actions;
 pub mod admin;
+pub mod api;
 pub mod auth;
 pub mod campaign_page;
 pub mod chart;
@@ -63,6 +64,8 @@ pub struct AppState {
     pub timelines: campaign_page::Timelines,
     /// Opens and clicks: the batched writer, the link tables read.
     pub tracking: tracking::TrackingRoutes,
+    /// `/api/v1`'s rate buckets and background work.
+    pub api: api::ApiState,
 }
 
 pub type State = Arc<AppState>;
@@ -113,6 +116,7 @@ pub fn run(settings: ServeSettings) -> Result<(), ServeError> {
             failures: guard::Failures::default(),
             timelines: campaign_page::Timelines::default(),
             tracking: tracking::TrackingRoutes::new(recorder),
+            api: api::ApiState::new(settings.api_rate, settings.api_burst),
         });
         let stop = CancellationToken::new();
         shutdown::on_signals(stop.clone()).context("cannot install signal handlers")?;

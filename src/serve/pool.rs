@@ -19,8 +19,12 @@ pub const PUBLIC_THREADS: usize = 8;
 pub const ADMIN_THREADS: usize = 4;
 /// Threads `/healthz`'s probes may use at once.
 pub const HEALTH_THREADS: usize = 2;
+/// Campaigns `/api/v1` enqueues in the background at once, each on a
+/// blocking thread of its own.
+pub const API_ENQUEUES: usize = 4;
 /// The runtime's ceiling on blocking threads: the pools' sum and a spare.
-pub const MAX_BLOCKING_THREADS: usize = PUBLIC_THREADS + ADMIN_THREADS + HEALTH_THREADS + 2;
+pub const MAX_BLOCKING_THREADS: usize =
+    PUBLIC_THREADS + ADMIN_THREADS + HEALTH_THREADS + API_ENQUEUES + 2;
 
 #[derive(Debug, thiserror::Error)]
 #[error("{pool} task failed: {why}")]

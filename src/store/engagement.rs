@@ -56,7 +56,9 @@ pub struct Recorded {
 }
 
 /// Per campaign: unique recipients and totals.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Queryable, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Queryable, serde::Serialize, utoipa::ToSchema,
+)]
 pub struct Engagement {
     /// Recipients who opened (not counting machine opens).
     pub opened: i64,

@@ -404,7 +404,10 @@ pub fn decide(
 }
 
 /// `attributes` with `changes` applied key by key (`Null` removes).
-fn merged(mut attributes: Map<String, Value>, changes: &Map<String, Value>) -> Map<String, Value> {
+pub(super) fn merged(
+    mut attributes: Map<String, Value>,
+    changes: &Map<String, Value>,
+) -> Map<String, Value> {
     for (key, value) in changes {
         if value.is_null() {
             attributes.remove(key);

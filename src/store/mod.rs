@@ -11,6 +11,7 @@
 
 #[macro_use]
 mod text_enum;
+pub mod api_keys;
 pub mod autopause;
 pub mod bounces;
 pub mod campaigns;
@@ -35,6 +36,7 @@ pub mod recipients;
 pub mod report;
 pub mod schema;
 pub mod sessions;
+pub mod subscribers;
 pub mod timeline;
 pub mod unverified;
 mod versions;

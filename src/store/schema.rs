@@ -24,6 +24,8 @@ diesel::table! {
         /// The mailbox's identity (`crate::mailbox::key`);
         /// NULL only on twins left by older imports.
         email_key -> Nullable<Text>,
+        /// Migration 72: when `/api/v1` first wrote the subscriber.
+        created_at -> Nullable<BigInt>,
     }
 }
 
@@ -366,3 +368,14 @@ diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, webhooks);
 diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, campaign_links);
 diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, campaigns);
 diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, recipients);
+
+diesel::table! {
+    /// Migration 72: `/api/v1` keys (see `store::api_keys`).
+    api_keys (name) {
+        name -> Text,
+        key_hash -> Text,
+        scopes -> Text,
+        created_at -> BigInt,
+        last_used_at -> Nullable<BigInt>,
+    }
+}

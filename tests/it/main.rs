@@ -18,6 +18,8 @@
 mod util;
 
 mod admin;
+mod api;
+mod api_flows;
 mod audience;
 mod audience_mysql;
 mod audience_sync;

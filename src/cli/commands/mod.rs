@@ -2,6 +2,7 @@
 //! ([`super::resolve`]), makes its call into a stage, and prints what came
 //! back through [`super::out`].
 
+pub mod apikey;
 pub mod bounce;
 pub mod campaign;
 pub mod control;
