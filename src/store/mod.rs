@@ -35,6 +35,7 @@ pub mod recipients;
 pub mod report;
 pub mod schema;
 pub mod sessions;
+pub mod template_links;
 pub mod timeline;
 pub mod unverified;
 mod versions;
