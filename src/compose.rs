@@ -13,6 +13,7 @@ pub mod fold;
 pub mod headers;
 pub mod sample;
 pub mod source;
+pub mod template_links;
 pub mod tracking;
 pub mod tracking_urls;
 pub mod transfer;
@@ -442,6 +443,7 @@ fn render(
                 let urls = t.urls(&campaign.identity.signer, campaign.id, rid);
                 vars.open_url = urls.open;
                 vars.links = urls.links;
+                vars.linker = urls.linker;
             }
             let (subject, room) = c.subject(&vars).map_err(|e| invalid(&e))?;
             vars.campaign.subject = Some(subject.clone());

@@ -12,6 +12,9 @@ use sha2::Sha256;
 
 use crate::store::Installation;
 
+mod link;
+pub use link::MessageLinks;
+
 type HmacSha256 = Hmac<Sha256>;
 
 /// Bytes of MAC kept in a job signature (128 bits).
@@ -58,6 +61,7 @@ enum Purpose {
     MessageId,
     Open,
     Click,
+    TemplateLink,
 }
 
 impl Purpose {
@@ -69,6 +73,7 @@ impl Purpose {
             Purpose::MessageId => b"mailsplit message-id\0",
             Purpose::Open => b"mailsplit open\0",
             Purpose::Click => b"mailsplit click\0",
+            Purpose::TemplateLink => b"mailsplit template link\0",
         }
     }
 }

@@ -16,7 +16,7 @@ use serde::Serialize;
 use crate::campaign::status::CampaignStatus;
 use crate::store::engagement::{self, Engagement};
 use crate::store::report::{self as q, ReasonRow};
-use crate::store::{campaigns, content, Conn, StoreError};
+use crate::store::{campaigns, content, template_links, Conn, StoreError};
 
 /// Distinct failure texts read from the ledger before grouping them by
 /// code and text (addresses taken out).
@@ -57,6 +57,21 @@ pub struct Activity {
     /// Clicks on each link of each tracked version, link 1 first (every
     /// click: unique clickers are kept per campaign, not per link).
     pub links: Vec<LinkClicks>,
+    /// Clicks on links the template wrote (`href="{{ p.url }}"`), by the
+    /// URL the render produced: the [`TEMPLATE_LINKS_LISTED`] most clicked.
+    pub template_links: Vec<TemplateLinkClicks>,
+    /// How many distinct template-written URLs were clicked in all.
+    pub template_urls_clicked: i64,
+}
+
+/// Template-written URLs a report lists at most: one per product and
+/// recipient can make many, and the most clicked are what a shop reads.
+pub const TEMPLATE_LINKS_LISTED: i64 = 50;
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct TemplateLinkClicks {
+    pub url: String,
+    pub clicks: i64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -160,10 +175,18 @@ fn tracking(conn: &mut Conn, campaign: i64) -> Result<Option<Activity>, StoreErr
             clicks,
         })
         .collect();
+    let (written, template_urls_clicked) =
+        template_links::top(conn, campaign, TEMPLATE_LINKS_LISTED)?;
+    let template_links = written
+        .into_iter()
+        .map(|(url, clicks)| TemplateLinkClicks { url, clicks })
+        .collect();
     Ok(Some(Activity {
         tracks: track.to_string(),
         counts,
         links,
+        template_links,
+        template_urls_clicked,
     }))
 }
 

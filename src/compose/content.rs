@@ -59,6 +59,10 @@ pub struct Vars<'a> {
     pub open_url: Option<String>,
     #[serde(rename = "__mailsplit_links", skip_serializing_if = "Vec::is_empty")]
     pub links: Vec<String>,
+    /// What makes the click URLs of links the template writes (see
+    /// [`super::template_links`]); never rendered itself.
+    #[serde(rename = "__mailsplit_linker", skip_serializing_if = "Option::is_none")]
+    pub linker: Option<minijinja::Value>,
 }
 
 fn is_blank(s: &&str) -> bool {
@@ -98,6 +102,7 @@ impl<'a> Vars<'a> {
             },
             open_url: None,
             links: Vec::new(),
+            linker: None,
         }
     }
 
@@ -196,6 +201,11 @@ impl Compiled {
         if let Some([html, text]) = sources.body {
             parts.push((HTML, html));
             parts.push((TEXT, text));
+        }
+        if !extra.is_empty() {
+            // Rewritten templates wrap template-written links in it.
+            let name = super::template_links::TRACK_FILTER;
+            env.add_filter(name, super::template_links::track);
         }
         for (key, (file, source)) in &parts {
             add(&mut env, key, file, source, extra)?;

@@ -10,10 +10,11 @@
 //! `</body>` (or at the end). The rewritten templates are compiled once per
 //! version per process like any other; per message only the tokens are
 //! made (one HMAC per link), so a tracked message costs a few microseconds
-//! more. Left alone: `mailto:` and every other scheme, links written by a
-//! template expression (`href="{{ unsubscribe_url }}"`, `{{ attributes.url
-//! }}`: they differ per recipient, so they have no number), and links to
-//! the public URL's own `/u/`, `/o/` and `/c/` routes.
+//! more. Left alone: `mailto:` and every other scheme, and links to the
+//! public URL's own `/u/`, `/o/`, `/c/` and `/l/` routes. Links a template
+//! expression writes into an `href` (`{{ p.url }}`: they differ per
+//! recipient, so they have no number) are tracked at render time instead
+//! (see [`super::template_links`]); in the text part they stay as written.
 
 use std::collections::HashMap;
 
@@ -90,6 +91,7 @@ pub fn rewrite(
     let mut text_edits = Vec::new();
     if track.clicks {
         html_edits = html_links(html, &own, links);
+        html_edits.extend(super::template_links::wrap_hrefs(html));
         text_edits = text_links(text, &own, links);
     }
     if track.opens {
@@ -108,9 +110,9 @@ pub fn rewrite(
 }
 
 /// The public URL's routes whose links are never rewritten.
-fn own_routes(public_url: &str) -> Vec<String> {
+pub(super) fn own_routes(public_url: &str) -> Vec<String> {
     let base = public_url.trim_end_matches('/');
-    ["u", "o", "c"]
+    ["u", "o", "c", "l"]
         .iter()
         .map(|r| format!("{base}/{r}/").to_ascii_lowercase())
         .collect()
@@ -172,15 +174,16 @@ pub fn compile_stored(
         version: s.version,
         opens: track.opens,
         links: count,
+        clicks: track.clicks,
     });
     Ok(compiled)
 }
 
 /// A replacement of `start..end` of a source.
-struct Edit {
-    start: usize,
-    end: usize,
-    with: String,
+pub(super) struct Edit {
+    pub(super) start: usize,
+    pub(super) end: usize,
+    pub(super) with: String,
 }
 
 fn apply(source: &str, mut edits: Vec<Edit>) -> String {
@@ -228,7 +231,7 @@ fn inside(tags: &[(usize, usize)], pos: usize) -> bool {
     i > 0 && pos < tags[i - 1].1
 }
 
-fn has_jinja(s: &str) -> bool {
+pub(super) fn has_jinja(s: &str) -> bool {
     s.contains("{{") || s.contains("{%") || s.contains("{#")
 }
 
@@ -275,6 +278,13 @@ pub fn literal_hrefs(html: &str) -> Vec<(usize, String)> {
 /// Where the `href` of each `<a>` and `<area>` tag of literal HTML is:
 /// tags inside a Jinja tag, and values holding one, are left out.
 fn anchor_hrefs(html: &str) -> Vec<Value> {
+    let mut found = anchor_values(html);
+    found.retain(|v| !has_jinja(&html[v.start..v.end]));
+    found
+}
+
+/// Where the `href` of each `<a>` and `<area>` tag is, outside Jinja tags.
+pub(super) fn anchor_values(html: &str) -> Vec<Value> {
     let tags = jinja_tags(html);
     let bytes = html.as_bytes();
     let mut found = Vec::new();
@@ -296,9 +306,7 @@ fn anchor_hrefs(html: &str) -> Vec<Value> {
             continue;
         };
         at = value.end;
-        if !has_jinja(&html[value.start..value.end]) {
-            found.push(value);
-        }
+        found.push(value);
     }
     found
 }
@@ -380,9 +388,9 @@ pub fn scripts(html: &str) -> Vec<(usize, String)> {
 }
 
 /// Where an attribute value is: inside its quotes, and with them.
-struct Value {
-    start: usize,
-    end: usize,
+pub(super) struct Value {
+    pub(super) start: usize,
+    pub(super) end: usize,
     quoted_start: usize,
     quoted_end: usize,
 }
@@ -608,7 +616,13 @@ mod tests {
         assert!(h.contains("href=\"{{ unsubscribe_url }}\""), "{h}");
         assert!(h.contains("href=\"https://m.test/u/tok\""), "{h}");
         assert!(h.contains("<link href=\"https://fonts.test/css\">"), "{h}");
-        assert!(h.contains("href=\"https://x.test/{{ email }}\""), "{h}");
+        // Written by the template: tracked at render time instead.
+        assert!(
+            h.contains(
+                "href=\"{% filter __mailsplit_track %}https://x.test/{{ email }}{% endfilter %}\""
+            ),
+            "{h}"
+        );
         assert!(h.ends_with("height:1px;border:0\"></body></html>"), "{h}");
         assert_eq!(
             t,

@@ -3,6 +3,7 @@
 //! and counts its pixel and click URLs are made from (see
 //! [`super::tracking`] for how a version's templates are rewritten).
 
+use super::template_links::LinkMaker;
 use crate::tokens::{Signer, Tracked};
 
 /// The variable holding one message's open-pixel URL.
@@ -15,6 +16,9 @@ pub const LINKS_VAR: &str = "__mailsplit_links";
 pub struct MessageUrls {
     pub open: Option<String>,
     pub links: Vec<String>,
+    /// Makes the click URLs of links the template writes, when it tracks
+    /// clicks (see [`super::template_links`]).
+    pub linker: Option<minijinja::Value>,
 }
 
 /// What a campaign's messages need to make their tracking URLs.
@@ -26,6 +30,7 @@ pub struct TrackingUrls {
     pub opens: bool,
     /// How many links the version's table has.
     pub links: usize,
+    pub clicks: bool,
 }
 
 impl TrackingUrls {
@@ -43,6 +48,14 @@ impl TrackingUrls {
         let links = (1..=self.links as u32)
             .map(|n| format!("{base}/c/{}/{n}", signer.click_token(message, n)))
             .collect();
-        MessageUrls { open, links }
+        let linker = self.clicks.then(|| {
+            let maker = LinkMaker::new(base, signer.message_links(message));
+            minijinja::Value::from_object(maker)
+        });
+        MessageUrls {
+            open,
+            links,
+            linker,
+        }
     }
 }

@@ -30,6 +30,7 @@ pub fn router(state: State) -> Router {
         .route("/u/{token}", get(unsubscribe_page).post(unsubscribe))
         .route("/o/{token}", get(super::tracking::open))
         .route("/c/{token}/{n}", get(super::tracking::click))
+        .route("/l/{token}", get(super::template_link::follow))
         .merge(super::webhook::router(state.clone()))
         .with_state(state)
 }

@@ -27,7 +27,7 @@ use crate::store::now_ms;
 use crate::tokens::Tracked;
 
 /// Longer paths are no token of ours (ours are about 24 characters).
-const MAX_TOKEN_LEN: usize = 64;
+pub(super) const MAX_TOKEN_LEN: usize = 64;
 /// Link tables kept in memory at most (one per tracked content version).
 const MAX_CACHED_VERSIONS: usize = 1_000;
 
@@ -210,7 +210,7 @@ async fn link(
     Ok(links.get(n as usize - 1).cloned())
 }
 
-fn hit(m: Tracked, kind: HitKind, proxy: bool) -> Hit {
+pub(super) fn hit(m: Tracked, kind: HitKind, proxy: bool) -> Hit {
     Hit {
         campaign: m.campaign,
         recipient: m.recipient,
@@ -243,7 +243,7 @@ pub fn is_prefetch(headers: &HeaderMap, peer: IpAddr) -> bool {
 }
 
 /// The one answer to anything that is not a genuine token and link.
-fn not_found() -> Response {
+pub(super) fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
         [

@@ -11,6 +11,7 @@
 //! using [`Recorded`].
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use diesel::prelude::*;
 
@@ -25,15 +26,18 @@ use super::{on, optouts, outbox, Conn, DeliveryState, RecipientStatus, Result};
 pub const MACHINE_OPEN_WINDOW_MS: i64 = 10_000;
 
 /// What was hit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HitKind {
     Open,
     /// Link N of the content version.
     Click(i64),
+    /// A link the template wrote, by the URL its token was made for.
+    TemplateLink(Arc<str>),
 }
 
-/// One request to `/o/TOKEN` or `/c/TOKEN/N` with a genuine token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One request to `/o/TOKEN`, `/c/TOKEN/N` or `/l/TOKEN?u=URL` with a
+/// genuine token.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hit {
     pub campaign: i64,
     pub recipient: i64,
@@ -89,7 +93,7 @@ pub fn record_batch(conn: &mut Conn, hits: &[Hit]) -> Result<()> {
             }
             let n = counted.entry(hit.campaign).or_default();
             let first = i64::from(recorded.first);
-            match (hit.kind, recorded.machine) {
+            match (&hit.kind, recorded.machine) {
                 (HitKind::Open, true) => {
                     n.machine_opened += first;
                     n.machine_opens += 1;
@@ -98,7 +102,7 @@ pub fn record_batch(conn: &mut Conn, hits: &[Hit]) -> Result<()> {
                     n.opened += first;
                     n.opens += 1;
                 }
-                (HitKind::Click(_), _) => {
+                (HitKind::Click(_) | HitKind::TemplateLink(_), _) => {
                     n.clicked += first;
                     n.clicks += 1;
                 }
@@ -116,11 +120,14 @@ pub fn record_batch(conn: &mut Conn, hits: &[Hit]) -> Result<()> {
 /// by a person (machine opens make none), `clicked` for their first
 /// click; the same unique recipients `status` counts.
 fn first_event(hit: &Hit, recorded: Recorded) -> Option<outbox::NewEvent> {
-    let (kind, link) = match (hit.kind, recorded) {
+    let (kind, link, link_url) = match (&hit.kind, recorded) {
         (_, Recorded { first: false, .. }) => return None,
         (HitKind::Open, Recorded { machine: true, .. }) => return None,
-        (HitKind::Open, _) => (outbox::EventKind::Opened, None),
-        (HitKind::Click(n), _) => (outbox::EventKind::Clicked, Some((hit.version, n))),
+        (HitKind::Open, _) => (outbox::EventKind::Opened, None, None),
+        (HitKind::Click(n), _) => (outbox::EventKind::Clicked, Some((hit.version, *n)), None),
+        (HitKind::TemplateLink(url), _) => {
+            (outbox::EventKind::Clicked, None, Some(url.to_string()))
+        }
     };
     Some(outbox::NewEvent {
         kind,
@@ -128,6 +135,7 @@ fn first_event(hit: &Hit, recorded: Recorded) -> Option<outbox::NewEvent> {
         recipient_id: Some(hit.recipient),
         at: hit.at,
         link,
+        link_url,
     })
 }
 
@@ -159,7 +167,7 @@ fn record_hit(conn: &mut Conn, hit: &Hit) -> Result<Recorded> {
     let (c, r, at) = (hit.campaign, hit.recipient, hit.at);
     ensure_row(conn, c, r)?;
     let row = e::table.find((c, r));
-    match hit.kind {
+    match &hit.kind {
         HitKind::Open => {
             let machine = hit.proxy || sent_since(conn, c, r, at - MACHINE_OPEN_WINDOW_MS)?;
             let first = if machine {
@@ -188,7 +196,7 @@ fn record_hit(conn: &mut Conn, hit: &Hit) -> Result<Recorded> {
                 machine,
             })
         }
-        HitKind::Click(n) => {
+        HitKind::Click(_) | HitKind::TemplateLink(_) => {
             let first = on!(conn, |x| diesel::update(
                 row.filter(e::first_click_at.is_null())
             )
@@ -197,9 +205,19 @@ fn record_hit(conn: &mut Conn, hit: &Hit) -> Result<Recorded> {
             on!(conn, |x| diesel::update(row)
                 .set(e::clicks.eq(e::clicks + 1))
                 .execute(x))?;
-            on!(conn, |x| diesel::update(l::table.find((c, hit.version, n)))
-                .set(l::clicks.eq(l::clicks + 1))
-                .execute(x))?;
+            match &hit.kind {
+                HitKind::Click(n) => {
+                    on!(conn, |x| diesel::update(l::table.find((
+                        c,
+                        hit.version,
+                        *n
+                    )))
+                    .set(l::clicks.eq(l::clicks + 1))
+                    .execute(x))?;
+                }
+                HitKind::TemplateLink(url) => super::template_links::count_click(conn, c, url)?,
+                HitKind::Open => {}
+            }
             Ok(Recorded {
                 first: first == 1,
                 machine: false,

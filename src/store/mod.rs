@@ -37,6 +37,7 @@ pub mod report;
 pub mod schema;
 pub mod sessions;
 pub mod subscribers;
+pub mod template_links;
 pub mod timeline;
 pub mod unverified;
 mod versions;

@@ -41,6 +41,7 @@ pub fn report_unsubscribed(
         recipient_id: Some(recipient_id),
         at: now_ms(),
         link: None,
+        link_url: None,
     };
     outbox::record(conn, &[event])?;
     Ok(())

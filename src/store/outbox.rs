@@ -50,7 +50,7 @@ pub struct Subscribers {
 }
 
 /// One fact to report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewEvent {
     pub kind: EventKind,
     pub campaign_id: Option<i64>,
@@ -59,6 +59,8 @@ pub struct NewEvent {
     pub at: i64,
     /// A click's link: (content version, link number).
     pub link: Option<(i64, i64)>,
+    /// A click's URL when the template wrote the link (it has no number).
+    pub link_url: Option<String>,
 }
 
 /// The webhooks that want `kind`, from the connection's copy (read again
@@ -123,6 +125,7 @@ pub fn record(conn: &mut Conn, events: &[NewEvent]) -> Result<usize> {
                 o::at.eq(e.at),
                 o::link_version.eq(e.link.map(|(v, _)| v)),
                 o::link_n.eq(e.link.map(|(_, n)| n)),
+                o::link_url.eq(e.link_url.as_deref()),
             ));
         }
     }
@@ -154,6 +157,7 @@ pub fn record_recipients(
             recipient_id: Some(rid),
             at,
             link: None,
+            link_url: None,
         })
         .collect();
     record(conn, &events)
@@ -194,6 +198,7 @@ pub fn finish_campaigns(conn: &mut Conn, now: i64) -> Result<Vec<i64>> {
                 recipient_id: None,
                 at: now,
                 link: None,
+                link_url: None,
             })
             .collect();
         record(conn, &events)?;

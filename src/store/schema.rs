@@ -361,6 +361,17 @@ diesel::table! {
         /// A `clicked` event's link (content version, number).
         link_version -> Nullable<BigInt>,
         link_n -> Nullable<BigInt>,
+        /// A `clicked` event's URL when the template wrote the link.
+        link_url -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    /// Clicks on links a template wrote, by URL.
+    campaign_template_links (campaign_id, url) {
+        campaign_id -> BigInt,
+        url -> Text,
+        clicks -> BigInt,
     }
 }
 

@@ -188,8 +188,31 @@ pub fn batch(conn: &mut Conn, id: i64, limit: i64) -> Result<Vec<Pending>> {
             recipients::email.nullable(),
             o::at,
             campaign_links::url.nullable(),
+            o::link_url,
         ))
-        .load(c))?)
+        .load::<(
+            i64,
+            EventKind,
+            Option<String>,
+            Option<String>,
+            i64,
+            Option<String>,
+            Option<String>
+        )>(c))?
+    .into_iter()
+    .map(
+        |(id, kind, campaign, email, at, numbered, written)| Pending {
+            id,
+            kind,
+            campaign,
+            email,
+            at,
+            // A numbered link's URL from its table, else the URL the template
+            // wrote, carried by the event itself.
+            url: numbered.or(written),
+        },
+    )
+    .collect())
 }
 
 /// The receiver took these events: they leave the outbox and count as

@@ -57,6 +57,7 @@ mod secrets;
 mod serve;
 mod store_contract;
 mod supervisord;
+mod template_links;
 mod tracking;
 mod webhooks;
 mod worker;

@@ -1,7 +1,7 @@
 //! `mailsplit report CAMPAIGN [--json]`: the report stage's figures as
 //! text tables, or as one JSON object.
 
-use crate::campaign::report::{self, Report};
+use crate::campaign::report::{self, Activity, Report};
 use crate::cli::args::Global;
 use crate::cli::exit::UsageError;
 use crate::cli::out::outln;
@@ -43,6 +43,7 @@ fn print_tracking(r: &Report) -> Result {
         e.clicks,
         e.unsubscribed
     )?;
+    print_template_links(t)?;
     if t.links.is_empty() {
         return Ok(());
     }
@@ -56,6 +57,25 @@ fn print_tracking(r: &Report) -> Result {
             l.clicks,
             l.url
         )?;
+    }
+    Ok(())
+}
+
+/// Clicks on links the template wrote, most clicked first.
+fn print_template_links(t: &Activity) -> Result {
+    if t.template_links.is_empty() {
+        return Ok(());
+    }
+    outln!(
+        "\nclicks on links from the template ({} distinct URLs):",
+        t.template_urls_clicked
+    )?;
+    for l in &t.template_links {
+        outln!("  {:>9}  {}", l.clicks, l.url)?;
+    }
+    let more = t.template_urls_clicked - t.template_links.len() as i64;
+    if more > 0 {
+        outln!("  … and {more} more (fewer clicks each)")?;
     }
     Ok(())
 }
