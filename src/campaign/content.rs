@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::compose::content::{Compiled, Sources, TemplateProblem};
-use crate::compose::{source, tracking};
+use crate::compose::{html_scan, source};
 use crate::store::content::ContentKind;
 use crate::templates::{self, TemplateError};
 
@@ -149,8 +149,8 @@ pub fn prepare(
 }
 
 /// Refuse the first literal link of `html` that no mail client follows
-/// safely (see [`tracking::refused_href`]), and return a warning for each
-/// script (`<script>`, `on…=` handlers; see [`tracking::scripts`]). Links
+/// safely (see [`html_scan::refused_href`]), and return a warning for each
+/// script (`<script>`, `on…=` handlers; see [`html_scan::scripts`]). Links
 /// a template expression writes differ per recipient and are not seen
 /// here. `lines`: whether offsets in `html` are the file's own lines.
 pub(crate) fn check_links(
@@ -160,8 +160,8 @@ pub(crate) fn check_links(
 ) -> Result<Vec<String>, ContentError> {
     let line = |at: usize| lines.then(|| html[..at].matches('\n').count() + 1);
     let at = |at: usize| line(at).map(|l| format!(":{l}")).unwrap_or_default();
-    for (offset, url) in tracking::literal_hrefs(html) {
-        if let Some(why) = tracking::refused_href(&url) {
+    for (offset, url) in html_scan::literal_hrefs(html) {
+        if let Some(why) = html_scan::refused_href(&url) {
             return Err(ContentError::Link {
                 file: file.to_string(),
                 line: line(offset),
@@ -170,7 +170,7 @@ pub(crate) fn check_links(
             });
         }
     }
-    Ok(tracking::scripts(html)
+    Ok(html_scan::scripts(html)
         .into_iter()
         .map(|(offset, what)| {
             format!(

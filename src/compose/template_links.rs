@@ -21,7 +21,7 @@ use minijinja::value::{Object, Value};
 use minijinja::{Error, State};
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 
-use super::tracking::{anchor_values, decode_entities, has_jinja, own_routes, Edit};
+use super::html_scan::{anchor_values, decode_entities, has_jinja, own_routes, Edit};
 use crate::tokens::MessageLinks;
 
 /// The filter the rewritten HTML wraps template-written links in.
