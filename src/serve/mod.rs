@@ -22,6 +22,7 @@ pub mod api;
 pub mod auth;
 pub mod campaign_page;
 pub mod chart;
+pub mod cookie;
 pub mod dashboard;
 pub mod guard;
 pub mod health;
@@ -90,7 +91,7 @@ pub fn run(settings: ServeSettings) -> Result<(), ServeError> {
     // Sessions of an earlier admin token end here (their cookies' MACs
     // no longer match either; this also keeps them from coming back if
     // that token is ever set again).
-    let fingerprint = auth::token_fingerprint(settings.admin_token.as_deref());
+    let fingerprint = cookie::token_fingerprint(settings.admin_token.as_deref());
     store::sessions::end_other_tokens(&mut conn, &fingerprint)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

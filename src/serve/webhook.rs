@@ -24,7 +24,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde::Deserialize;
 
-use super::auth::constant_time_eq;
+use super::cookie::constant_time_eq;
 use super::guard::{Client, Credential};
 use super::State;
 use crate::bounce;

@@ -20,7 +20,7 @@ use axum::http::{header, StatusCode};
 
 use super::keys::{self, Scope};
 use super::problem::Problem;
-use crate::serve::auth::constant_time_eq;
+use crate::serve::cookie::constant_time_eq;
 use crate::serve::guard::{self, Credential};
 use crate::serve::State;
 

@@ -4,7 +4,11 @@
 use super::*;
 
 /// [`FoundMarks`] on SQLite: two indexed reads, in process.
-pub(super) fn find_sqlite(c: &mut diesel::SqliteConnection, run: Run, keys: &[&str]) -> Result<FoundMarks> {
+pub(super) fn find_sqlite(
+    c: &mut diesel::SqliteConnection,
+    run: Run,
+    keys: &[&str],
+) -> Result<FoundMarks> {
     let found: Vec<Found> = r::table
         .filter(r::email_key.eq_any(keys))
         .select((
@@ -82,7 +86,11 @@ pub(super) fn upsert_sqlite(c: &mut diesel::SqliteConnection, rows: &[Write]) ->
 
 /// Make the recipients members of the run's list, marked with its
 /// generation.
-pub(super) fn mark_members_sqlite(c: &mut diesel::SqliteConnection, run: Run, keys: &[&str]) -> Result<()> {
+pub(super) fn mark_members_sqlite(
+    c: &mut diesel::SqliteConnection,
+    run: Run,
+    keys: &[&str],
+) -> Result<()> {
     if keys.is_empty() {
         return Ok(());
     }
