@@ -11,6 +11,7 @@ pub mod align;
 pub mod content;
 pub mod fold;
 pub mod headers;
+pub mod message;
 pub mod sample;
 pub mod source;
 pub mod tracking;

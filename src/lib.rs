@@ -33,6 +33,7 @@ pub mod lists;
 pub mod logging;
 pub mod mail;
 pub mod mailbox;
+pub mod messages;
 pub mod optouts;
 pub mod queue;
 pub mod rate_group;

@@ -359,6 +359,44 @@ diesel::table! {
         /// Migration 68: a `clicked` event's link (content version, number).
         link_version -> Nullable<BigInt>,
         link_n -> Nullable<BigInt>,
+        /// Migration 73: an event about a transactional message.
+        message_id -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
+    /// Migration 73: message templates, one row each, at their latest version.
+    message_templates (id) {
+        id -> BigInt,
+        name -> Text,
+        stream -> Text,
+        version -> BigInt,
+        subject -> Text,
+        from_addr -> Text,
+        html -> Text,
+        text_body -> Text,
+        created_at -> BigInt,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    /// Migration 73: the transactional messages ledger.
+    messages (id) {
+        id -> BigInt,
+        template_id -> BigInt,
+        template_name -> Text,
+        to_addr -> Text,
+        data -> Text,
+        idempotency_key -> Nullable<Text>,
+        body_hash -> Text,
+        status -> Text,
+        attempts -> BigInt,
+        claim_token -> Nullable<BigInt>,
+        claimed_until -> BigInt,
+        reply -> Nullable<Text>,
+        created_at -> BigInt,
+        sent_at -> Nullable<BigInt>,
     }
 }
 
