@@ -8,8 +8,10 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::{self, DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY};
 
+mod messages;
 mod webhook;
 use crate::redact;
+pub use messages::{SendArgs, TemplateCommand, TemplateContent};
 pub use webhook::WebhookCommand;
 
 #[derive(Parser, Debug)]
@@ -132,6 +134,11 @@ pub enum Command {
     /// Signed event webhooks out (delivered by workers and `serve`): add, ls, rm
     #[command(subcommand)]
     Webhook(WebhookCommand),
+    /// Message templates for transactional messages: create, edit, ls, rm
+    #[command(subcommand)]
+    Template(TemplateCommand),
+    /// Send one transactional message now, ahead of every campaign
+    Send(SendArgs),
     /// Outcomes by domain, bounce reasons, unsubscribes, versions, rate per minute
     Report {
         /// Campaign name or id

@@ -16,6 +16,7 @@ use crate::dkim::{DkimError, KeygenError};
 use crate::import::ImportError;
 use crate::limits::LimitError;
 use crate::lists::ListError;
+use crate::messages::MessageError;
 use crate::optouts::OptoutError;
 use crate::redact;
 use crate::requeue::RequeueError;
@@ -110,6 +111,8 @@ pub enum CliError {
     #[error(transparent)]
     Webhook(#[from] WebhookError),
     #[error(transparent)]
+    Message(#[from] MessageError),
+    #[error(transparent)]
     Output(#[from] OutputError),
     #[error(transparent)]
     Json(#[from] serde_json::Error),
@@ -135,6 +138,7 @@ impl ExitKind for CliError {
             CliError::Worker(e) => e.exit_kind(),
             CliError::Serve(e) => e.exit_kind(),
             CliError::Webhook(e) => e.exit_kind(),
+            CliError::Message(e) => e.exit_kind(),
             CliError::Output(e) => e.exit_kind(),
             CliError::Json(e) => e.exit_kind(),
         }
@@ -240,6 +244,12 @@ impl ExitKind for ImportError {
 }
 
 impl ExitKind for WebhookError {
+    fn exit_kind(&self) -> Exit {
+        usage_if(self.is_usage())
+    }
+}
+
+impl ExitKind for MessageError {
     fn exit_kind(&self) -> Exit {
         usage_if(self.is_usage())
     }

@@ -80,6 +80,8 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Rate(cmd) => c::rate::rate(g, cmd)?,
         Command::Dkim(cmd) => c::dkim::dkim(g, cmd)?,
         Command::Webhook(cmd) => c::webhook::webhook(g, cmd)?,
+        Command::Template(cmd) => c::messages::template(g, cmd)?,
+        Command::Send(args) => c::messages::send(g, args)?,
         Command::Report {
             campaign,
             json,

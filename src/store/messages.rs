@@ -297,3 +297,14 @@ impl serde::Serialize for MessageStatus {
         s.serialize_str(self.as_str())
     }
 }
+
+/// The attributes (JSON text) of the recipient whose mailbox key is `key`,
+/// `{}` for an address on no list.
+pub fn attributes_of_key(conn: &mut Conn, key: &str) -> Result<String> {
+    let found: Option<String> = on!(conn, |c| r::table
+        .filter(r::email_key.eq(key))
+        .select(r::attributes)
+        .first(c)
+        .optional())?;
+    Ok(found.unwrap_or_else(|| "{}".into()))
+}

@@ -404,3 +404,7 @@ diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, webhooks);
 diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, campaign_links);
 diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, campaigns);
 diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, recipients);
+diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, messages);
+diesel::allow_tables_to_appear_in_same_query!(messages, campaigns);
+diesel::allow_tables_to_appear_in_same_query!(messages, recipients);
+diesel::allow_tables_to_appear_in_same_query!(messages, campaign_links);

@@ -5,7 +5,9 @@
 use diesel::prelude::*;
 
 use super::outbox::EventKind;
-use super::schema::{campaign_links, campaigns, recipients, webhook_outbox as o, webhooks as w};
+use super::schema::{
+    campaign_links, campaigns, messages, recipients, webhook_outbox as o, webhooks as w,
+};
 use super::{now_ms, on, Conn, Result};
 
 /// One webhook as `webhook ls` shows it (never its secret).
@@ -48,6 +50,9 @@ pub struct Pending {
     pub at: i64,
     /// A click's link.
     pub url: Option<String>,
+    /// An event about a transactional message: its id and recipient.
+    pub message: Option<i64>,
+    pub message_to: Option<String>,
 }
 
 /// Store a webhook (`allow_local`: it may point at loopback or link-local
@@ -178,6 +183,7 @@ pub fn batch(conn: &mut Conn, id: i64, limit: i64) -> Result<Vec<Pending>> {
                 .and(campaign_links::version.nullable().eq(o::link_version))
                 .and(campaign_links::n.nullable().eq(o::link_n))),
         )
+        .left_join(messages::table.on(messages::id.nullable().eq(o::message_id)))
         .filter(o::webhook_id.eq(id))
         .order(o::id)
         .limit(limit)
@@ -188,6 +194,8 @@ pub fn batch(conn: &mut Conn, id: i64, limit: i64) -> Result<Vec<Pending>> {
             recipients::email.nullable(),
             o::at,
             campaign_links::url.nullable(),
+            o::message_id,
+            messages::to_addr.nullable(),
         ))
         .load(c))?)
 }

@@ -56,7 +56,7 @@ struct Claimed {
 /// What to do with a job of another database: move it to that database's
 /// own tube, where this worker never sees it again (released with
 /// [`FOREIGN_DELAY`] if the id cannot name a tube or the move fails).
-fn foreign(shared: &Shared, id: u64, db: String, body: &[u8]) -> Cmd {
+pub(super) fn foreign(shared: &Shared, id: u64, db: String, body: &[u8]) -> Cmd {
     let first = shared
         .foreign
         .lock()
@@ -287,6 +287,9 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
 
 /// Process one reserved job up to handing its messages to the senders.
 pub async fn handle(shared: Arc<Shared>, job: Incoming) {
+    if crate::queue::message::is_message_job(&job.body) {
+        return super::message::handle(shared, job).await;
+    }
     let Incoming {
         server,
         id,

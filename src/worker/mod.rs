@@ -28,6 +28,7 @@ pub mod flags;
 pub mod heartbeat;
 pub mod job;
 pub mod lease;
+pub mod message;
 pub mod optout;
 pub mod pipeline;
 pub mod report;
@@ -195,6 +196,7 @@ async fn pipeline_run(
         max_attempts: settings.max_attempts,
         sent: Default::default(),
         deferrals: Default::default(),
+        relay: relay.clone(),
     });
     let heartbeat = heartbeat::Heartbeat::start(
         Arc::clone(&shared),
