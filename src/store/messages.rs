@@ -308,3 +308,8 @@ pub fn attributes_of_key(conn: &mut Conn, key: &str) -> Result<String> {
         .optional())?;
     Ok(found.unwrap_or_else(|| "{}".into()))
 }
+
+/// How many messages the ledger holds.
+pub fn count_all(conn: &mut Conn) -> Result<i64> {
+    Ok(on!(conn, |c| m::table.count().get_result(c))?)
+}
