@@ -123,8 +123,8 @@ pub fn submit(conn: &mut Conn, queue: &Queue, s: Submit) -> Result<Submitted, Me
         .ok_or_else(|| MessageError::UnknownTemplate(s.template.clone()))?;
     let to_text = to.to_string();
     let hash = body_hash(&template.name, &to_text, &data);
-    let key = crate::mailbox::key(&to.email.to_string())
-        .map_err(|_| MessageError::BadTo(s.to.clone()))?;
+    let key =
+        crate::mailbox::key(to.email.as_ref()).map_err(|_| MessageError::BadTo(s.to.clone()))?;
     let marketing = template.stream == message_templates::Stream::Marketing;
     let suppressed = messages::suppression(conn, &key, marketing)?;
     let now = now_ms();

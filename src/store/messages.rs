@@ -162,7 +162,7 @@ pub fn suppression(conn: &mut Conn, key: &str, marketing: bool) -> Result<Option
 #[derive(Debug)]
 pub enum Claim {
     /// This worker holds it now.
-    Mine(Message),
+    Mine(Box<Message>),
     /// It has its outcome (or just got one: a lapsed `sending`).
     Done,
     /// Another worker's claim runs until then (ms).
@@ -188,7 +188,7 @@ pub fn claim(conn: &mut Conn, id: i64, token: i64, lease: i64, now: i64) -> Resu
         return Ok(Claim::Unknown);
     };
     if n == 1 {
-        return Ok(Claim::Mine(msg));
+        return Ok(Claim::Mine(Box::new(msg)));
     }
     if msg.status.is_final() {
         return Ok(Claim::Done);

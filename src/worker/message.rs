@@ -75,7 +75,7 @@ async fn run(shared: &Arc<Shared>, id: u64, message: i64) -> Fate {
         .run(move |c| messages::claim(c, message, token, lease, now_ms()))
         .await;
     let msg = match claimed {
-        Ok(Claim::Mine(m)) => m,
+        Ok(Claim::Mine(m)) => *m,
         Ok(Claim::Done) => return Cmd::Delete(id),
         Ok(Claim::Busy(until)) => {
             let wait = (until - now_ms()).max(0) as u64 + 100;
@@ -118,7 +118,7 @@ async fn prepare(
         Ok(to) => to,
         Err(e) => return Ok(Err((MessageStatus::Failed, e.to_string()))),
     };
-    let key = crate::mailbox::key(&to.email.to_string()).unwrap_or_default();
+    let key = crate::mailbox::key(to.email.as_ref()).unwrap_or_default();
     let (template_id, identity) = (msg.template_id, shared.identity.clone());
     let loaded = shared
         .db
