@@ -472,7 +472,51 @@ fn template_commands(kind: Kind) {
     assert_eq!(ledger_count(&env), 0);
 }
 
+/// Webhooks report a message's `sent` and `failed` with `"message": ID`
+/// instead of `"campaign"`, signed like every event.
+fn webhooks_name_the_message(kind: Kind) {
+    use crate::webhooks::{Receiver, SECRET};
+    let (_tmp, _bs, _peer, env) = setup(
+        kind,
+        Script {
+            reject: Some("reject".into()),
+            ..Script::default()
+        },
+    );
+    templates(&env);
+    let receiver = Receiver::start(0);
+    let hook = receiver.url("/hook");
+    env.ok(&[
+        "webhook",
+        "add",
+        &hook,
+        "--events",
+        "sent,failed",
+        "--secret",
+        SECRET,
+        "--allow-local",
+    ]);
+    let (sent, _) = send(&env, "order", "Ada <ada@example.org>", &[]);
+    let (failed, _) = send(&env, "order", "reject@example.org", &[]);
+    let w = env.worker(&[]);
+    wait_for(60, "two events", || receiver.taken("/hook").len() >= 2);
+    stop_worker(w);
+    let events = receiver.taken("/hook");
+    assert_eq!(events.len(), 2, "{events:?}");
+    for e in &events {
+        assert!(e.get("campaign").is_none(), "{e}");
+        let (id, email) = match e["type"].as_str().unwrap() {
+            "sent" => (sent, "ada@example.org"),
+            "failed" => (failed, "reject@example.org"),
+            other => panic!("unexpected event {other}: {e}"),
+        };
+        assert_eq!(e["message"], id, "{e}");
+        assert_eq!(e["email"], email, "{e}");
+    }
+}
+
 both!(
+    webhooks_name_the_message,
     exactly_once_per_key,
     suppressions_per_stream,
     message_overtakes_a_big_campaign,
