@@ -11,7 +11,7 @@ use crate::config::{self, DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY};
 mod messages;
 mod webhook;
 use crate::redact;
-pub use messages::{SendArgs, TemplateCommand, TemplateContent};
+pub use messages::{MessageCommand, SendArgs, TemplateCommand, TemplateContent};
 pub use webhook::WebhookCommand;
 
 #[derive(Parser, Debug)]
@@ -139,6 +139,9 @@ pub enum Command {
     Template(TemplateCommand),
     /// Send one transactional message now, ahead of every campaign
     Send(SendArgs),
+    /// Transactional messages: show
+    #[command(subcommand)]
+    Message(MessageCommand),
     /// Outcomes by domain, bounce reasons, unsubscribes, versions, rate per minute
     Report {
         /// Campaign name or id

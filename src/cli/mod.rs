@@ -82,6 +82,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Webhook(cmd) => c::webhook::webhook(g, cmd)?,
         Command::Template(cmd) => c::messages::template(g, cmd)?,
         Command::Send(args) => c::messages::send(g, args)?,
+        Command::Message(cmd) => c::messages::message(g, cmd)?,
         Command::Report {
             campaign,
             json,

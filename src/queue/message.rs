@@ -105,4 +105,11 @@ mod tests {
         // `enqueue`: campaign 0 does not exist, and decode refuses it.
         assert!(JobBody::decode(&JobBody::new(0, vec![42]).encode(&id), &id).is_err());
     }
+
+    #[test]
+    fn no_campaign_priority_reaches_the_message_band() {
+        for p in [i64::MIN, -1, 0, 1, 100, i64::MAX] {
+            assert!(crate::queue::priority(p) > MESSAGE_PRIORITY, "{p}");
+        }
+    }
 }

@@ -26,6 +26,9 @@ use crate::store::{now_ms, recipients, CampaignState, StoreError};
 
 /// Priority given to buried jobs (they are inspected by hand anyway).
 const BURY_PRIORITY: u32 = 0;
+/// Priority of a campaign job sent back after a database error: urgent,
+/// but never in the transactional messages' band.
+const RETRY_PRIORITY: u32 = crate::queue::CAMPAIGN_PRIORITY_MIN;
 /// A job whose campaign or claim could not be read (database down) comes
 /// back after this long.
 const DB_RETRY_DELAY: Duration = Duration::from_secs(5);
@@ -144,7 +147,7 @@ async fn fresh_flags(
             tracing::warn!(job = id, error = %e, "cannot read the campaign; job comes back in {DB_RETRY_DELAY:?}");
             Cmd::Release {
                 id,
-                priority: 0,
+                priority: RETRY_PRIORITY,
                 delay: DB_RETRY_DELAY,
             }
         })
@@ -200,7 +203,7 @@ async fn unknown_campaign(shared: &Shared, id: u64, campaign: i64) -> Cmd {
             tracing::warn!(job = id, error = %e, "cannot read the campaign; job comes back in {DB_RETRY_DELAY:?}");
             Cmd::Release {
                 id,
-                priority: 0,
+                priority: RETRY_PRIORITY,
                 delay: DB_RETRY_DELAY,
             }
         }
@@ -226,7 +229,7 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
         tracing::warn!(job = id, error = %e, "{what}; job comes back in {DB_RETRY_DELAY:?}");
         Cmd::Release {
             id,
-            priority: 0,
+            priority: RETRY_PRIORITY,
             delay: DB_RETRY_DELAY,
         }
     };

@@ -309,6 +309,14 @@ fn temporary_then_sent_permanent_failed(kind: Kind) {
         "{failed:?}"
     );
     assert!(failed.sent_at.is_none());
+    let shown: serde_json::Value = serde_json::from_str(
+        env.ok(&["message", "show", &rejected.to_string(), "--json"])
+            .trim(),
+    )
+    .unwrap();
+    assert_eq!(shown["status"], "failed");
+    assert!(shown["reply"].as_str().unwrap().contains("550"), "{shown}");
+    assert!(shown.get("sent_at").is_none(), "{shown}");
     let sent = wait_status(&env, retried, MessageStatus::Sent, 40);
     std::thread::sleep(Duration::from_secs(1));
     stop_worker(w);

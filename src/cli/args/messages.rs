@@ -76,3 +76,14 @@ pub struct SendArgs {
     #[arg(long)]
     pub json: bool,
 }
+
+#[derive(Subcommand, Debug)]
+pub enum MessageCommand {
+    /// One transactional message: template, to, status, the relay's reply, times
+    Show {
+        /// The id `send` printed
+        id: i64,
+        #[arg(long)]
+        json: bool,
+    },
+}

@@ -1,7 +1,7 @@
 //! `mailsplit template create|edit|ls|rm` and `mailsplit send`.
 
 use crate::campaign::content::ContentSource;
-use crate::cli::args::{Global, SendArgs, TemplateCommand, TemplateContent};
+use crate::cli::args::{Global, MessageCommand, SendArgs, TemplateCommand, TemplateContent};
 use crate::cli::exit::UsageError;
 use crate::cli::out::outln;
 use crate::cli::resolve::queue_options;
@@ -128,6 +128,32 @@ pub fn send(g: &Global, a: SendArgs) -> Result {
         outln!("{}", serde_json::to_string(&done)?)?;
     } else {
         outln!("message {} {}", done.id, done.status)?;
+    }
+    Ok(())
+}
+
+/// `message show ID [--json]`.
+pub fn message(g: &Global, cmd: MessageCommand) -> Result {
+    let MessageCommand::Show { id, json } = cmd;
+    let m = messages::get(&mut open_read_only(g)?, id)?;
+    if json {
+        outln!("{}", serde_json::to_string(&m)?)?;
+    } else {
+        outln!(
+            "message {}  {}  to {}  template {}",
+            m.id,
+            m.status,
+            m.to,
+            m.template
+        )?;
+        outln!(
+            "created {}  sent {}",
+            m.created_at,
+            m.sent_at.as_deref().unwrap_or("-")
+        )?;
+        if let Some(reply) = &m.reply {
+            outln!("reply: {reply}")?;
+        }
     }
     Ok(())
 }
