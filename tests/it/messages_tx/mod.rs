@@ -95,7 +95,7 @@ pub(super) fn ledger_count(env: &Env) -> i64 {
 /// one key at the same moment; each one's (id, created).
 fn submit_concurrently(env: &Env, n: usize) -> Vec<(i64, bool)> {
     let data = serde_json::json!({"order_id": "A-1", "total": "9.99"});
-    let q = queue(&env);
+    let q = queue(env);
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(n));
     let ids: Vec<(i64, bool)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
