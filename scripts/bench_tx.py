@@ -5,14 +5,15 @@ campaign sends at full speed (release build, SQLite, smtp-sink).
      --concurrency C): its rate;
   2. the same campaign on a fresh database and tube; once it is under way,
      --tx-n messages (default 1,000) are submitted evenly over --tx-seconds
-     (default 10) with `mailsplit send` (the CLI path: the HTTP route is
-     not built yet), 16 submits in flight at most; the campaign's rate over
-     that window;
+     (default 10) through the library (target/release/tx-submit: one
+     process, one connection, what an HTTP handler would cost; the HTTP
+     route is not built yet), or with --tx-cli by `mailsplit send`
+     processes, 16 in flight at most; the campaign's rate over that window;
   3. each message's latency: from the moment its `send` process was
      started to the ledger's `sent_at` (recorded right after the relay's
      answer to the end of DATA): p50, p99, max;
-  4. the accept rate of `send` with no worker running: 500 submits, 16 in
-     flight, messages/s; median of 3.
+  4. accept rates with no worker running: `send`, 500 submits, 16 in
+     flight; the library, 2,000 submits, one thread; each the median of 3.
 Nothing asserts a speed. Prints the figures and appends a row to
 BENCHMARKS.md.
 """
@@ -20,6 +21,7 @@ import concurrent.futures
 import datetime
 import json
 import os
+import re
 import signal
 import sqlite3
 import statistics
@@ -35,6 +37,8 @@ def add_arguments(ap):
                     help="messages submitted while a campaign sends (see scripts/bench_tx.py)")
     ap.add_argument("--tx-n", type=int, default=1000, help="--transactional: messages (default 1,000)")
     ap.add_argument("--tx-seconds", type=float, default=10, help="--transactional: over this long (default 10)")
+    ap.add_argument("--tx-cli", action="store_true",
+                    help="--transactional: submit with `mailsplit send` processes instead of target/release/tx-submit")
 
 
 def template(b, env, tmp):
@@ -51,6 +55,17 @@ def submit(b, env, i, key):
                           "--data", json.dumps({"order": i, "t0": t0}), "--idempotency-key", f"{key}-{i}"],
                          env=env, capture_output=True)
     return out.returncode, time.time() - t0
+
+
+SUBMITTER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "target", "release", "tx-submit")
+
+
+def library_submit(env, n, seconds, prefix):
+    """n submits through the library (target/release/tx-submit, one
+    connection, one thread) evenly over `seconds`; (failures, msg/s)."""
+    out = subprocess.run([SUBMITTER, str(n), str(seconds), prefix], env=env, capture_output=True, text=True, check=True)
+    m = re.search(r"= (\d+) msg/s, (\d+) failed", out.stdout)
+    return int(m.group(2)), float(m.group(1))
 
 
 def submit_spread(b, env, n, seconds):
@@ -107,7 +122,11 @@ def with_messages(b, env, tmp, args, smtp_url, db_path):
     while b.status(env, "txc")["sent"] < args.n // 10:
         time.sleep(0.2)
     before, t = b.status(env, "txc")["sent"], time.time()
-    failures, elapsed = submit_spread(b, env, args.tx_n, args.tx_seconds)
+    if args.tx_cli:
+        failures, elapsed = submit_spread(b, env, args.tx_n, args.tx_seconds)
+    else:
+        failures, _ = library_submit(env, args.tx_n, args.tx_seconds, "tx")
+        elapsed = time.time() - t
     after, t2 = b.status(env, "txc")["sent"], time.time()
     deadline = time.time() + 300
     while latencies(db_path)[1] < args.tx_n - failures and time.time() < deadline:
@@ -124,10 +143,12 @@ def accept_rate(b, base_env, tmp, run):
     subprocess.run([b.BIN, "migrate"], env=env, check=True, capture_output=True)
     template(b, env, tmp)
     n = 500
-    start = time.time()
+    cli_start = time.time()
     with concurrent.futures.ThreadPoolExecutor(IN_FLIGHT) as pool:
         codes = list(pool.map(lambda i: submit(b, env, i, f"a{run}")[0], range(n)))
-    return (n - sum(c != 0 for c in codes)) / (time.time() - start)
+    cli = (n - sum(c != 0 for c in codes)) / (time.time() - cli_start)
+    _, library = library_submit(env, 2000, 0, f"l{run}")
+    return cli, library
 
 
 def run(args, b):
@@ -150,25 +171,30 @@ def run(args, b):
     finally:
         svc.stop()
     r = dict(w, campaign_rate_alone=alone["sending_msg_per_s"] or alone["msg_per_s"],
-             accept_median=statistics.median(rates), accept_all=rates)
+             accept_median=statistics.median(x for x, _ in rates), accept_all=[x for x, _ in rates],
+             library_median=statistics.median(y for _, y in rates), library_all=[y for _, y in rates],
+             path="`mailsplit send` processes" if args.tx_cli else "the library (tx-submit)")
     report(args, r)
 
 
 def report(args, r):
     lines = [
-        f"messages: {args.tx_n} over {args.tx_seconds:g} s via `mailsplit send` (CLI path), "
+        f"messages: {args.tx_n} over {args.tx_seconds:g} s via {r['path']}, "
         f"{r['messages_sent']} sent, {r['submit_failures']} submits failed",
         f"latency submit -> ledger sent_at: p50 {r['p50'] * 1000:.0f} ms, p99 {r['p99'] * 1000:.0f} ms, max {r['max'] * 1000:.0f} ms",
         f"campaign rate: alone {r['campaign_rate_alone']:.0f} msg/s, during the messages {r['campaign_rate_with']:.0f} msg/s",
         f"accept rate of send (16 in flight, no worker): median {r['accept_median']:.0f} msg/s "
         f"({', '.join(f'{x:.0f}' for x in r['accept_all'])})",
+        f"accept rate of the library (one thread, one connection): median {r['library_median']:.0f} msg/s "
+        f"({', '.join(f'{x:.0f}' for x in r['library_all'])})",
     ]
     print("\n" + "\n".join(lines))
     day = datetime.date.today().isoformat()
     row = (f"| {day} | transactional (SQLite, smtp-sink, {args.n:,} campaign, {args.workers}x{args.concurrency}) "
-           f"| {args.tx_n} msgs/{args.tx_seconds:g} s via CLI: p50 {r['p50'] * 1000:.0f} ms, p99 {r['p99'] * 1000:.0f} ms "
+           f"| {args.tx_n} msgs/{args.tx_seconds:g} s via {r['path']}: p50 {r['p50'] * 1000:.0f} ms, p99 {r['p99'] * 1000:.0f} ms "
            f"(submit start to ledger sent_at); campaign {r['campaign_rate_alone']:.0f} msg/s alone, "
-           f"{r['campaign_rate_with']:.0f} msg/s meanwhile; send accepts {r['accept_median']:.0f} msg/s (median of 3) |\n")
+           f"{r['campaign_rate_with']:.0f} msg/s meanwhile; accepted: `send` {r['accept_median']:.0f} msg/s (16 processes), "
+           f"library {r['library_median']:.0f} msg/s (one thread), medians of 3 |\n")
     head = ("\n## Transactional messages beside a campaign (`scripts/bench.sh --transactional`)\n\n"
             "| date | setting | figures |\n|---|---|---|\n")
     with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "BENCHMARKS.md"), "a") as f:
