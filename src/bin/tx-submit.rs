@@ -41,6 +41,10 @@ fn main() -> Result<()> {
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    println!("accepted {} in {secs:.2} s = {:.0} msg/s, {failed} failed", n - failed, (n - failed) as f64 / secs);
+    println!(
+        "accepted {} in {secs:.2} s = {:.0} msg/s, {failed} failed",
+        n - failed,
+        (n - failed) as f64 / secs
+    );
     Ok(())
 }
