@@ -15,7 +15,7 @@ Usage: scripts/test.sh [--help]
   3. smoke test of scripts/services.sh and scripts/workers.sh (+ shellcheck if installed)
   4. scripts/quickstart.sh --debug --n 2000: the README's first command, in
      the same clone, before the tests (its build is the one they use)
-  5. cargo fmt --check
+  5. cargo fmt --check, and scripts/modgraph.py (no import circle in src/)
   6. cargo clippy --all-targets -- -D warnings
   7. cargo nextest run --all-targets --run-ignored all --no-fail-fast with
      CHAOS_N=3000: every test, and the chaos suite's crash/restart/outage
@@ -195,6 +195,8 @@ for pair in fmt:rustfmt clippy:clippy; do
     fi
 done
 cargo fmt --check
+# the module graph: files as nodes, imports as edges; a circle fails
+python3 scripts/modgraph.py >/dev/null || python3 scripts/modgraph.py
 
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets -- -D warnings

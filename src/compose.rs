@@ -15,6 +15,7 @@ pub mod message;
 pub mod sample;
 pub mod source;
 pub mod tracking;
+pub mod tracking_urls;
 pub mod transfer;
 
 use std::str::FromStr;
@@ -35,7 +36,8 @@ use crate::store::{
 use crate::templates::{self, Context, Rendered};
 use crate::tokens::Identity;
 
-pub use headers::{ascii_domain, safe_link};
+pub use crate::mailbox::dns_name;
+pub use headers::safe_link;
 
 use content::{Cache, Compiled, TemplateProblem, Vars};
 
@@ -88,7 +90,7 @@ pub fn parse_from(raw: &str) -> Result<Mailbox, ComposeError> {
 /// name it: lower case, A-labels.
 pub fn from_domain(from: &Mailbox) -> String {
     let domain = from.email.domain();
-    ascii_domain(domain).unwrap_or_else(|| domain.to_ascii_lowercase())
+    dns_name(domain).unwrap_or_else(|| domain.to_ascii_lowercase())
 }
 
 /// Longest local part of a `--return-path`: the VERP token (up to 29

@@ -141,12 +141,21 @@ pub struct ServeSettings {
     /// Bearer token of `POST /webhooks/bounce` on the public listener; the
     /// route does not exist without one.
     pub webhook_token: Option<String>,
-    /// Outgoing event webhooks (issue 26).
+    /// Outgoing event webhooks.
     pub webhooks: WebhookDelivery,
     /// Reverse proxies whose `X-Forwarded-For` names the client
     /// (`--trusted-proxy`); empty: the header is never read.
     pub trusted_proxies: Vec<TrustedProxy>,
+    /// `/api/v1` requests per second each key may make on average.
+    pub api_rate: u32,
+    /// Requests a key may make at once above its rate.
+    pub api_burst: u32,
 }
+
+/// `serve --api-rate`'s default.
+pub const DEFAULT_API_RATE: u32 = 50;
+/// `serve --api-burst`'s default.
+pub const DEFAULT_API_BURST: u32 = 100;
 
 /// A reverse proxy (an address, or a network `ADDR/BITS`) whose
 /// `X-Forwarded-For` header `serve` believes.
@@ -417,6 +426,8 @@ mod tests {
             webhook_token: Some("W3bhook".into()),
             webhooks: WebhookDelivery::default(),
             trusted_proxies: vec![],
+            api_rate: DEFAULT_API_RATE,
+            api_burst: DEFAULT_API_BURST,
         };
         for shown in [
             format!("{smtp:?}"),

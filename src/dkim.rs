@@ -13,11 +13,11 @@
 //! serialisation can differ from what was hashed.
 //!
 //! RSA signs with OpenSSL (the system's libssl, through the `openssl`
-//! crate): `openssl speed` signs RSA-2048 in about 0.21 ms of one core
-//! here, `ring` in about 1 ms (issue 27; `dkim-speed` measures both). Its private-key operation is blinded and uses
-//! constant-time modular exponentiation (OpenSSL's default for every RSA
-//! key; nothing here turns it off). ed25519 signs with `ring`, constant
-//! time too, and ~20 µs. A key is parsed once per process and kept per
+//! crate), several times faster than `ring` at RSA (`dkim-speed` measures
+//! both; the figures are in BENCHMARKS.md). Its private-key operation is
+//! blinded and uses constant-time modular exponentiation (OpenSSL's
+//! default for every RSA key; nothing here turns it off). ed25519 signs
+//! with `ring`, constant time too and an order of magnitude cheaper. A key is parsed once per process and kept per
 //! (domain, selector) ([`SigningKey::cached`]); the time spent signing is
 //! counted in thread CPU time ([`signing_cpu`]).
 //!

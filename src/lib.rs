@@ -1,52 +1,43 @@
 //! mailsplit: fan a mass-mail campaign out over beanstalkd.
 //!
 //! Follow a recipient through the modules in this order:
-//! [`config`] (what the user asked for) → [`import`] (CSV into the
-//! [`store`]) → [`splitter`] (keyset pages of a campaign's list into signed
+//! [`config`] (what the user asked for) → [`audience`] (a CSV or the
+//! shop's database into the [`store`]) → [`campaign`] (content, control,
+//! status) → [`enqueue`] (keyset pages of a campaign's list into signed
 //! jobs on the [`queue`]) → [`worker`] (reserve, check, claim in the
 //! ledger, [`compose`] with [`templates`], send with [`mail`] under the
-//! shared [`ratelimit`]s, record outcomes) → [`status`] (the O(1)
-//! counters). [`serve`] is the HTTP side (one-click unsubscribe, admin),
-//! [`control`] pauses, resumes and cancels, [`fleet`] shows the workers'
-//! heartbeats.
+//! shared [`rate`] limits, record outcomes). [`serve`] is the HTTP side
+//! (one-click unsubscribe, tracking, admin), [`bounce`] reads what comes
+//! back, [`webhooks`] tell the shop's systems.
 //!
-//! Imports point one way: [`cli`] → stages ([`campaign`], [`limits`],
-//! [`database`], [`import`], [`splitter`], [`worker`], [`serve`],
-//! [`control`], [`status`], [`fleet`]) → [`compose`], [`mail`],
-//! [`queue`], [`ratelimit`], [`tokens`], [`shutdown`], [`webhooks`] (events
-//! out, delivered by workers and `serve`) → [`store`]; [`config`]
-//! and [`redact`] (and [`logging`]) sit beside them, importing no stage; [`mailbox`] (which
-//! spellings are one mailbox, and the wire spelling) and [`rate_group`] sit below the store.
+//! Imports point one way: [`cli`] → stages ([`audience`], [`campaign`],
+//! [`enqueue`], [`rate`], [`worker`], [`serve`], [`bounce`], [`dkim`]) →
+//! [`compose`], [`mail`], [`queue`], [`rate::limiter`], [`tokens`],
+//! [`shutdown`], [`webhooks`] → [`store`]; [`config`], [`redact`] and
+//! [`logging`] sit beside them, importing no stage; [`mailbox`] (which
+//! spellings are one mailbox, and the wire spelling) and [`rate_group`] sit
+//! below the store.
 
+pub mod audience;
 pub mod bounce;
 pub mod campaign;
 pub mod cli;
+pub mod clock;
 pub mod compose;
 pub mod config;
-pub mod control;
-pub mod database;
 pub mod dkim;
-pub mod fleet;
-pub mod import;
-pub mod limits;
-pub mod lists;
+pub mod enqueue;
 pub mod logging;
 pub mod mail;
 pub mod mailbox;
 pub mod messages;
-pub mod optouts;
 pub mod queue;
+pub mod rate;
 pub mod rate_group;
-pub mod ratelimit;
 pub mod redact;
-pub mod report;
-pub mod requeue;
 pub mod send_at;
 pub mod serve;
 pub mod shutdown;
-pub mod source;
-pub mod splitter;
-pub mod status;
 pub mod store;
 pub mod templates;
 pub mod tokens;

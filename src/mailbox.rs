@@ -44,6 +44,16 @@ pub fn ascii_domain(domain: &str) -> Result<Cow<'_, str>, MailboxError> {
     }
 }
 
+/// A domain as DNS and headers want it: lower case, international labels
+/// as A-labels (punycode), never an encoded word. `None` when it is no
+/// domain name.
+pub fn dns_name(domain: &str) -> Option<String> {
+    match url::Host::parse(domain.trim()).ok()? {
+        url::Host::Domain(d) if is_ldh_name(&d) => Some(d),
+        _ => None,
+    }
+}
+
 /// Letters, digits and hyphens in labels of 1-63 characters, at most 253 in
 /// all, no label starting or ending with a hyphen.
 pub fn is_ldh_name(name: &str) -> bool {

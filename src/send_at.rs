@@ -44,15 +44,6 @@ pub fn parse(raw: &str, now_ms: i64) -> Result<Option<i64>, SendAtError> {
     Ok(Some(ms))
 }
 
-/// `ms` since the epoch as RFC 3339 UTC, e.g. `2026-12-01T08:00:00Z`
-/// (milliseconds shown only when there are any).
-pub fn format(ms: i64) -> String {
-    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
-        .unwrap_or_else(|| format!("{ms} ms since the epoch"))
-}
-
 /// How long a job of a campaign starting at `send_at` waits at `now_ms`
 /// before a worker may take it: what is left, rounded up to whole seconds
 /// (beanstalkd's unit: a job never comes back a fraction early), at most
@@ -99,11 +90,5 @@ mod tests {
         assert_eq!(wait(Some(NOW + 1), NOW), Some(Duration::from_secs(1)));
         assert_eq!(wait(Some(NOW + 2_001), NOW), Some(Duration::from_secs(3)));
         assert_eq!(wait(Some(NOW + 86_400_000), NOW), Some(MAX_WAIT));
-    }
-
-    #[test]
-    fn formats_utc() {
-        assert_eq!(format(NOW), "2025-11-26T11:20:00Z");
-        assert_eq!(format(NOW + 250), "2025-11-26T11:20:00.25Z");
     }
 }

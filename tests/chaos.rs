@@ -1350,7 +1350,7 @@ fn chaos_enqueue_killed_and_rerun_sqlite() {
     // Five windows at least (enqueue puts a page of 10,000 recipients as
     // one burst of jobs, a few milliseconds), so that the five kills land in
     // different windows, not after a run that already finished.
-    let n = chaos_n().max(5 * mailsplit::splitter::PAGE_SIZE as usize);
+    let n = chaos_n().max(5 * mailsplit::enqueue::PAGE_SIZE as usize);
     let mut c = Chaos::new(
         "enqueue kill -9 x5 and re-run (workers running)",
         Kind::Sqlite,

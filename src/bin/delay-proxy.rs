@@ -24,8 +24,8 @@ use anyhow::{Context, Result};
 const IN_FLIGHT: usize = 1024;
 
 /// Plain threads, not tokio: tokio's timer rounds every sleep up to the
-/// next millisecond, which made a "10 ms" hop 11.4 ms (a 20 ms round trip
-/// 22.8 ms, and a 1 ms LAN round trip more than twice that). A thread's
+/// next millisecond, which would lengthen every short hop by more than
+/// the delay asked for is worth (a LAN round trip most of all). A thread's
 /// sleep ends within tens of microseconds of its deadline.
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();

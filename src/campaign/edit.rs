@@ -12,8 +12,8 @@ use std::path::PathBuf;
 
 use super::content::{self, ContentSource};
 use super::{check_subject, CampaignError, Warning};
+use crate::campaign::status::{CampaignStatus, Phase};
 use crate::compose::{self, content::Compiled, content::Sources};
-use crate::status::{CampaignStatus, Phase};
 use crate::store::campaigns;
 use crate::store::content::{self as stored, ContentKind, EditedCampaign, Track};
 use crate::store::{dkim_keys, now_ms, Campaign, Conn};

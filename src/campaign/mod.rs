@@ -6,15 +6,18 @@
 //! subject, public URL; then the list, in the database).
 
 pub mod content;
+pub mod control;
 pub mod edit;
+pub mod report;
+pub mod status;
 pub mod test_send;
 
+use crate::campaign::status::{CampaignStatus, Phase};
 use crate::compose;
 use crate::compose::tracking::{self, Links};
 use crate::config::{self, ConfigError};
-use crate::status::{CampaignStatus, Phase};
 use crate::store::campaigns::{self, NewCampaign};
-use crate::store::content::{self as stored, ContentKind, Track, Tracking};
+use crate::store::content::{self as stored, ContentKind, Track, VersionTracking};
 use crate::store::{dkim_keys, recipients, Campaign, Conn, StoreError};
 use crate::templates::TemplateError;
 
@@ -85,7 +88,7 @@ pub struct Checked {
     public_url: Option<String>,
     max_failure_rate: Option<f64>,
     send_at: Option<i64>,
-    tracking: Tracking,
+    tracking: VersionTracking,
 }
 
 /// A created campaign and what its creator should hear about it.
@@ -210,9 +213,9 @@ pub(crate) fn tracking_of(
     parts: (&str, &str),
     track: Track,
     public_url: Option<&str>,
-) -> Result<Tracking, CampaignError> {
+) -> Result<VersionTracking, CampaignError> {
     if !track.any() {
-        return Ok(Tracking::default());
+        return Ok(VersionTracking::default());
     }
     let Some(base) = public_url else {
         return Err(CampaignError::Bad(format!(
@@ -233,7 +236,7 @@ pub(crate) fn tracking_of(
             "link {bad:?} holds a control character: no redirect can answer with it; remove it from the content"
         )));
     }
-    Ok(Tracking {
+    Ok(VersionTracking {
         track,
         links: links.into_urls(),
     })
@@ -325,7 +328,7 @@ pub fn statuses(conn: &mut Conn, name: Option<&str>) -> Result<Vec<CampaignStatu
         }
         None => campaigns::list(conn)?,
     };
-    crate::status::with_versions(conn, &rows)
+    crate::campaign::status::with_versions(conn, &rows)
 }
 
 /// What to do instead of deleting a campaign in this phase: stop one that

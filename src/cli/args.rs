@@ -8,9 +8,11 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::{self, DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY};
 
+mod apikey;
 mod messages;
 mod webhook;
 use crate::redact;
+pub use apikey::{ApikeyCommand, ScopeArg};
 pub use messages::{MessageCommand, SendArgs, TemplateCommand, TemplateContent};
 pub use webhook::WebhookCommand;
 
@@ -94,9 +96,9 @@ pub enum Command {
         /// Only status changes at or after this RFC 3339 time, e.g. 2026-11-26T09:00:00Z
         #[arg(long)]
         since: Option<String>,
-        /// csv (with a header row) or json (one object per line)
-        #[arg(long, default_value = "csv", value_parser = ["csv", "json"])]
-        format: String,
+        /// How to print them
+        #[arg(long, value_enum, default_value_t = Format::Csv)]
+        format: Format,
     },
     /// List the built-in starter templates, or show one's source
     Templates {
@@ -142,6 +144,9 @@ pub enum Command {
     /// Transactional messages: show
     #[command(subcommand)]
     Message(MessageCommand),
+    /// Keys for the HTTP API (/api/v1): create, ls, revoke
+    #[command(subcommand)]
+    Apikey(ApikeyCommand),
     /// Outcomes by domain, bounce reasons, unsubscribes, versions, rate per minute
     Report {
         /// Campaign name or id
@@ -379,9 +384,9 @@ pub enum DkimCommand {
         /// mailsplit; mailsplit-ed25519 when the domain already uses mailsplit)
         #[arg(long)]
         selector: Option<String>,
-        /// rsa (2048 bits, verified everywhere) or ed25519 (RFC 8463)
-        #[arg(long, default_value = "rsa", value_parser = ["rsa", "ed25519"])]
-        algorithm: String,
+        /// What the key signs with
+        #[arg(long, value_enum, default_value_t = Algorithm::Rsa)]
+        algorithm: Algorithm,
     },
     /// Domains, selectors, algorithms, states (active, pending, retired) and
     /// the TXT record of each key
@@ -399,9 +404,10 @@ pub enum DkimCommand {
     /// new record can be published first.
     Rotate {
         domain: String,
-        /// rsa or ed25519 (default: the algorithm of the domain's active key)
-        #[arg(long, value_parser = ["rsa", "ed25519"])]
-        algorithm: Option<String>,
+        /// What the new key signs with (default: the algorithm of the
+        /// domain's active key)
+        #[arg(long, value_enum)]
+        algorithm: Option<Algorithm>,
         /// Selector of the new key (default mailsplit-YYYYMMDD)
         #[arg(long)]
         selector: Option<String>,
@@ -629,6 +635,39 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub trusted_proxies: Vec<String>,
+    /// /api/v1 requests per second each API key may make on average (429 beyond)
+    #[arg(long, env = "MAILSPLIT_API_RATE", default_value_t = config::DEFAULT_API_RATE, value_parser = clap::value_parser!(u32).range(1..))]
+    pub api_rate: u32,
+    /// /api/v1 requests each API key may make at once above its rate
+    #[arg(long, env = "MAILSPLIT_API_BURST", default_value_t = config::DEFAULT_API_BURST, value_parser = clap::value_parser!(u32).range(1..))]
+    pub api_burst: u32,
+}
+
+/// How a listing is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// With a header row.
+    Csv,
+    /// One object per line.
+    Json,
+}
+
+/// `--algorithm`: what a DKIM key signs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Algorithm {
+    /// RSA 2048 with SHA-256: verified by every receiver.
+    Rsa,
+    /// Ed25519 (RFC 8463): small and fast, not yet verified everywhere.
+    Ed25519,
+}
+
+impl From<Algorithm> for crate::dkim::DkimAlgorithm {
+    fn from(a: Algorithm) -> Self {
+        match a {
+            Algorithm::Rsa => crate::dkim::DkimAlgorithm::Rsa,
+            Algorithm::Ed25519 => crate::dkim::DkimAlgorithm::Ed25519,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -8,20 +8,21 @@
 
 use std::process::ExitCode;
 
+use crate::audience::import::ImportError;
+use crate::audience::lists::ListError;
+use crate::audience::optouts::OptoutError;
 use crate::campaign::CampaignError;
 use crate::compose::ComposeError;
 use crate::config::ConfigError;
-use crate::database::StoreError;
 use crate::dkim::{DkimError, KeygenError};
-use crate::import::ImportError;
-use crate::limits::LimitError;
-use crate::lists::ListError;
+use crate::enqueue::requeue::RequeueError;
+use crate::enqueue::EnqueueError;
+use crate::rate::LimitError;
 use crate::messages::MessageError;
-use crate::optouts::OptoutError;
 use crate::redact;
-use crate::requeue::RequeueError;
+use crate::serve::api::keys::KeyError;
 use crate::serve::ServeError;
-use crate::splitter::EnqueueError;
+use crate::store::database::StoreError;
 use crate::templates::TemplateError;
 use crate::webhooks::WebhookError;
 use crate::worker::WorkerError;
@@ -113,6 +114,8 @@ pub enum CliError {
     #[error(transparent)]
     Message(#[from] MessageError),
     #[error(transparent)]
+    ApiKey(#[from] KeyError),
+    #[error(transparent)]
     Output(#[from] OutputError),
     #[error(transparent)]
     Json(#[from] serde_json::Error),
@@ -139,6 +142,7 @@ impl ExitKind for CliError {
             CliError::Serve(e) => e.exit_kind(),
             CliError::Webhook(e) => e.exit_kind(),
             CliError::Message(e) => e.exit_kind(),
+            CliError::ApiKey(e) => e.exit_kind(),
             CliError::Output(e) => e.exit_kind(),
             CliError::Json(e) => e.exit_kind(),
         }
@@ -238,6 +242,12 @@ impl ExitKind for RequeueError {
 }
 
 impl ExitKind for ImportError {
+    fn exit_kind(&self) -> Exit {
+        usage_if(self.is_usage())
+    }
+}
+
+impl ExitKind for KeyError {
     fn exit_kind(&self) -> Exit {
         usage_if(self.is_usage())
     }

@@ -17,7 +17,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::control::Control;
+use crate::campaign::control::Control;
 use crate::redact;
 
 pub use args::{Cli, Command, Global};
@@ -62,7 +62,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Campaign(cmd) => c::campaign::campaign(g, cmd)?,
         Command::List(cmd) => c::lists::lists(g, cmd)?,
         Command::Optouts { since, format } => {
-            c::lists::optouts(g, since.as_deref(), format == "json")?
+            c::lists::optouts(g, since.as_deref(), format == args::Format::Json)?
         }
         Command::Templates { command } => c::templates::templates(command)?,
         Command::Enqueue {
@@ -83,6 +83,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Template(cmd) => c::messages::template(g, cmd)?,
         Command::Send(args) => c::messages::send(g, args)?,
         Command::Message(cmd) => c::messages::message(g, cmd)?,
+        Command::Apikey(cmd) => c::apikey::apikey(g, cmd)?,
         Command::Report {
             campaign,
             json,

@@ -87,6 +87,8 @@ pub fn serve_settings(g: &Global, args: &ServeArgs) -> Result<ServeSettings, Con
             .filter(|t| !t.trim().is_empty())
             .map(|t| config::TrustedProxy::parse(t))
             .collect::<Result<_, _>>()?,
+        api_rate: args.api_rate,
+        api_burst: args.api_burst,
     })
 }
 

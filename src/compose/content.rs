@@ -121,7 +121,7 @@ impl<'a> Vars<'a> {
 pub struct Compiled {
     env: Environment<'static>,
     /// What a tracked version's messages need (see [`super::tracking`]).
-    pub tracking: Option<super::tracking::Tracking>,
+    pub tracking: Option<super::tracking_urls::TrackingUrls>,
     /// Whether the HTML and text parts are ours (else: a built-in starter).
     has_body: bool,
     /// Bytes one message's rendered parts may hold together.
@@ -197,7 +197,10 @@ impl Compiled {
             .collect();
         Compiled::build(
             sources,
-            &[super::tracking::OPEN_VAR, super::tracking::LINKS_VAR],
+            &[
+                super::tracking_urls::OPEN_VAR,
+                super::tracking_urls::LINKS_VAR,
+            ],
             &sample,
         )
     }

@@ -15,16 +15,6 @@ use lettre::message::header::{HeaderName, HeaderValue};
 /// Longest label taken from a campaign or list name (Feedback-ID, List-Id).
 const MAX_LABEL: usize = 40;
 
-/// A domain as DNS and headers want it: lower case, international labels
-/// as A-labels (punycode), never an encoded word. `None` when it is no
-/// domain name.
-pub fn ascii_domain(domain: &str) -> Option<String> {
-    match url::Host::parse(domain.trim()).ok()? {
-        url::Host::Domain(d) if crate::mailbox::is_ldh_name(&d) => Some(d),
-        _ => None,
-    }
-}
-
 /// Whether `link` may be rendered into a message as a link: an `http(s)`
 /// URL with a host, or a `mailto:` URL. Returns it as it must be written
 /// (parsed and re-serialised: percent-encoded, no blanks, quotes or angle
@@ -128,6 +118,7 @@ fn label(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mailbox::dns_name;
 
     #[test]
     fn only_http_and_mailto_links_pass() {
@@ -161,11 +152,11 @@ mod tests {
 
     #[test]
     fn domains_become_a_labels() {
-        assert_eq!(ascii_domain("Exämple.COM").unwrap(), "xn--exmple-cua.com");
-        assert_eq!(ascii_domain("bücher.de").unwrap(), "xn--bcher-kva.de");
-        assert_eq!(ascii_domain("example.test").unwrap(), "example.test");
-        assert_eq!(ascii_domain("not a domain"), None);
-        assert_eq!(ascii_domain("127.0.0.1"), None);
+        assert_eq!(dns_name("Exämple.COM").unwrap(), "xn--exmple-cua.com");
+        assert_eq!(dns_name("bücher.de").unwrap(), "xn--bcher-kva.de");
+        assert_eq!(dns_name("example.test").unwrap(), "example.test");
+        assert_eq!(dns_name("not a domain"), None);
+        assert_eq!(dns_name("127.0.0.1"), None);
     }
 
     fn encoded(h: &HeaderValue) -> String {

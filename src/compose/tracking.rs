@@ -1,4 +1,4 @@
-//! Open and click tracking (issue 26), put into a content version's
+//! Open and click tracking, put into a content version's
 //! templates once, never searched for per message.
 //!
 //! When a version tracks clicks, every literal `http(s)` link of its HTML
@@ -18,14 +18,10 @@
 use std::collections::HashMap;
 
 use super::content::{Compiled, Sources, TemplateProblem};
+use super::tracking_urls::TrackingUrls;
+pub use super::tracking_urls::{MessageUrls, LINKS_VAR, OPEN_VAR};
 use crate::store::content::{self as stored, Content, ContentKind, Track};
 use crate::store::{Campaign, Conn, StoreError};
-use crate::tokens::{Signer, Tracked};
-
-/// The variable holding one message's open-pixel URL.
-pub const OPEN_VAR: &str = "__mailsplit_open";
-/// The variable holding one message's click URLs, link 1 first.
-pub const LINKS_VAR: &str = "__mailsplit_links";
 
 /// A content version's link table: numbers given in order of first
 /// appearance (HTML first, then text) when it is made, or the stored one.
@@ -120,43 +116,6 @@ fn own_routes(public_url: &str) -> Vec<String> {
         .collect()
 }
 
-/// One message's tracking URLs.
-#[derive(Debug, Clone)]
-pub struct MessageUrls {
-    pub open: Option<String>,
-    pub links: Vec<String>,
-}
-
-/// What a campaign's messages need to make their tracking URLs.
-#[derive(Debug, Clone)]
-pub struct Tracking {
-    /// The public URL, without a trailing `/`.
-    pub base: String,
-    pub version: i64,
-    pub opens: bool,
-    /// How many links the version's table has.
-    pub links: usize,
-}
-
-impl Tracking {
-    /// The pixel and click URLs of the message to `recipient`.
-    pub fn urls(&self, signer: &Signer, campaign: i64, recipient: i64) -> MessageUrls {
-        let message = Tracked {
-            campaign,
-            recipient,
-            version: self.version,
-        };
-        let base = &self.base;
-        let open = self
-            .opens
-            .then(|| format!("{base}/o/{}", signer.open_token(message)));
-        let links = (1..=self.links as u32)
-            .map(|n| format!("{base}/c/{}/{n}", signer.click_token(message, n)))
-            .collect();
-        MessageUrls { open, links }
-    }
-}
-
 /// The stored link table of `content` when it tracks clicks (read once
 /// per version per process, when it is compiled).
 pub fn stored_links(
@@ -208,7 +167,7 @@ pub fn compile_stored(
     let body = Some([("HTML part", html.as_str()), ("text part", text.as_str())]);
     let count = table.urls().len();
     let mut compiled = Compiled::tracked(&Sources { subject, body }, campaign, count)?;
-    compiled.tracking = Some(Tracking {
+    compiled.tracking = Some(TrackingUrls {
         base: base.trim_end_matches('/').to_string(),
         version: s.version,
         opens: track.opens,

@@ -4,8 +4,7 @@
 //! or more (an HTML part with inlined CSS always has some) or with any
 //! non-ASCII character, encodes the whole part per message, and makes its
 //! line ends CRLF by inserting one `\r` at a time (a move of the rest of
-//! the part each): for an 8 KB newsletter about a quarter of a worker's
-//! CPU (BENCHMARKS.md, template compare). Here:
+//! the part each), work that grows with every message's size. Here:
 //!
 //! - A part that is ASCII, holds no NUL and no line over 998 octets is
 //!   valid as `7bit` as it stands (RFC 5322 §2.1.1, RFC 2045 §2.7): it goes

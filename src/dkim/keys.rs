@@ -29,7 +29,7 @@ pub enum KeygenError {
 }
 
 fn checked_domain(domain: &str) -> Result<String, DkimError> {
-    crate::compose::ascii_domain(domain).ok_or_else(|| DkimError::BadDomain(domain.to_string()))
+    crate::mailbox::dns_name(domain).ok_or_else(|| DkimError::BadDomain(domain.to_string()))
 }
 
 /// Generate a key for `domain` under `selector` (see [`DEFAULT_SELECTOR`]
@@ -40,10 +40,9 @@ pub fn keygen(
     conn: &mut Conn,
     domain: &str,
     selector: Option<&str>,
-    algorithm: &str,
+    algorithm: DkimAlgorithm,
 ) -> Result<StoredKey, KeygenError> {
     let domain = checked_domain(domain)?;
-    let algorithm: DkimAlgorithm = algorithm.parse()?;
     let selector = match selector {
         Some(s) => check_selector(s)?,
         None => {
@@ -94,7 +93,7 @@ pub struct Rotated {
 pub fn rotate(
     conn: &mut Conn,
     domain: &str,
-    algorithm: Option<&str>,
+    algorithm: Option<DkimAlgorithm>,
     selector: Option<&str>,
 ) -> Result<Rotated, KeygenError> {
     let domain = checked_domain(domain)?;
@@ -104,7 +103,7 @@ pub fn rotate(
         .filter(|k| k.state == KeyState::Active)
         .collect();
     let algorithm = match algorithm {
-        Some(a) => a.parse()?,
+        Some(a) => a,
         None => match active.as_slice() {
             [one] => one.algorithm,
             [] => return Err(DkimError::NoActiveKey(domain).into()),

@@ -209,5 +209,5 @@ fn view(m: Message) -> MessageView {
 }
 
 fn rfc3339(ms: i64) -> String {
-    crate::optouts::format_ms(ms).unwrap_or_default()
+    crate::clock::rfc3339(ms, crate::clock::Precision::Millis)
 }

@@ -2,8 +2,8 @@
 //! need (`stats-tube`, `list-tube-used`, `use`, `peek-delayed`,
 //! `kick-job`, `pause-tube`), each under a deadline. The `beanstalkc` crate sets no
 //! socket timeouts and does not expose its socket, so a server that
-//! accepts and never answers held a thread for ever (issue 29: one
-//! dashboard tab grew `serve` to 515 threads). Here every reply must
+//! accepts and never answers would hold a thread for ever (and a polling
+//! dashboard one more every few seconds). Here every reply must
 //! arrive whole within the deadline of its command, however the server
 //! trickles it, or the command fails with [`QueueError::TimedOut`].
 

@@ -12,6 +12,7 @@
 //! | `POST /api/campaigns/NAME/pause\|resume\|cancel` | what the CLI does, as JSON |
 //! | `GET /api/workers` | the fleet, as `workers --json` plus totals |
 //! | `GET /metrics` | Prometheus/OpenMetrics text, see [`metrics`] |
+//! | `/api/v1/…` | the application's API, see [`api`](super::api) |
 
 use axum::extract::{Path, State as Extract};
 use axum::http::{header, StatusCode};
@@ -21,13 +22,13 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
+use super::actions::{parse_action, run_control};
 use super::guard::Client;
 use super::{auth, campaign_page, dashboard, metrics, snapshot, State};
-use crate::control::{self, Controlled};
-use crate::fleet;
-use crate::status::CampaignStatus;
-use crate::store::campaigns::{self, Control};
+use crate::campaign::status::CampaignStatus;
+use crate::store::campaigns;
 use crate::store::{now_ms, workers, Conn, StoreError};
+use crate::worker::fleet;
 
 pub fn router(state: State) -> Router {
     Router::new()
@@ -47,6 +48,8 @@ pub fn router(state: State) -> Router {
             state.clone(),
             auth::require_admin,
         ))
+        // After the gate: `/api/v1` checks its own keys.
+        .merge(super::api::router())
         .with_state(state)
 }
 
@@ -59,7 +62,7 @@ fn unavailable(e: &StoreError) -> Response {
 async fn api_campaigns(Extract(state): Extract<State>) -> Response {
     let all = |c: &mut Conn| {
         let rows = campaigns::list(c)?;
-        crate::status::with_versions(c, &rows)
+        crate::campaign::status::with_versions(c, &rows)
     };
     match state.admin.db(all).await {
         Ok(all) => Json(all).into_response(),
@@ -84,74 +87,6 @@ async fn get_metrics(Extract(state): Extract<State>) -> Response {
     match metrics::encode(snapshot) {
         Ok(text) => ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics\n").into_response(),
-    }
-}
-
-/// `pause`, `resume` or `cancel`.
-pub fn parse_action(action: &str) -> Option<Control> {
-    match action {
-        "pause" => Some(Control::Pause),
-        "resume" => Some(Control::Resume),
-        "cancel" => Some(Control::Cancel),
-        _ => None,
-    }
-}
-
-/// Why a control request did nothing, as an HTTP status and a message.
-pub struct ControlFailure {
-    pub status: StatusCode,
-    pub message: String,
-}
-
-/// Pause, resume or cancel exactly as the CLI does ([`control::control`],
-/// including the resume's kick of delayed jobs), on a connection of its
-/// own: a resume waits for the workers' flag refresh, and the dashboard's
-/// reads should not wait behind it.
-pub async fn run_control(
-    state: &State,
-    client: std::net::IpAddr,
-    name: &str,
-    action: Control,
-) -> Result<Controlled, ControlFailure> {
-    let settings = state.settings.clone();
-    let campaign = name.to_string();
-    let done = state
-        .admin
-        .pool
-        .blocking(move || {
-            let mut conn = Conn::open(&settings.database_url)?;
-            control::control(
-                &mut conn,
-                &settings.servers,
-                &settings.tube,
-                &campaign,
-                action,
-            )
-        })
-        .await
-        .unwrap_or_else(|e| Err(StoreError::Task(e.to_string())));
-    match done {
-        Ok(done) => {
-            tracing::info!(client = %client, campaign = %done.campaign.name, ?action, "campaign controlled from the admin listener");
-            Ok(done)
-        }
-        Err(e) => {
-            let status = match &e {
-                StoreError::UnknownCampaign(_) => StatusCode::NOT_FOUND,
-                StoreError::IllegalTransition { .. } => StatusCode::CONFLICT,
-                e if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
-                _ => StatusCode::INTERNAL_SERVER_ERROR,
-            };
-            if status.is_server_error() {
-                tracing::warn!(client = %client, error = %e, "cannot control campaign");
-            } else {
-                tracing::info!(client = %client, campaign = %name, ?action, "refused: {e}");
-            }
-            Err(ControlFailure {
-                status,
-                message: e.to_string(),
-            })
-        }
     }
 }
 

@@ -392,7 +392,7 @@ struct LoginPage<'a> {
 
 fn login_page(error: Option<&str>) -> Response {
     match (LoginPage { error }).render() {
-        Ok(html) => super::dashboard::secure(Html(html).into_response()),
+        Ok(html) => super::page::secure(Html(html).into_response()),
         Err(e) => {
             tracing::error!(error = %e, "cannot render the login page");
             (StatusCode::INTERNAL_SERVER_ERROR, "cannot render page\n").into_response()

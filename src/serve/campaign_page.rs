@@ -26,21 +26,20 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::clock::{rfc3339, Precision};
 use askama::Template;
 use axum::extract::{Path, State as Extract};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use time::format_description::well_known::Rfc3339;
-use time::OffsetDateTime;
 
 use super::chart::{self, Axis, Figure, Series};
-use super::dashboard::{secure, CampaignRow};
+use super::page::{secure, CampaignRow};
 use super::State;
+use crate::campaign::status::CampaignStatus;
 use crate::compose::sample::{render_sample, sample, CampaignMail};
 use crate::compose::ComposeError;
-use crate::status::CampaignStatus;
 use crate::store::content::{self, Track, VersionInfo};
 use crate::store::engagement;
 use crate::store::recipients::Recipient;
@@ -122,14 +121,6 @@ pub const PREVIEW_WAIT: Duration = Duration::from_secs(10);
 #[template(path = "admin/campaign.html")]
 struct Page<'a> {
     v: &'a CampaignView,
-}
-
-/// `ms` since the epoch as RFC 3339 UTC, to the second.
-pub fn rfc3339(ms: i64) -> String {
-    OffsetDateTime::from_unix_timestamp(ms.div_euclid(1000))
-        .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
-        .unwrap_or_else(|| format!("{ms} ms"))
 }
 
 /// The timelines last read, by campaign. Counting a campaign's outcomes
@@ -224,7 +215,7 @@ pub fn gather(
     let versions = history
         .into_iter()
         .map(|v: VersionInfo| VersionRow {
-            when: rfc3339(v.created_at),
+            when: rfc3339(v.created_at, Precision::Seconds),
             subject: v.subject,
             kind: v.kind.to_string(),
             sent: sent
@@ -387,7 +378,7 @@ fn with_policy(response: Response) -> Response {
 
 /// `GET /static/campaign.css`.
 pub async fn stylesheet() -> Response {
-    super::dashboard::asset(
+    super::page::asset(
         "text/css; charset=utf-8",
         include_str!("../../templates/admin/campaign.css"),
     )
@@ -399,7 +390,10 @@ mod tests {
 
     #[test]
     fn times_are_rfc3339_utc() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_764_156_000_999), "2025-11-26T11:20:00Z");
+        assert_eq!(rfc3339(0, Precision::Seconds), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            rfc3339(1_764_156_000_999, Precision::Seconds),
+            "2025-11-26T11:20:00Z"
+        );
     }
 }

@@ -1,8 +1,8 @@
 //! `/healthz` on the public listener: 200 `ok` only when the database
 //! answers on the public side's connection and every beanstalkd server
 //! answers a command, each within [`PROBE_TIMEOUT`]; otherwise 503 with a
-//! line per part that did not (issue 29: it said 200 while beanstalkd was
-//! hung). One probe runs at a time and its answer is reused for
+//! line per part that did not: a hung beanstalkd must not look healthy to
+//! a load balancer. One probe runs at a time and its answer is reused for
 //! [`FRESH_FOR`], so polling `/healthz` cannot multiply the probes.
 
 use std::net::SocketAddr;

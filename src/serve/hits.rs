@@ -1,4 +1,4 @@
-//! `serve`'s batched ledger writes for opens and clicks (issue 26). A hit
+//! `serve`'s batched ledger writes for opens and clicks. A hit
 //! goes into a bounded channel and the pixel or redirect is answered at
 //! once; one writer thread, on a database connection of its own, records
 //! up to [`BATCH`] hits or what came within [`FLUSH_AFTER`] in one

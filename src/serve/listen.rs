@@ -1,7 +1,7 @@
 //! The accept loop of each listener, in place of `axum::serve`, so that a
-//! slow or idle client cannot hold what others need (issue 29: 1,100
-//! connections sending half a header starved `/healthz`, unsubscribes and
-//! the admin API, and SIGTERM took 28 s with three of them open):
+//! slow or idle client cannot hold what others need (many connections
+//! sending half a header would otherwise starve `/healthz`, unsubscribes
+//! and the admin API, and hold SIGTERM up):
 //!
 //! - a connection must deliver a whole request header within
 //!   [`HEADER_READ_TIMEOUT`] of its first byte, and a connection with no

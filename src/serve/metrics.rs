@@ -29,8 +29,8 @@ use prometheus_client::registry::Registry;
 use std::fmt::Error as FmtError;
 
 use super::snapshot::Snapshot;
-use crate::fleet::Liveness;
-use crate::status::{CampaignStatus, Phase};
+use crate::campaign::status::{CampaignStatus, Phase};
+use crate::worker::fleet::Liveness;
 
 /// Reads one outcome's count from a campaign's status.
 type Count = fn(&CampaignStatus) -> i64;

@@ -6,7 +6,7 @@
 //! - [`admin`] on `--admin-listen`: the operator's routes ([`dashboard`],
 //!   [`campaign_page`], JSON API, [`metrics`]), every request checked by
 //!   [`auth`] against `MAILSPLIT_ADMIN_TOKEN`; [`snapshot`] gathers what
-//!   they show.
+//!   they show. [`api`] is `/api/v1`, with keys and scopes of its own.
 //!
 //! Each side is one axum `Router` built from [`AppState`]; a new route is a
 //! line in its module. Each side reads the database through a reconnecting
@@ -16,7 +16,9 @@
 //! for slow and idle clients, a cap per listener); SIGTERM or SIGINT stop
 //! accepting and let requests in flight finish, for a few seconds at most.
 
+pub mod actions;
 pub mod admin;
+pub mod api;
 pub mod auth;
 pub mod campaign_page;
 pub mod chart;
@@ -26,6 +28,7 @@ pub mod health;
 pub mod hits;
 pub mod listen;
 pub mod metrics;
+pub mod page;
 pub mod pool;
 pub mod public;
 pub mod snapshot;
@@ -60,7 +63,9 @@ pub struct AppState {
     /// The campaign page's outcome counts over time, last read.
     pub timelines: campaign_page::Timelines,
     /// Opens and clicks: the batched writer, the link tables read.
-    pub tracking: tracking::Tracking,
+    pub tracking: tracking::TrackingRoutes,
+    /// `/api/v1`'s rate buckets and background work.
+    pub api: api::ApiState,
 }
 
 pub type State = Arc<AppState>;
@@ -110,7 +115,8 @@ pub fn run(settings: ServeSettings) -> Result<(), ServeError> {
             settings: settings.clone(),
             failures: guard::Failures::default(),
             timelines: campaign_page::Timelines::default(),
-            tracking: tracking::Tracking::new(recorder),
+            tracking: tracking::TrackingRoutes::new(recorder),
+            api: api::ApiState::new(settings.api_rate, settings.api_burst),
         });
         let stop = CancellationToken::new();
         shutdown::on_signals(stop.clone()).context("cannot install signal handlers")?;

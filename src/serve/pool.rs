@@ -4,8 +4,8 @@
 //! them all busy waits for one without holding a thread. So nothing the
 //! admin side does (a dashboard polling a hung beanstalkd, a slow resume)
 //! can take a thread or a connection a one-click unsubscribe needs, and
-//! the process's thread count has a ceiling (issue 29: a hung beanstalkd
-//! and one dashboard tab once grew `serve` to 515 threads).
+//! the process's thread count has a ceiling however long a beanstalkd
+//! server hangs while a dashboard polls it.
 
 use std::sync::Arc;
 
@@ -19,8 +19,12 @@ pub const PUBLIC_THREADS: usize = 8;
 pub const ADMIN_THREADS: usize = 4;
 /// Threads `/healthz`'s probes may use at once.
 pub const HEALTH_THREADS: usize = 2;
+/// Campaigns `/api/v1` enqueues in the background at once, each on a
+/// blocking thread of its own.
+pub const API_ENQUEUES: usize = 4;
 /// The runtime's ceiling on blocking threads: the pools' sum and a spare.
-pub const MAX_BLOCKING_THREADS: usize = PUBLIC_THREADS + ADMIN_THREADS + HEALTH_THREADS + 2;
+pub const MAX_BLOCKING_THREADS: usize =
+    PUBLIC_THREADS + ADMIN_THREADS + HEALTH_THREADS + API_ENQUEUES + 2;
 
 #[derive(Debug, thiserror::Error)]
 #[error("{pool} task failed: {why}")]

@@ -11,10 +11,10 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::State;
-use crate::fleet::{self, Fleet};
+use crate::campaign::status::{self, CampaignStatus};
 use crate::queue::timed::Timed;
-use crate::status::{self, CampaignStatus};
 use crate::store::{campaigns, engagement, now_ms, rates, workers, StoreError};
+use crate::worker::fleet::{self, Fleet};
 
 /// Longest a snapshot waits for one beanstalkd server's answer.
 pub const QUEUE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -111,7 +111,7 @@ pub async fn take(state: &State) -> Result<Snapshot, StoreError> {
             .map(|g| RateView {
                 name: g.name.clone(),
                 limit: g.rate,
-                shown: crate::ratelimit::show_stored_rate(g.rate),
+                shown: crate::rate::limiter::show_stored_rate(g.rate),
                 burst: g.burst,
                 observed: (status::observed_rate(g) * 10.0).round() / 10.0,
                 granted: g.leased,

@@ -1,4 +1,4 @@
-//! Public tracking routes (issue 26): `/o/TOKEN`, a campaign message's
+//! Public tracking routes: `/o/TOKEN`, a campaign message's
 //! open pixel (a 1×1 transparent GIF), and `/c/TOKEN/N`, its link N: a
 //! redirect to exactly link N of the message's content version, as stored
 //! in `campaign_links` when the version was stored. Nothing in the request
@@ -42,14 +42,14 @@ pub const PIXEL: &[u8] = &[
 type LinkTables = HashMap<(i64, i64), Arc<Vec<String>>>;
 
 /// The tracking routes' state: the writer and the link tables read.
-pub struct Tracking {
+pub struct TrackingRoutes {
     pub recorder: Recorder,
     links: Mutex<LinkTables>,
 }
 
-impl Tracking {
-    pub fn new(recorder: Recorder) -> Tracking {
-        Tracking {
+impl TrackingRoutes {
+    pub fn new(recorder: Recorder) -> TrackingRoutes {
+        TrackingRoutes {
             recorder,
             links: Mutex::default(),
         }

@@ -57,7 +57,7 @@ impl std::fmt::Display for Track {
 /// A version's tracking as stored with it: what, and its link table
 /// (link 1 first; empty unless clicks are tracked).
 #[derive(Debug, Clone, Default)]
-pub struct Tracking {
+pub struct VersionTracking {
     pub track: Track,
     pub links: Vec<String>,
 }
@@ -87,7 +87,7 @@ pub fn add(
     subject: &str,
     html: &str,
     text: &str,
-    tracking: &Tracking,
+    tracking: &VersionTracking,
 ) -> Result<i64> {
     conn.transaction(|conn| {
         let last: Option<i64> = on!(conn, |c| cc::table
@@ -259,7 +259,7 @@ pub fn edit(
     kind: ContentKind,
     parts: (&str, &str),
     start_after: i64,
-    tracking: &Tracking,
+    tracking: &VersionTracking,
 ) -> Result<Option<i64>> {
     use super::schema::campaigns as c;
     use super::CampaignState;

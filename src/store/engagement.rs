@@ -1,4 +1,4 @@
-//! What recipients did with a campaign's messages (issue 26): opens,
+//! What recipients did with a campaign's messages: opens,
 //! clicks and unsubscribes, per recipient (table `engagement`: first open,
 //! first click, counts), per link (`campaign_links.clicks`) and per
 //! campaign (`campaign_engagement`, changed in the same transaction as the
@@ -56,7 +56,9 @@ pub struct Recorded {
 }
 
 /// Per campaign: unique recipients and totals.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Queryable, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Queryable, serde::Serialize, utoipa::ToSchema,
+)]
 pub struct Engagement {
     /// Recipients who opened (not counting machine opens).
     pub opened: i64,

@@ -1,4 +1,4 @@
-//! The store side of `import` (issue 25): one import of a list is one
+//! The store side of `import`: one import of a list is one
 //! generation, and each batch of rows is written under three rules.
 //!
 //! - Nobody is re-subscribed: a recipient who is not active (unsubscribed,
@@ -404,7 +404,10 @@ pub fn decide(
 }
 
 /// `attributes` with `changes` applied key by key (`Null` removes).
-fn merged(mut attributes: Map<String, Value>, changes: &Map<String, Value>) -> Map<String, Value> {
+pub(super) fn merged(
+    mut attributes: Map<String, Value>,
+    changes: &Map<String, Value>,
+) -> Map<String, Value> {
     for (key, value) in changes {
         if value.is_null() {
             attributes.remove(key);

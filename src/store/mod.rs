@@ -11,11 +11,13 @@
 
 #[macro_use]
 mod text_enum;
+pub mod api_keys;
 pub mod autopause;
 pub mod bounces;
 pub mod campaigns;
 pub mod connections;
 pub mod content;
+pub mod database;
 pub mod db;
 pub mod deliveries;
 pub mod dkim_keys;
@@ -36,6 +38,7 @@ pub mod recipients;
 pub mod report;
 pub mod schema;
 pub mod sessions;
+pub mod subscribers;
 pub mod timeline;
 pub mod unverified;
 mod versions;

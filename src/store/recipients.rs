@@ -2,7 +2,6 @@
 //! `enqueue` and the worker read.
 
 use diesel::prelude::*;
-use diesel::upsert::excluded;
 
 use super::schema::{list_members, lists, recipients};
 use super::{now_ms, on, Conn, InnerMut, Result, StoreError};
@@ -25,21 +24,6 @@ impl RecipientStatus {
             other => other.parse(),
         }
     }
-}
-
-/// One validated row from an import.
-#[derive(Debug, Clone, Insertable)]
-#[diesel(table_name = recipients)]
-pub struct NewRecipient {
-    /// The spelling mail is sent to (kept from the first import).
-    pub email: String,
-    /// Which mailbox it is ([`crate::mailbox::key`]): one recipient per key.
-    pub email_key: String,
-    pub name: String,
-    /// JSON object of the extra CSV columns.
-    pub attributes: String,
-    pub status: RecipientStatus,
-    pub updated_at: i64,
 }
 
 /// What a worker needs to render one message.
@@ -107,86 +91,6 @@ pub fn list_size(conn: &mut Conn, list_id: i64) -> Result<i64> {
 }
 
 /// Counts from one import batch.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct UpsertCounts {
-    pub inserted: u64,
-    pub updated: u64,
-}
-
-/// Insert or update a batch of recipients (unique by mailbox, see
-/// [`crate::mailbox::key`]) and add them all to the list. `rows` must not
-/// repeat a key. An existing recipient keeps the spelling it was first
-/// imported with. When `set_status` is false an existing recipient keeps
-/// its status, so re-importing a file without a `status` column never
-/// re-subscribes anybody.
-pub fn upsert_batch(
-    conn: &mut Conn,
-    list_id: i64,
-    rows: &[NewRecipient],
-    set_status: bool,
-) -> Result<UpsertCounts> {
-    if rows.is_empty() {
-        return Ok(UpsertCounts::default());
-    }
-    let keys: Vec<&str> = rows.iter().map(|r| r.email_key.as_str()).collect();
-    let existing: i64 = on!(conn, |c| recipients::table
-        .filter(recipients::email_key.eq_any(&keys))
-        .count()
-        .get_result(c))?;
-    // diesel cannot batch an upsert on SQLite, so SQLite takes the rows one
-    // by one inside the caller's transaction (a cached prepared statement:
-    // cheap in-process); PostgreSQL gets one multi-row statement.
-    // Without a status column an existing recipient keeps its status.
-    let status_source = if set_status {
-        "excluded.status"
-    } else {
-        "recipients.status"
-    };
-    macro_rules! upsert {
-        ($c:expr, $values:expr) => {
-            diesel::insert_into(recipients::table)
-                .values($values)
-                .on_conflict(recipients::email_key)
-                .do_update()
-                .set((
-                    recipients::name.eq(excluded(recipients::name)),
-                    recipients::attributes.eq(excluded(recipients::attributes)),
-                    recipients::status
-                        .eq(diesel::dsl::sql::<diesel::sql_types::Text>(status_source)),
-                    recipients::updated_at.eq(excluded(recipients::updated_at)),
-                ))
-                .execute($c)
-        };
-    }
-    match conn.inner_mut() {
-        InnerMut::Sqlite(c) => {
-            for row in rows {
-                upsert!(c, row)?;
-            }
-        }
-        InnerMut::Pg(c) => {
-            upsert!(c, rows)?;
-        }
-    }
-    on!(conn, |c| diesel::insert_into(list_members::table)
-        .values(
-            recipients::table
-                .filter(recipients::email_key.eq_any(&keys))
-                .select((
-                    list_id.into_sql::<diesel::sql_types::BigInt>(),
-                    recipients::id
-                )),
-        )
-        .into_columns((list_members::list_id, list_members::recipient_id))
-        .on_conflict_do_nothing()
-        .execute(c))?;
-    let existing = existing as u64;
-    Ok(UpsertCounts {
-        inserted: rows.len() as u64 - existing,
-        updated: existing,
-    })
-}
-
 /// One keyset page of a list: `(recipient id, status)` for members with an id
 /// above `after`, in id order. Constant memory however large the list is.
 pub fn member_page(

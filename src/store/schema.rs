@@ -6,7 +6,7 @@ diesel::table! {
         id -> BigInt,
         name -> Text,
         created_at -> BigInt,
-        /// Migration 50: the latest import's generation.
+        /// The latest import's generation.
         import_gen -> BigInt,
     }
 }
@@ -21,9 +21,11 @@ diesel::table! {
         updated_at -> BigInt,
         status_reason -> Nullable<Text>,
         status_at -> Nullable<BigInt>,
-        /// Migration 4: the mailbox's identity (`crate::mailbox::key`);
+        /// The mailbox's identity (`crate::mailbox::key`);
         /// NULL only on twins left by older imports.
         email_key -> Nullable<Text>,
+        /// Migration 72: when `/api/v1` first wrote the subscriber.
+        created_at -> Nullable<BigInt>,
     }
 }
 
@@ -31,7 +33,7 @@ diesel::table! {
     list_members (list_id, recipient_id) {
         list_id -> BigInt,
         recipient_id -> BigInt,
-        /// Migration 50: the import that last named the member.
+        /// The import that last named the member.
         import_gen -> Nullable<BigInt>,
     }
 }
@@ -55,14 +57,14 @@ diesel::table! {
         return_path -> Nullable<Text>,
         max_failure_rate -> Nullable<Double>,
         pause_reason -> Nullable<Text>,
-        /// Migration 4: the `enqueue` run holding the campaign, and until
+        /// The `enqueue` run holding the campaign, and until
         /// when (ms).
         enqueue_owner -> Nullable<Text>,
         enqueue_lease_until -> Nullable<BigInt>,
-        /// Migration 11: the servers of the in-doubt window (see
+        /// The servers of the in-doubt window (see
         /// `campaigns::Intent`).
         pending_servers -> Nullable<Text>,
-        /// Migration 46: when it may start (ms); NULL: once enqueued.
+        /// When it may start (ms); NULL: once enqueued.
         send_at -> Nullable<BigInt>,
     }
 }
@@ -89,7 +91,7 @@ diesel::table! {
         recent_failed -> BigInt,
         prior_done -> BigInt,
         prior_failed -> BigInt,
-        /// Migration 65: when the campaign was seen done (reported once
+        /// When the campaign was seen done (reported once
         /// as `campaign.finished`).
         finished_at -> Nullable<BigInt>,
     }
@@ -107,13 +109,13 @@ diesel::table! {
         updated_at -> BigInt,
         bounced_at -> Nullable<BigInt>,
         complained_at -> Nullable<BigInt>,
-        /// Migration 45: the content version a sent message had.
+        /// The content version a sent message had.
         content_version -> Nullable<BigInt>,
     }
 }
 
 diesel::table! {
-    /// Migration 20: reports nobody can vouch for; they changed nobody.
+    /// Reports nobody can vouch for; they changed nobody.
     unverified_reports (id) {
         id -> BigInt,
         fingerprint -> Text,
@@ -132,7 +134,7 @@ diesel::joinable!(campaigns -> lists (list_id));
 diesel::joinable!(campaign_counters -> campaigns (campaign_id));
 
 diesel::table! {
-    /// Migration 70: admin login sessions (see `store::sessions`).
+    /// Admin login sessions (see `store::sessions`).
     admin_sessions (id) {
         id -> Text,
         token_fp -> Text,
@@ -240,7 +242,7 @@ diesel::table! {
 }
 
 diesel::table! {
-    /// Migration 10: shared connection limits per relay group.
+    /// Shared connection limits per relay group.
     connection_limits (name) {
         name -> Text,
         connections -> BigInt,
@@ -249,7 +251,7 @@ diesel::table! {
 }
 
 diesel::table! {
-    /// Migration 10: the connection slots each worker holds, until `until` (ms).
+    /// The connection slots each worker holds, until `until` (ms).
     connection_leases (name, owner) {
         name -> Text,
         owner -> Text,
@@ -260,7 +262,7 @@ diesel::table! {
 }
 
 diesel::table! {
-    /// Migration 40: each content version of a campaign (issue 24).
+    /// Each content version of a campaign.
     campaign_content (campaign_id, version) {
         campaign_id -> BigInt,
         version -> BigInt,
@@ -269,13 +271,13 @@ diesel::table! {
         html -> Text,
         text -> Text,
         created_at -> BigInt,
-        /// Migration 60: what this version tracks (issue 26).
+        /// What this version tracks.
         track -> Text,
     }
 }
 
 diesel::table! {
-    /// Migration 60: each tracked content version's links (issue 26).
+    /// Each tracked content version's links.
     campaign_links (campaign_id, version, n) {
         campaign_id -> BigInt,
         version -> BigInt,
@@ -286,7 +288,7 @@ diesel::table! {
 }
 
 diesel::table! {
-    /// Migration 60: opens, clicks and unsubscribes per recipient and campaign.
+    /// Opens, clicks and unsubscribes per recipient and campaign.
     engagement (campaign_id, recipient_id) {
         campaign_id -> BigInt,
         recipient_id -> BigInt,
@@ -301,7 +303,7 @@ diesel::table! {
 }
 
 diesel::table! {
-    /// Migration 60: engagement counters per campaign.
+    /// Engagement counters per campaign.
     campaign_engagement (campaign_id) {
         campaign_id -> BigInt,
         opened -> BigInt,
@@ -315,7 +317,7 @@ diesel::table! {
 }
 
 diesel::table! {
-    /// Migration 47: campaigns deleted after `enqueue`, whose jobs workers
+    /// Campaigns deleted after `enqueue`, whose jobs workers
     /// drop when they meet them.
     deleted_campaigns (id) {
         id -> BigInt,
@@ -325,7 +327,7 @@ diesel::table! {
 }
 
 diesel::table! {
-    /// Migration 65: signed event webhooks out (issue 26).
+    /// Signed event webhooks out.
     webhooks (id) {
         id -> BigInt,
         url -> Text,
@@ -342,13 +344,13 @@ diesel::table! {
         last_error -> Nullable<Text>,
         last_error_at -> Nullable<BigInt>,
         last_ok_at -> Nullable<BigInt>,
-        /// Migration 71: may point at loopback or link-local addresses.
+        /// May point at loopback or link-local addresses.
         allow_local -> Bool,
     }
 }
 
 diesel::table! {
-    /// Migration 65: one row per (webhook, event) until delivered.
+    /// One row per (webhook, event) until delivered.
     webhook_outbox (id) {
         id -> BigInt,
         webhook_id -> BigInt,
@@ -356,7 +358,7 @@ diesel::table! {
         campaign_id -> Nullable<BigInt>,
         recipient_id -> Nullable<BigInt>,
         at -> BigInt,
-        /// Migration 68: a `clicked` event's link (content version, number).
+        /// A `clicked` event's link (content version, number).
         link_version -> Nullable<BigInt>,
         link_n -> Nullable<BigInt>,
         /// Migration 73: an event about a transactional message.
@@ -404,6 +406,18 @@ diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, webhooks);
 diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, campaign_links);
 diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, campaigns);
 diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, recipients);
+
+diesel::table! {
+    /// Migration 72: `/api/v1` keys (see `store::api_keys`).
+    api_keys (name) {
+        name -> Text,
+        key_hash -> Text,
+        scopes -> Text,
+        created_at -> BigInt,
+        last_used_at -> Nullable<BigInt>,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, messages);
 diesel::allow_tables_to_appear_in_same_query!(messages, campaigns);
 diesel::allow_tables_to_appear_in_same_query!(messages, recipients);

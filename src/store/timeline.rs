@@ -12,7 +12,7 @@
 //! stamped outside the span (a worker whose clock is behind) counts in
 //! the first or last bucket, so the buckets always sum to the ledger.
 //!
-//! A campaign that tracks opens or clicks (issue 26) also gets, on the
+//! A campaign that tracks opens or clicks also gets, on the
 //! same buckets, its recipients' first (human) opens and first clicks
 //! from the `engagement` rows: the span then reaches from the first
 //! outcome or engagement to the last (readers open mail after the send

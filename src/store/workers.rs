@@ -1,7 +1,7 @@
 //! The worker fleet's heartbeat rows (table `workers`): each running worker
 //! writes its own row every few seconds and deletes it when it exits
 //! cleanly. Readers tell live from lost workers by how old `seen_at` is
-//! (see `crate::fleet`); nothing here needs the clocks of two machines to
+//! (see `crate::worker::fleet`); nothing here needs the clocks of two machines to
 //! agree beyond that bound.
 
 use diesel::prelude::*;

@@ -7,10 +7,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::clock::{rfc3339, Precision};
 use hyper::body::Bytes;
 use serde::Serialize;
-use time::format_description::well_known::Rfc3339;
-use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use super::{http, sign, Delivery, BATCH, MAX_RETRY_DELAY, POST_TIMEOUT};
@@ -215,7 +214,7 @@ fn body(events: &[Pending]) -> Vec<u8> {
                 .email
                 .as_deref()
                 .or(e.message_to.as_deref().map(bare_address)),
-            at: rfc3339(e.at),
+            at: rfc3339(e.at, Precision::Millis),
             url: e.url.as_deref(),
         })
         .collect();
@@ -228,19 +227,6 @@ fn bare_address(to: &str) -> &str {
     match (to.rfind('<'), to.rfind('>')) {
         (Some(a), Some(b)) if a < b => &to[a + 1..b],
         _ => to,
-    }
-}
-
-/// RFC 3339 UTC with exactly three decimals (`…T11:56:34.510Z`), so that
-/// the texts sort as the times do.
-fn rfc3339(ms: i64) -> String {
-    let whole = OffsetDateTime::from_unix_timestamp(ms.div_euclid(1000))
-        .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
-        .unwrap_or_default();
-    match whole.strip_suffix('Z') {
-        Some(head) => format!("{head}.{:03}Z", ms.rem_euclid(1000)),
-        None => whole,
     }
 }
 
@@ -259,7 +245,13 @@ mod tests {
 
     #[test]
     fn times_have_three_decimals() {
-        assert_eq!(rfc3339(1_764_158_194_510), "2025-11-26T11:56:34.510Z");
-        assert_eq!(rfc3339(1_764_158_194_000), "2025-11-26T11:56:34.000Z");
+        assert_eq!(
+            rfc3339(1_764_158_194_510, Precision::Millis),
+            "2025-11-26T11:56:34.510Z"
+        );
+        assert_eq!(
+            rfc3339(1_764_158_194_000, Precision::Millis),
+            "2025-11-26T11:56:34.000Z"
+        );
     }
 }

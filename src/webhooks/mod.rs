@@ -1,4 +1,4 @@
-//! Signed event webhooks out (issue 26): `webhook add | ls | rm`, and the
+//! Signed event webhooks out: `webhook add | ls | rm`, and the
 //! delivery of the outbox ([`crate::store::outbox`]) to each receiver.
 //!
 //! Facts are written into the outbox in the transaction that records them

@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::pipeline::Shared;
+use super::shared::Shared;
 use crate::config::{FORGET_LOST, HEARTBEAT};
 use crate::store::now_ms;
 use crate::store::rates;

@@ -3,7 +3,7 @@
 //! delete, paused → release with a growing delay, not started → release
 //! until its start), claim its recipients in the ledger, compose their
 //! messages and hand them to the senders. From then on a
-//! [`Tracker`](super::fate::Tracker) follows the job to its fate.
+//! [`Tracker`](super::tracker::Tracker) follows the job to its fate.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,15 +11,17 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::fate::{finish, pause_delay, Progress, Tracker};
+use super::fate::{finish, pause_delay};
 use super::flags::CampaignInfo;
 use super::lease::Lease;
-use super::pipeline::{Msg, SendOutcome, Shared};
+use super::pipeline::{Msg, SendOutcome};
 use super::reserve::{Cmd, Incoming};
+use super::shared::Shared;
 use super::touch::touch_loop;
+use super::tracker::{Progress, Tracker};
 use crate::compose::{self, Unsendable};
 use crate::queue::{BadJob, JobBody, JOB_TTR};
-use crate::ratelimit;
+use crate::rate::limiter;
 use crate::send_at;
 use crate::store::deliveries::{self, OutcomeKind};
 use crate::store::{now_ms, recipients, CampaignState, StoreError};
@@ -37,7 +39,7 @@ const DB_RETRY_DELAY: Duration = Duration::from_secs(5);
 const FOREIGN_DELAY: Duration = Duration::from_secs(30);
 /// DKIM-signed messages composed per hand-off to the blocking pool: enough
 /// that the hand-off costs little beside the signatures, few enough that a
-/// batch of RSA signatures (about 16 × 0.4 ms of one core) keeps the
+/// batch of RSA signatures (a few milliseconds of one core) keeps the
 /// senders fed. Smaller when the senders' queue has less room
 /// ([`sign_batch`]).
 const SIGN_BATCH: usize = 16;
@@ -429,7 +431,7 @@ async fn hand_over(
             let rate_generation = shared.limiter.generation();
             Ok(Msg {
                 rate_groups: shared.limiter.groups_for(&info.mail.name, &domain),
-                weight: ratelimit::message_weight(composed.bytes.len()),
+                weight: limiter::message_weight(composed.bytes.len()),
                 campaign_name: info.mail.name.clone(),
                 domain,
                 rate_generation,

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::pipeline::Shared;
+use super::shared::Shared;
 use super::reserve::{Cmd, Incoming};
 use crate::compose::message::{compose_message, TemplateMail, To};
 use crate::compose::Unsendable;
@@ -22,7 +22,7 @@ use crate::mail::Composed;
 use crate::messages::submit::parse_to;
 use crate::queue::message::{MessageJob, MESSAGE_PRIORITY};
 use crate::queue::{BadJob, JOB_TTR};
-use crate::ratelimit;
+use crate::rate::limiter;
 use crate::store::messages::{self, Claim, Message, MessageStatus};
 use crate::store::{message_templates, now_ms, StoreError};
 
@@ -166,7 +166,7 @@ async fn send(shared: &Arc<Shared>, id: u64, (msg, token): (Message, i64), m: Co
     let domain = msg.to_addr.rsplit('@').next().unwrap_or_default();
     let domain = domain.trim_end_matches('>').to_string();
     let groups = shared.limiter.groups_for("", &domain);
-    let weight = ratelimit::message_weight(m.bytes.len());
+    let weight = limiter::message_weight(m.bytes.len());
     if let Err(t) = shared
         .limiter
         .acquire(&groups, weight, MAX_TOKEN_WAIT)

@@ -13,30 +13,35 @@
 //!    relay's shared connection limit ([`sessions`]); at most
 //!    `--max-per-session` messages per session ([`optout`] skips recipients
 //!    who left since their claim);
-//! 5. [`report`]: outcomes written to the ledger in batches; once all of a
-//!    job's outcomes are durable, [`fate`] deletes or releases it ([`touch`]
-//!    keeps it reserved meanwhile).
+//! 5. [`record`]: outcomes written to the ledger in batches, each counted
+//!    on its job's [`tracker`]; once all of a job's outcomes are durable,
+//!    [`fate`] deletes or releases it ([`touch`] keeps it reserved
+//!    meanwhile).
 //!
-//! [`pipeline`] holds the types that travel between the stages;
-//! [`heartbeat`] keeps this worker's row in the fleet table.
+//! [`pipeline`] holds the types that travel between the stages, [`shared`]
+//! what they share; [`heartbeat`] keeps this worker's row in the fleet
+//! table, which [`fleet`] reads for `mailsplit workers`.
 //! [`crate::shutdown`] turns SIGTERM, SIGINT and "my binary was replaced" into one
 //! stop signal: no more reserving, jobs in flight finish within the grace
 //! period (or their unsent messages are handed back), then exit 0.
 
 pub mod fate;
 pub mod flags;
+pub mod fleet;
 pub mod heartbeat;
 pub mod job;
 pub mod lease;
 pub mod message;
 pub mod optout;
 pub mod pipeline;
-pub mod report;
+pub mod record;
 pub mod reserve;
 pub mod schedule;
 pub mod send;
 pub mod sessions;
+pub mod shared;
 pub mod touch;
+pub mod tracker;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -50,7 +55,7 @@ use crate::mail::Relay;
 use crate::store::{self, installation, Db, Plans};
 use crate::tokens::Identity;
 use flags::Campaigns;
-use pipeline::Shared;
+use shared::Shared;
 
 /// Jobs a worker holds at once: enough to keep every SMTP session busy
 /// while the next job is being claimed and rendered.
@@ -174,7 +179,7 @@ async fn pipeline_run(
         Plans::GenericWhileLarge,
         DB_CALL_LIMIT,
     )?;
-    let limiter = crate::ratelimit::Limiter::new(Arc::clone(&db), relay.target());
+    let limiter = crate::rate::limiter::Limiter::new(Arc::clone(&db), relay.target());
     limiter.refresh().await.context("cannot read rate groups")?;
     let shared = Arc::new(Shared {
         db,
@@ -217,7 +222,7 @@ async fn pipeline_run(
         &(abort.clone(), drained.clone()),
     );
     drop(report_tx);
-    let reporter = tokio::spawn(report::reporter(
+    let reporter = tokio::spawn(record::reporter(
         Arc::clone(&shared),
         report_rx,
         drained.clone(),

@@ -21,16 +21,30 @@
 //! lock, in order): each check-then-take of tokens is therefore atomic in
 //! this worker, and a token is taken only when a sender is there to spend it.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex as StdMutex;
 use std::time::{Duration, Instant};
 
-use tokio::sync::Mutex;
+use tokio::sync::{mpsc, Mutex};
 use tokio_util::sync::CancellationToken;
 
-use super::pipeline::{Msg, SendOutcome, Shared};
+use super::flags::Campaigns;
+use super::pipeline::{Msg, SendOutcome};
+use crate::rate::limiter::Limiter;
 use crate::store::OutcomeKind;
+
+mod parked;
+use parked::{Parked, State};
+
+/// What the scheduler reads of the worker's shared state (see
+/// [`super::shared::Shared::schedule`]): the limiter, the campaigns' flags,
+/// and the way to the reporter for deferred recipients.
+pub struct Context<'a> {
+    pub limiter: &'a Limiter,
+    pub campaigns: &'a Campaigns,
+    pub to_report: &'a mpsc::Sender<SendOutcome>,
+}
 
 /// A message is parked only if its tokens are expected within this long;
 /// otherwise it is deferred at once.
@@ -76,39 +90,6 @@ const MAX_DEFER_DELAY: Duration = Duration::from_secs(3_600);
 const MAX_SLEEP: Duration = Duration::from_millis(200);
 /// Messages looked at per queue per pass (bounds one pass's work).
 const TRIES_PER_QUEUE: usize = 64;
-
-struct Parked {
-    msg: Msg,
-    since: Instant,
-}
-
-/// Tokens this worker took per group lately: its share of a group that
-/// other workers use too, for estimating how long a parked message waits.
-struct Meter {
-    start: Instant,
-    count: u32,
-    /// Tokens per second over the last full window while messages were
-    /// parked for the group; `None` when unknown.
-    rate: Option<f64>,
-}
-
-#[derive(Default)]
-struct Queue {
-    msgs: VecDeque<Parked>,
-    /// When the group's next token is due, as last seen.
-    due: Option<Instant>,
-}
-
-#[derive(Default)]
-struct State {
-    queues: HashMap<String, Queue>,
-    meters: HashMap<String, Meter>,
-    parked: usize,
-    generation: u64,
-    /// Recipients deferred per group, by the second (since `epoch`) at which
-    /// they are due: counted in `status` until then.
-    deferred: HashMap<String, BTreeMap<u64, u32>>,
-}
 
 /// Per group: recipients parked in this worker, and deferred by it into
 /// delayed jobs that are not due yet.
@@ -194,7 +175,7 @@ impl Scheduler {
     /// With `idle`, gives up after that long without a message. Not to be
     /// cancelled midway (it may hold a message between two awaits): the
     /// idle time is its own way out.
-    pub async fn next(&self, shared: &Shared, idle: Option<Duration>) -> Next {
+    pub async fn next(&self, shared: &Context<'_>, idle: Option<Duration>) -> Next {
         self.waiting.fetch_add(1, Ordering::AcqRel);
         let deadline = idle.map(|d| Instant::now() + d);
         let out = self.next_locked(shared, deadline).await;
@@ -237,7 +218,7 @@ impl Scheduler {
 
     async fn next_locked(
         &self,
-        shared: &Shared,
+        shared: &Context<'_>,
         deadline: Option<Instant>,
     ) -> Result<Option<Msg>, Idle> {
         if let Some(m) = self.pop_ready() {
@@ -300,7 +281,7 @@ impl Scheduler {
     }
 
     /// Give groups whose next token is due their parked messages.
-    async fn release_parked(&self, st: &mut State, shared: &Shared) -> Option<Msg> {
+    async fn release_parked(&self, st: &mut State, shared: &Context<'_>) -> Option<Msg> {
         let now = Instant::now();
         let mut due: Vec<(Instant, String)> = st
             .queues
@@ -375,7 +356,7 @@ impl Scheduler {
     /// newest messages beyond that are deferred (their jobs are then free),
     /// the oldest stay, as they go next. Anything parked longer than
     /// [`MAX_PARKED_FOR`] is deferred whatever the estimate said.
-    async fn sweep(&self, st: &mut State, shared: &Shared) {
+    async fn sweep(&self, st: &mut State, shared: &Context<'_>) {
         let now = Instant::now();
         let names: Vec<String> = st
             .queues
@@ -422,7 +403,7 @@ impl Scheduler {
     }
 
     /// A message from the job stage: send it now, park it, or defer it.
-    async fn admit(&self, st: &mut State, shared: &Shared, mut msg: Msg) -> Admit {
+    async fn admit(&self, st: &mut State, shared: &Context<'_>, mut msg: Msg) -> Admit {
         regroup(shared, &mut msg);
         if msg.rate_groups.is_empty() || shared.campaigns.blocked(msg.tracker.campaign_id).await {
             return Admit::Go(msg);
@@ -451,7 +432,14 @@ impl Scheduler {
 
     /// Hand a message back to the ledger unsent and note on its job that it
     /// is deferred, to come back a little before `wait` is over.
-    async fn defer(&self, st: &mut State, shared: &Shared, msg: Msg, group: &str, wait: Duration) {
+    async fn defer(
+        &self,
+        st: &mut State,
+        shared: &Context<'_>,
+        msg: Msg,
+        group: &str,
+        wait: Duration,
+    ) {
         let delay = wait
             .saturating_sub(DEFER_EARLY)
             .clamp(MIN_DEFER_DELAY, MAX_DEFER_DELAY);
@@ -496,100 +484,8 @@ impl Scheduler {
     }
 }
 
-impl State {
-    /// Groups changed (rate generation `generation`): look at every queue
-    /// again, forget shares measured under the old rates.
-    fn follow_generation(&mut self, generation: u64) {
-        if generation != self.generation {
-            self.generation = generation;
-            self.meters.clear();
-            for q in self.queues.values_mut() {
-                q.due = None;
-            }
-        }
-    }
-
-    /// When the scheduler must look again: the next queue due, a parked
-    /// message's time limit, the caller's deadline, or `MAX_SLEEP` from now.
-    fn wake_at(&self, now: Instant, deadline: Option<Instant>) -> Instant {
-        let mut wake = now + MAX_SLEEP;
-        if let Some(d) = deadline {
-            wake = wake.min(d);
-        }
-        for q in self.queues.values().filter(|q| !q.msgs.is_empty()) {
-            wake = wake.min(q.due.unwrap_or(now));
-            if let Some(p) = q.msgs.front() {
-                wake = wake.min(p.since + MAX_PARKED_FOR);
-            }
-        }
-        wake
-    }
-
-    fn take_head(&mut self, name: &str) -> Option<Parked> {
-        let p = self.queues.get_mut(name)?.msgs.pop_front()?;
-        self.parked -= 1;
-        Some(p)
-    }
-
-    fn pop_any(&mut self) -> Option<Msg> {
-        let name = self
-            .queues
-            .iter()
-            .find(|(_, q)| !q.msgs.is_empty())
-            .map(|(n, _)| n.clone())?;
-        self.take_head(&name).map(|p| p.msg)
-    }
-
-    fn note_taken(&mut self, groups: &[String]) {
-        let now = Instant::now();
-        for g in groups {
-            let backlogged = self.queues.get(g).is_some_and(|q| !q.msgs.is_empty());
-            let m = self.meters.entry(g.clone()).or_insert(Meter {
-                start: now,
-                count: 0,
-                rate: None,
-            });
-            m.count += 1;
-            let elapsed = now.duration_since(m.start);
-            if elapsed >= Duration::from_secs(1) {
-                // Only a window with a backlog says what this worker gets.
-                if backlogged {
-                    m.rate = Some(f64::from(m.count) / elapsed.as_secs_f64());
-                }
-                m.start = now;
-                m.count = 0;
-            }
-        }
-    }
-
-    /// Time between two messages of `group` at this worker: the configured
-    /// interval, or the share measured lately if slower.
-    fn each(&self, shared: &Shared, group: &str) -> Duration {
-        let configured = shared.limiter.interval(group).unwrap_or_default();
-        // A group whose next token is far off is caught by its due time;
-        // a pause of the whole worker (a slow database round trip) must not
-        // read as a tiny share and defer everything parked.
-        let measured = match self.meters.get(group).and_then(|m| m.rate) {
-            Some(r) if r > 0.0 => Duration::from_secs_f64(1.0 / r),
-            _ => Duration::ZERO,
-        };
-        configured.max(measured)
-    }
-
-    /// How long a message joining `group`'s queue now would wait: until the
-    /// group's next token, plus one share of the group per message ahead.
-    fn estimate(&self, shared: &Shared, group: &str, now: Instant) -> Duration {
-        let q = self.queues.get(group);
-        let ahead = q.map_or(0, |q| q.msgs.len()) as u32;
-        let until_due = q
-            .and_then(|q| q.due)
-            .map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
-        until_due + (self.each(shared, group) * ahead).min(MAX_BACKLOG_DELAY)
-    }
-}
-
 /// Work out the message's groups again if they changed since.
-fn regroup(shared: &Shared, msg: &mut Msg) {
+fn regroup(shared: &Context<'_>, msg: &mut Msg) {
     let generation = shared.limiter.generation();
     if msg.rate_generation != generation {
         msg.rate_groups = shared.limiter.groups_for(&msg.campaign_name, &msg.domain);

@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::pipeline::{Msg, SendOutcome, Shared};
+use super::pipeline::{Msg, SendOutcome};
 use super::schedule::{Next, Scheduler};
 use super::sessions::{Sessions, Slot};
+use super::shared::Shared;
 use crate::mail::{MailError, Relay, Session, Verdict};
 use crate::store::OutcomeKind;
 
@@ -85,7 +86,7 @@ pub async fn sender(
             // The one place a sender takes its next message (its rate
             // tokens already taken, see `schedule`).
             let idle = session.is_some().then_some(IDLE_QUIT);
-            let msg = match inbox.next(&shared, idle).await {
+            let msg = match inbox.next(&shared.schedule(), idle).await {
                 Next::Msg(msg) => msg,
                 Next::Idle => break false,
                 Next::Closed => break true,

@@ -9,9 +9,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::fate::Tracker;
-use super::pipeline::Shared;
 use super::reserve::Cmd;
+use super::shared::Shared;
+use super::tracker::Tracker;
 use crate::queue::JOB_TTR;
 use crate::store::deliveries;
 

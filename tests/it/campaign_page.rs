@@ -87,7 +87,8 @@ fn page_over_http(kind: Kind) {
     let id = setup_campaign(&env);
     assert_eq!(env.status("weekly")["send_at"], serde_json::Value::Null);
     let start = mailsplit::store::now_ms() + 3_600_000;
-    let start = mailsplit::send_at::format(start - start % 1000);
+    let start =
+        mailsplit::clock::rfc3339(start - start % 1000, mailsplit::clock::Precision::AsNeeded);
     env.ok(&["campaign", "edit", "weekly", "--send-at", &start]);
     assert_eq!(env.status("weekly")["send_at"], start.as_str());
     let served = env.serve(Some(TOKEN));

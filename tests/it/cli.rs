@@ -209,7 +209,7 @@ fn kill_enqueue_at(
 
 /// Jobs an enqueue run puts per database step (one page of the list): what
 /// a killed run may leave in the queue unconfirmed.
-const WINDOW_JOBS: u64 = mailsplit::splitter::PAGE_SIZE as u64 / 100;
+const WINDOW_JOBS: u64 = mailsplit::enqueue::PAGE_SIZE as u64 / 100;
 
 /// After an interrupted run, the counters hold exactly the confirmed puts:
 /// the tube has those jobs plus at most one window of unconfirmed ones.

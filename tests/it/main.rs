@@ -4,7 +4,7 @@
 //! ```sh
 //! cargo test --test it worker::              # one area
 //! cargo test --test it worker::sqlite::      # one area, one backend
-//! cargo nextest run --test it -E 'test(/^ratelimit::/)'
+//! cargo nextest run --test it -E 'test(/^limiter::/)'
 //! scripts/test.sh                            # everything, as CI runs it
 //! ```
 //!
@@ -18,6 +18,8 @@
 mod util;
 
 mod admin;
+mod api;
+mod api_flows;
 mod audience;
 mod audience_mysql;
 mod audience_sync;

@@ -637,7 +637,7 @@ fn rate_commands_validate_their_input() {
 /// bucket.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_down_halves_the_local_rate_and_recovers() {
-    use mailsplit::ratelimit::Limiter;
+    use mailsplit::rate::limiter::Limiter;
     use mailsplit::store::{rates, Conn};
     use mailsplit::store::{Db, Plans};
 

@@ -23,7 +23,7 @@ fn now_ms() -> i64 {
 }
 
 fn at(ms: i64) -> String {
-    mailsplit::send_at::format(ms)
+    mailsplit::clock::rfc3339(ms, mailsplit::clock::Precision::AsNeeded)
 }
 
 /// smtp-sink dumping every message into `dir` (one file each).

@@ -14,7 +14,8 @@ use std::time::Duration;
 use crate::util::{Kind, TestDb};
 use mailsplit::store::campaigns::{self, Confirm, Control, Intent, NewCampaign};
 use mailsplit::store::deliveries::{self, Outcome, OutcomeKind, Recorded};
-use mailsplit::store::recipients::{self, NewRecipient, RecipientStatus, UpsertCounts};
+use mailsplit::store::imports::{self, Row, Written};
+use mailsplit::store::recipients::{self, RecipientStatus};
 use mailsplit::store::{now_ms, CampaignState, Claim, Conn, DeliveryState, StoreError};
 
 /// Instantiate each scenario once per backend. A scenario's attributes
@@ -92,19 +93,21 @@ fn migrated(kind: Kind) -> (TestDb, Conn) {
     (db, conn)
 }
 
-fn person(email: &str, name: &str, status: &str) -> NewRecipient {
-    NewRecipient {
+fn person(email: &str, name: &str, status: &str) -> Row {
+    let attributes = serde_json::json!({"city": "Paris"});
+    Row {
+        line: 0,
         email: email.to_string(),
         email_key: mailsplit::mailbox::key(email).unwrap(),
-        name: name.to_string(),
-        attributes: r#"{"city":"Paris"}"#.to_string(),
-        status: status.parse().unwrap(),
-        updated_at: now_ms(),
+        name: Some(name.to_string()),
+        attributes: attributes.as_object().unwrap().clone(),
+        status: Some(status.parse().unwrap()),
+        new_id: None,
     }
 }
 
 /// `n` active recipients `{prefix}{i}@example.test`.
-fn people(prefix: &str, n: usize) -> Vec<NewRecipient> {
+fn people(prefix: &str, n: usize) -> Vec<Row> {
     (1..=n)
         .map(|i| {
             person(
@@ -116,18 +119,30 @@ fn people(prefix: &str, n: usize) -> Vec<NewRecipient> {
         .collect()
 }
 
-/// Import rows into a list (in one transaction, as `import` does).
-fn import(
-    conn: &mut Conn,
-    list: &str,
-    rows: &[NewRecipient],
-    set_status: bool,
-) -> (i64, UpsertCounts) {
-    let list_id = recipients::get_or_create_list(conn, list).unwrap();
-    let counts = conn
-        .transaction(|c| recipients::upsert_batch(c, list_id, rows, set_status))
+/// Import rows into a list as `import` does (one run, one batch in one
+/// transaction). Without `with_status` the rows carry no status (a file
+/// without a status column); with it the file's status wins, as
+/// `--resubscribe` allows.
+fn import(conn: &mut Conn, list: &str, rows: &[Row], with_status: bool) -> (i64, Written) {
+    let run = imports::begin(conn, list).unwrap();
+    let rows: Vec<Row> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Row {
+            line: i as u64 + 1,
+            status: if with_status { r.status } else { None },
+            ..r.clone()
+        })
+        .collect();
+    let written = conn
+        .transaction(|c| imports::write_batch(c, run, &rows, with_status))
         .unwrap();
-    (list_id, counts)
+    (run.list_id, written)
+}
+
+/// What a batch did, as (added to the list, updated, unchanged).
+fn counts(w: &Written) -> (u64, u64, u64) {
+    (w.added, w.updated, w.unchanged)
 }
 
 /// Every member id of a list, in id order.
@@ -283,46 +298,29 @@ fn upsert_counts_inserted_then_updated(kind: Kind) {
     let (_db, mut conn) = migrated(kind);
     let rows = people("a", 30);
     let (list_id, first) = import(&mut conn, "main", &rows, false);
-    assert_eq!(
-        first,
-        UpsertCounts {
-            inserted: 30,
-            updated: 0
-        }
-    );
+    assert_eq!(counts(&first), (30, 0, 0));
     let (same_list, second) = import(&mut conn, "main", &rows, false);
     assert_eq!(
         same_list, list_id,
         "get_or_create_list returns the existing list"
     );
-    assert_eq!(
-        second,
-        UpsertCounts {
-            inserted: 0,
-            updated: 30
-        }
-    );
+    assert_eq!(counts(&second), (0, 0, 30), "the same rows change nothing");
 
     // A batch mixing known and new addresses counts each kind.
     let mut mixed = people("a", 10);
     mixed.extend(people("b", 5));
+    mixed[0].name = Some("Changed".into());
     let (_, third) = import(&mut conn, "main", &mixed, false);
-    assert_eq!(
-        third,
-        UpsertCounts {
-            inserted: 5,
-            updated: 10
-        }
-    );
+    assert_eq!(counts(&third), (5, 1, 9));
     assert_eq!(recipients::list_size(&mut conn, list_id).unwrap(), 35);
 
     // An empty batch is a no-op.
     let (_, empty) = import(&mut conn, "main", &[], false);
-    assert_eq!(empty, UpsertCounts::default());
+    assert_eq!(empty, Written::default());
 
     // Updated fields land.
     let mut renamed = people("a", 1);
-    renamed[0].name = "Renamed".into();
+    renamed[0].name = Some("Renamed".into());
     import(&mut conn, "main", &renamed, false);
     let ids = member_ids(&mut conn, list_id);
     let loaded = recipients::load(&mut conn, &ids).unwrap();
@@ -363,14 +361,9 @@ fn reimport_keeps_status_unless_asked(kind: Kind) {
         person("gone@example.test", "Gone", "active"),
         person("here@example.test", "Here", "active"),
     ];
-    let (_, counts) = import(&mut conn, "main", &again, false);
-    assert_eq!(
-        counts,
-        UpsertCounts {
-            inserted: 0,
-            updated: 2
-        }
-    );
+    let (_, written) = import(&mut conn, "main", &again, false);
+    assert_eq!(written.added, 0);
+    assert_eq!(written.kept_unsubscribed, 1, "{written:?}");
     assert_eq!(
         status_of(&mut conn, list_id, "gone@example.test"),
         "unsubscribed"
@@ -404,15 +397,9 @@ fn membership_is_not_duplicated(kind: Kind) {
     assert_eq!(recipients::list_size(&mut conn, main).unwrap(), 12);
 
     // The same people on a second list: two memberships, one recipient each.
-    let (other, counts) = import(&mut conn, "other", &rows[..5], false);
+    let (other, written) = import(&mut conn, "other", &rows[..5], false);
     assert_ne!(other, main);
-    assert_eq!(
-        counts,
-        UpsertCounts {
-            inserted: 0,
-            updated: 5
-        }
-    );
+    assert_eq!(counts(&written), (5, 0, 0), "new to this list");
     assert_eq!(recipients::list_size(&mut conn, other).unwrap(), 5);
     assert_eq!(recipients::list_size(&mut conn, main).unwrap(), 12);
     let main_ids = member_ids(&mut conn, main);
@@ -433,7 +420,7 @@ fn membership_is_not_duplicated(kind: Kind) {
 fn member_page_is_keyset_paginated(kind: Kind) {
     let (_db, mut conn) = migrated(kind);
     let mut rows = people("p", 25);
-    rows[7].status = RecipientStatus::Unsubscribed;
+    rows[7].status = Some(RecipientStatus::Unsubscribed);
     let (list_id, _) = import(&mut conn, "main", &rows, true);
     // Somebody on another list only must not show up.
     import(&mut conn, "elsewhere", &people("x", 3), false);
@@ -653,14 +640,14 @@ fn one_recipient_per_mailbox(kind: Kind) {
         person("Ada@Example.com", "Ada", "active"),
         person("user@bücher.de", "Jo", "active"),
     ];
-    let (a, counts) = import(&mut conn, "a", &first, false);
-    assert_eq!((counts.inserted, counts.updated), (2, 0));
+    let (a, written) = import(&mut conn, "a", &first, false);
+    assert_eq!(counts(&written), (2, 0, 0));
     let again = [
         person("ada@example.com", "Ada L.", "unsubscribed"),
         person("USER@xn--bcher-kva.DE", "Jo B.", "active"),
     ];
-    let (b, counts) = import(&mut conn, "b", &again, true);
-    assert_eq!((counts.inserted, counts.updated), (0, 2));
+    let (b, written) = import(&mut conn, "b", &again, true);
+    assert_eq!(written.added, 2, "new to list b: {written:?}");
     let ids = member_ids(&mut conn, a);
     assert_eq!(member_ids(&mut conn, b), ids, "one recipient on both lists");
     let mut people = recipients::load(&mut conn, &ids).unwrap();
@@ -839,7 +826,7 @@ fn migrate_merges_mailboxes_imported_twice(kind: Kind) {
     assert_eq!(key(&mut conn, "bob@example.com"), Some(6));
 
     // Importing any spelling again updates the holder, never a twin.
-    let (_, counts) = import(
+    let (_, written) = import(
         &mut conn,
         "one",
         &[
@@ -848,14 +835,21 @@ fn migrate_merges_mailboxes_imported_twice(kind: Kind) {
         ],
         false,
     );
-    assert_eq!((counts.inserted, counts.updated), (0, 2));
-    let (_, counts) = import(
+    assert_eq!(
+        counts(&written),
+        (0, 2, 0),
+        "the holders updated, no twin added"
+    );
+    let (three, written) = import(
         &mut conn,
         "three",
         &[person("new@bücher.de", "New", "active")],
         false,
     );
-    assert_eq!((counts.inserted, counts.updated), (1, 0));
+    assert_eq!(counts(&written), (1, 0, 0));
+    let new = member_ids(&mut conn, three);
+    assert_eq!(new.len(), 1);
+    assert_eq!(key(&mut conn, "NEW@xn--bcher-kva.de"), Some(new[0]));
     // Idempotent.
     conn.migrate().unwrap();
     assert_eq!(key(&mut conn, "ada@example.com"), Some(1));

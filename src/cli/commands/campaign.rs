@@ -111,7 +111,7 @@ fn print_created(c: &Created) -> Result {
     if let Some(at) = c.campaign.send_at {
         outln!(
             "scheduled: no message leaves before {} (`mailsplit enqueue {}` any time before)",
-            crate::send_at::format(at),
+            crate::clock::rfc3339(at, crate::clock::Precision::AsNeeded),
             c.campaign.name
         )?;
     }
@@ -148,7 +148,7 @@ fn edit(g: &Global, request: &campaign::EditRequest) -> Result {
         Some(Some(at)) => outln!(
             "campaign {:?} now starts at {}",
             edited.name,
-            crate::send_at::format(at)
+            crate::clock::rfc3339(at, crate::clock::Precision::AsNeeded)
         )?,
         Some(None) => outln!(
             "campaign {:?} is no longer scheduled: it sends as soon as it is enqueued",
@@ -157,7 +157,8 @@ fn edit(g: &Global, request: &campaign::EditRequest) -> Result {
         None => {}
     }
     if edited.earlier {
-        for (server, kicked) in crate::control::kick_delayed(&mut conn, &servers, &g.tube) {
+        for (server, kicked) in crate::campaign::control::kick_delayed(&mut conn, &servers, &g.tube)
+        {
             if let Err(e) = kicked {
                 error_line(&format!(
                     "mailsplit: warning: cannot make the delayed jobs on {server} ready ({e}); they come at the old time, at most an hour late"

@@ -1,9 +1,9 @@
 //! `mailsplit pause|resume|cancel CAMPAIGN`.
 
+use crate::campaign::control::{self, Control};
 use crate::cli::args::Global;
 use crate::cli::out::{error_line, outln};
 use crate::config;
-use crate::control::{self, Control};
 
 use super::{open_migrated, Result};
 

@@ -18,7 +18,7 @@ pub fn dkim(g: &Global, cmd: DkimCommand) -> Result {
             &mut open_migrated(g)?,
             &domain,
             selector.as_deref(),
-            &algorithm,
+            algorithm.into(),
         ),
         DkimCommand::List => list(&mut open_read_only(g)?),
         DkimCommand::Delete { domain, selector } => {
@@ -31,7 +31,7 @@ pub fn dkim(g: &Global, cmd: DkimCommand) -> Result {
         } => rotate(
             &mut open_migrated(g)?,
             &domain,
-            algorithm.as_deref(),
+            algorithm.map(Into::into),
             selector.as_deref(),
         ),
         DkimCommand::Activate { domain, selector } => {
@@ -41,7 +41,12 @@ pub fn dkim(g: &Global, cmd: DkimCommand) -> Result {
 }
 
 /// Generate and store a key, and print the TXT record to publish.
-fn keygen(conn: &mut Conn, domain: &str, selector: Option<&str>, algorithm: &str) -> Result {
+fn keygen(
+    conn: &mut Conn,
+    domain: &str,
+    selector: Option<&str>,
+    algorithm: DkimAlgorithm,
+) -> Result {
     let stored = d::keygen(conn, domain, selector, algorithm)?;
     let (domain, algorithm) = (&stored.domain, stored.algorithm);
     let size = size(algorithm);
@@ -81,7 +86,7 @@ fn print_keygen(domain: &str, size: &str, stored: &StoredKey) -> Result {
 fn rotate(
     conn: &mut Conn,
     domain: &str,
-    algorithm: Option<&str>,
+    algorithm: Option<DkimAlgorithm>,
     selector: Option<&str>,
 ) -> Result {
     let d::Rotated { key, signing } = d::rotate(conn, domain, algorithm, selector)?;

@@ -3,11 +3,11 @@
 
 use std::io::IsTerminal;
 
+use crate::audience::import::{self, Rejected, Summary};
+use crate::audience::source::{self, SqlSource};
 use crate::cli::args::{Global, ImportArgs};
 use crate::cli::exit::UsageError;
 use crate::cli::out::{error_line, outln};
-use crate::import::{self, Rejected, Summary};
-use crate::source::{self, SqlSource};
 
 use super::{open_migrated, Result};
 

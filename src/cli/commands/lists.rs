@@ -1,10 +1,10 @@
 //! `mailsplit list ls|rm|delete` and `mailsplit optouts`.
 
+use crate::audience::lists;
+use crate::audience::optouts::{self, OptOut};
 use crate::cli::args::{Global, ListCommand};
 use crate::cli::exit::CliError;
 use crate::cli::out::{self, error_line, outln};
-use crate::lists;
-use crate::optouts::{self, OptOut};
 
 use super::{open_migrated, open_read_only, Result};
 

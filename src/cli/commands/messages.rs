@@ -87,7 +87,7 @@ fn ls(g: &Global, json: bool) -> Result {
             let line = serde_json::json!({
                 "name": t.name, "stream": t.stream.as_str(), "version": t.version,
                 "subject": t.subject, "from": t.from_addr,
-                "updated_at": crate::report::rfc3339(t.updated_at),
+                "updated_at": crate::clock::rfc3339(t.updated_at, crate::clock::Precision::AsNeeded),
             });
             outln!("{line}")?;
         } else {

@@ -2,7 +2,7 @@
 
 use crate::cli::args::Global;
 use crate::cli::out::{error_line, outln};
-use crate::database;
+use crate::store::database;
 
 use super::Result;
 

@@ -2,6 +2,7 @@
 //! ([`super::resolve`]), makes its call into a stage, and prints what came
 //! back through [`super::out`].
 
+pub mod apikey;
 pub mod bounce;
 pub mod campaign;
 pub mod control;
@@ -19,7 +20,7 @@ pub mod templates;
 pub mod webhook;
 pub mod worker;
 
-use crate::database::{self, Conn};
+use crate::store::database::{self, Conn};
 
 use super::args::Global;
 use super::exit::CliError;

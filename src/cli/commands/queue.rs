@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::cli::args::Global;
 use crate::cli::out::outln;
 use crate::cli::resolve::queue_options;
-use crate::{requeue, splitter};
+use crate::enqueue::{self, requeue};
 
 use super::{open_migrated, Result};
 
@@ -14,10 +14,10 @@ use super::{open_migrated, Result};
 pub fn enqueue(g: &Global, campaign: &str, batch_size: usize, wait: u64) -> Result {
     let (batch_size, servers) = queue_options(g, batch_size)?;
     let mut conn = open_migrated(g)?;
-    let done = splitter::enqueue(
+    let done = enqueue::enqueue(
         &mut conn,
         campaign,
-        &splitter::Options {
+        &enqueue::Options {
             batch_size,
             servers,
             tube: g.tube.clone(),

@@ -2,7 +2,7 @@
 
 use crate::cli::args::{Global, RateCommand};
 use crate::cli::out::outln;
-use crate::limits::{self, SetRequest};
+use crate::rate::{self, SetRequest};
 
 use super::{open_migrated, open_read_only, Result};
 
@@ -25,7 +25,7 @@ pub fn rate(g: &Global, cmd: RateCommand) -> Result {
         ),
         RateCommand::List => list(g),
         RateCommand::Delete { group } => {
-            limits::delete(&mut open_migrated(g)?, &group)?;
+            rate::delete(&mut open_migrated(g)?, &group)?;
             outln!("rate group {group} deleted")?;
             Ok(())
         }
@@ -35,12 +35,12 @@ pub fn rate(g: &Global, cmd: RateCommand) -> Result {
 /// Create or change a group and its connection limit; both are stored
 /// before anything is printed.
 fn set(g: &Global, req: &SetRequest<'_>) -> Result {
-    let set = limits::check(req)?;
-    limits::set(&mut open_migrated(g)?, &set)?;
+    let set = rate::check(req)?;
+    rate::set(&mut open_migrated(g)?, &set)?;
     let group = &set.group;
     outln!(
         "rate group {group}: {}, burst {}; workers pick it up within 2 s",
-        crate::ratelimit::show_rate(set.per_second),
+        crate::rate::limiter::show_rate(set.per_second),
         set.burst
     )?;
     match set.connections {
@@ -54,7 +54,7 @@ fn set(g: &Global, req: &SetRequest<'_>) -> Result {
 /// The groups with their configured and observed rates, then the
 /// connection limits.
 fn list(g: &Global) -> Result {
-    let all = limits::overview(&mut open_read_only(g)?)?;
+    let all = rate::overview(&mut open_read_only(g)?)?;
     if all.rates.is_empty() {
         outln!("no rate groups; add one with `mailsplit rate set GROUP N/s`")?;
     }

@@ -1,10 +1,10 @@
 //! `mailsplit report CAMPAIGN [--json]`: the report stage's figures as
 //! text tables, or as one JSON object.
 
+use crate::campaign::report::{self, Report};
 use crate::cli::args::Global;
 use crate::cli::exit::UsageError;
 use crate::cli::out::outln;
-use crate::report::{self, Report};
 
 use super::{open_read_only, Result};
 

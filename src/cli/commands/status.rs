@@ -3,8 +3,8 @@
 use crate::campaign;
 use crate::cli::args::Global;
 use crate::cli::out::outln;
-use crate::fleet;
-use crate::limits;
+use crate::rate;
+use crate::worker::fleet;
 
 use super::{open_read_only, Result};
 
@@ -22,14 +22,14 @@ pub fn status(g: &Global, campaign: Option<&str>, json: bool) -> Result {
     if json {
         return Ok(());
     }
-    let all = limits::overview(&mut conn)?;
+    let all = rate::overview(&mut conn)?;
     if !all.rates.is_empty() {
         outln!("rate groups:")?;
         for line in &all.rates {
             outln!("  {line}")?;
         }
     }
-    if let Some(lines) = crate::status::unverified_lines(&mut conn)? {
+    if let Some(lines) = crate::campaign::status::unverified_lines(&mut conn)? {
         outln!("{lines}")?;
     }
     if !all.connections.is_empty() {

@@ -64,7 +64,7 @@ fn ls(g: &Global) -> Result {
             };
             outln!(
                 "    last error {}: {error}{retrying}",
-                crate::report::rfc3339(at)
+                crate::clock::rfc3339(at, crate::clock::Precision::AsNeeded)
             )?;
         }
     }

@@ -293,99 +293,110 @@ pub fn reschedule(
     })
 }
 
-/// The three commands that flip a campaign.
+text_enum! {
+    /// The three commands that flip a campaign (the CLI's and the admin
+    /// API's action names).
+    pub enum Control ("action (pause, resume, cancel)") {
+        Pause = "pause",
+        Resume = "resume",
+        Cancel = "cancel",
+    }
+}
+
+/// Where a campaign stands, as far as pause, resume and cancel care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Control {
-    Pause,
-    Resume,
+pub struct Standing {
+    pub state: CampaignState,
+    pub paused: bool,
+    /// Every recipient is enqueued and has an outcome ("done" is not
+    /// stored: pausing or cancelling it would only relabel history).
+    pub done: bool,
+}
+
+/// What [`control`] changes once [`decide`] allowed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    SetPaused(bool),
     Cancel,
 }
 
-/// Pause, resume or cancel, refusing transitions that make no sense.
+/// The transition table of pause, resume and cancel: the change to make,
+/// or why the action makes no sense in this standing (as shown after
+/// "cannot ACTION: campaign is …").
+pub fn decide(action: Control, s: Standing) -> std::result::Result<Change, &'static str> {
+    use CampaignState::{Cancelled, Draft};
+    match action {
+        Control::Cancel if s.state == Cancelled => Err("already cancelled"),
+        _ if s.state == Cancelled => Err("cancelled"),
+        Control::Pause if s.state == Draft => {
+            Err("a draft (nothing is enqueued: nothing to pause; `cancel` drops it)")
+        }
+        Control::Pause | Control::Cancel if s.done => Err("done (every recipient has an outcome)"),
+        Control::Pause if s.paused => Err("already paused"),
+        Control::Pause => Ok(Change::SetPaused(true)),
+        Control::Resume if !s.paused => Err("not paused"),
+        Control::Resume => Ok(Change::SetPaused(false)),
+        Control::Cancel => Ok(Change::Cancel),
+    }
+}
+
+/// Pause, resume or cancel, refusing transitions that make no sense
+/// ([`decide`]).
 pub fn control(conn: &mut Conn, name_or_id: &str, action: Control) -> Result<Campaign> {
     conn.transaction(|conn| {
         let campaign = find(conn, name_or_id)?;
-        let state = campaign.state;
-        let illegal = |what: &'static str, shown: String| StoreError::IllegalTransition {
-            campaign: campaign.name.clone(),
-            action: what,
-            state: shown,
-        };
-        let now = now_ms();
-        // "done" is not stored: every recipient is enqueued and has an
-        // outcome. Pausing or cancelling it would only relabel history.
         let done = action != Control::Resume
-            && state == CampaignState::Queued
+            && campaign.state == CampaignState::Queued
             && counters(conn, campaign.id)?.pending() <= 0;
-        const DONE: &str = "done (every recipient has an outcome)";
-        match action {
-            Control::Pause => {
-                if state == CampaignState::Cancelled {
-                    return Err(illegal("pause", state.to_string()));
-                }
-                if state == CampaignState::Draft {
-                    return Err(illegal(
-                        "pause",
-                        "a draft (nothing is enqueued: nothing to pause; `cancel` drops it)".into(),
-                    ));
-                }
-                if done {
-                    return Err(illegal("pause", DONE.into()));
-                }
-                if campaign.paused {
-                    return Err(illegal("pause", "already paused".into()));
-                }
-                on!(conn, |c| diesel::update(campaigns::table.find(campaign.id))
-                    .set((
-                        campaigns::paused.eq(true),
-                        campaigns::pause_reason.eq(None::<String>),
-                        campaigns::updated_at.eq(now),
-                    ))
-                    .execute(c))?;
-            }
-            Control::Resume => {
-                if !campaign.paused || state == CampaignState::Cancelled {
-                    let shown = if state == CampaignState::Cancelled {
-                        state.to_string()
-                    } else {
-                        "not paused".into()
-                    };
-                    return Err(illegal("resume", shown));
-                }
-                on!(conn, |c| diesel::update(campaigns::table.find(campaign.id))
-                    .set((
-                        campaigns::paused.eq(false),
-                        campaigns::pause_reason.eq(None::<String>),
-                        campaigns::updated_at.eq(now),
-                    ))
-                    .execute(c))?;
-                // The failures that paused it are history: judge what comes
-                // after the fix on its own.
-                super::autopause::forget(conn, campaign.id)?;
+        let standing = Standing {
+            state: campaign.state,
+            paused: campaign.paused,
+            done,
+        };
+        let change = decide(action, standing).map_err(|shown| StoreError::IllegalTransition {
+            campaign: campaign.name.clone(),
+            action: action.as_str(),
+            state: shown.to_string(),
+        })?;
+        apply(conn, campaign.id, change)?;
+        find(conn, &campaign.id.to_string())
+    })
+}
+
+/// Make an allowed [`Change`].
+fn apply(conn: &mut Conn, id: i64, change: Change) -> Result<()> {
+    let now = now_ms();
+    match change {
+        Change::SetPaused(paused) => {
+            on!(conn, |c| diesel::update(campaigns::table.find(id))
+                .set((
+                    campaigns::paused.eq(paused),
+                    campaigns::pause_reason.eq(None::<String>),
+                    campaigns::updated_at.eq(now),
+                ))
+                .execute(c))?;
+            if !paused {
+                // The failures that paused it are history: judge what
+                // comes after the fix on its own.
+                super::autopause::forget(conn, id)?;
                 // The rate window restarts at the first outcome after the
                 // resume: the pause is never part of a measured rate (the
                 // rate before it stands until then).
-                on!(conn, |c| diesel::update(cc::table.find(campaign.id))
+                on!(conn, |c| diesel::update(cc::table.find(id))
                     .set(cc::window_at.eq(0))
                     .execute(c))?;
             }
-            Control::Cancel => {
-                if state == CampaignState::Cancelled {
-                    return Err(illegal("cancel", "already cancelled".into()));
-                }
-                if done {
-                    return Err(illegal("cancel", DONE.into()));
-                }
-                on!(conn, |c| diesel::update(campaigns::table.find(campaign.id))
-                    .set((
-                        campaigns::state.eq(CampaignState::Cancelled),
-                        campaigns::updated_at.eq(now),
-                    ))
-                    .execute(c))?;
-            }
         }
-        find(conn, &campaign.id.to_string())
-    })
+        Change::Cancel => {
+            on!(conn, |c| diesel::update(campaigns::table.find(id))
+                .set((
+                    campaigns::state.eq(CampaignState::Cancelled),
+                    campaigns::updated_at.eq(now),
+                ))
+                .execute(c))?;
+        }
+    }
+    Ok(())
 }
 
 /// Move a campaign from one state to another if it is still in the first;
@@ -417,4 +428,62 @@ pub fn include_members(conn: &mut Conn, campaign: &Campaign) -> Result<i64> {
     .set(cc::recipients.eq(members))
     .execute(c))?;
     Ok(counters(conn, campaign.id)?.recipients)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_control_table_allows_what_makes_sense_and_says_why_not() {
+        use CampaignState::*;
+        use Control::*;
+        let at = |state, paused, done| Standing {
+            state,
+            paused,
+            done,
+        };
+        let done = "done (every recipient has an outcome)";
+        let cases = [
+            (Pause, at(Queued, false, false), Ok(Change::SetPaused(true))),
+            (
+                Pause,
+                at(Enqueuing, false, false),
+                Ok(Change::SetPaused(true)),
+            ),
+            (Pause, at(Queued, true, false), Err("already paused")),
+            (Pause, at(Queued, false, true), Err(done)),
+            (Pause, at(Cancelled, false, false), Err("cancelled")),
+            (
+                Resume,
+                at(Queued, true, false),
+                Ok(Change::SetPaused(false)),
+            ),
+            // A paused campaign that finished meanwhile can be resumed.
+            (Resume, at(Queued, true, true), Ok(Change::SetPaused(false))),
+            (Resume, at(Queued, false, false), Err("not paused")),
+            (Resume, at(Cancelled, true, false), Err("cancelled")),
+            (Cancel, at(Draft, false, false), Ok(Change::Cancel)),
+            (Cancel, at(Queued, true, false), Ok(Change::Cancel)),
+            (Cancel, at(Queued, false, true), Err(done)),
+            (
+                Cancel,
+                at(Cancelled, false, false),
+                Err("already cancelled"),
+            ),
+        ];
+        for (action, standing, want) in cases {
+            assert_eq!(decide(action, standing), want, "{action} {standing:?}");
+        }
+        assert!(decide(Pause, at(Draft, false, false))
+            .is_err_and(|why| why.starts_with("a draft") && why.contains("`cancel`")));
+    }
+
+    #[test]
+    fn control_names_parse_and_print_alike() {
+        for c in Control::ALL {
+            assert_eq!(c.as_str().parse::<Control>().ok(), Some(*c));
+        }
+        assert!("stop".parse::<Control>().is_err());
+    }
 }

@@ -44,6 +44,7 @@ text_enum! {
 /// under SQLite's limit of 32,766).
 const SQLITE_CHUNK: usize = 1_000;
 mod claim;
+mod counters;
 mod pg_fast;
 mod record;
 

@@ -1,7 +1,7 @@
 //! The PostgreSQL fast paths: a job's claim and a batch of successes, each
 //! one prepared statement and one round trip.
 
-use super::record::counters_set;
+use super::counters::counters_set;
 use super::*;
 use crate::store::outbox::EventKind;
 

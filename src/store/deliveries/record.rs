@@ -1,6 +1,7 @@
 //! Recording what became of claimed recipients: outcomes into the ledger
 //! and the counters in one transaction, moved by the rows actually changed.
 
+use super::counters::{bump_counters, Delta};
 use super::pg_fast::record_sent_pg;
 use super::*;
 use crate::store::outbox::{self, EventKind};
@@ -46,18 +47,6 @@ pub enum Recorded {
     Open,
     /// The claim had expired and someone else holds the row now.
     Lost,
-}
-
-/// Per-campaign counter deltas gathered while recording a batch.
-#[derive(Default)]
-struct Delta {
-    sent: i64,
-    failed: i64,
-    skipped: i64,
-    /// Failures after the batch's last success, for auto-pause.
-    trailing: i64,
-    /// The batch's last failure reply, for the auto-pause reason.
-    last_error: Option<String>,
 }
 
 /// What recording a batch of outcomes did.
@@ -271,65 +260,6 @@ fn apply_deltas(conn: &mut Conn, deltas: BTreeMap<i64, Delta>, now: i64) -> Resu
         }
     }
     Ok(paused)
-}
-
-/// A gap between two outcomes longer than this is idle time (a pause), left
-/// out of the rate: [`crate::status`] shows no rate after this long without
-/// an outcome either.
-pub const IDLE_GAP_MS: i64 = 2 * RATE_WINDOW_MS;
-
-/// Move the counters and, every [`RATE_WINDOW_MS`], the observed rate, in
-/// one statement (diesel prepares every UPDATE afresh, so one per batch, not
-/// three).
-fn bump_counters(conn: &mut Conn, campaign_id: i64, delta: &Delta, now: i64) -> Result<()> {
-    let set = counters_set(
-        &delta.sent.to_string(),
-        &delta.failed.to_string(),
-        &delta.skipped.to_string(),
-        &delta.trailing.to_string(),
-        &now.to_string(),
-    );
-    conn.execute_batch(&format!(
-        "UPDATE campaign_counters SET {set} WHERE campaign_id = {campaign_id}"
-    ))
-}
-
-/// The `SET` clauses of the counters UPDATE for a batch that adds `sent`,
-/// `failed` and `skipped` outcomes, `trailing` failures after its last
-/// success, at time `now`. Each figure is an SQL expression: an integer, or
-/// a value the same statement binds or computes (see [`record_sent_pg`]);
-/// nothing from outside is formatted in, so no injection is possible, and
-/// the arithmetic reads the same on both backends. In an UPDATE every
-/// right-hand side reads the row as it was, so the new total is spelled out
-/// as the old one plus this batch.
-pub(super) fn counters_set(
-    sent: &str,
-    failed: &str,
-    skipped: &str,
-    trailing: &str,
-    now: &str,
-) -> String {
-    let added = format!("({sent} + {failed} + {skipped})");
-    // A stretch without outcomes longer than IDLE_GAP_MS (a pause, an
-    // empty queue) is not sending time: the window's start moves past it,
-    // so the rate after a resume counts only time spent sending.
-    let gap = format!(
-        "(CASE WHEN last_at IS NOT NULL AND {now} - last_at > {IDLE_GAP_MS} \
-          THEN {now} - last_at ELSE 0 END)"
-    );
-    let start = format!("(window_at + {gap})");
-    let due = format!("(window_at = 0 OR {start} <= {now} - {RATE_WINDOW_MS})");
-    let failures = autopause::counter_sql(sent, failed, trailing);
-    format!(
-        "sent = sent + {sent}, failed = failed + {failed}, skipped = skipped + {skipped}, \
-         first_at = COALESCE(first_at, {now}), last_at = {now}, \
-         rate = CASE WHEN {due} AND window_at > 0 \
-           THEN (sent + failed + skipped + {added} - window_done) * 1000.0 / ({now} - {start}) \
-           ELSE rate END, \
-         window_done = CASE WHEN {due} THEN sent + failed + skipped + {added} ELSE window_done END, \
-         window_at = CASE WHEN {due} THEN {now} WHEN window_at = 0 THEN 0 ELSE {start} END, \
-         {failures}"
-    )
 }
 
 /// A 5.1.x refusal at send time: the address is bad for every campaign.

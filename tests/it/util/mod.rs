@@ -124,7 +124,7 @@ pub fn output_within(cmd: &mut Command, secs: u64) -> Output {
 
 /// Taken by every test whose assertions are rates measured at a peer: under
 /// `cargo test` they run one at a time (scripts/test.sh's fallback runs
-/// ratelimit:: and connections:: on one thread, after the rest); under
+/// limiter:: and connections:: on one thread, after the rest); under
 /// nextest, where each test is a process, `.config/nextest.toml` gives them
 /// every thread (`nextest_runs_every_alone_test_alone` checks it names them).
 pub fn alone() -> std::sync::MutexGuard<'static, ()> {

@@ -4,7 +4,8 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 
-use super::{take_covered, EnqueueError, Enqueued, Options, Run, PAGE_SIZE};
+use super::window::{Batcher, Member};
+use super::{EnqueueError, Enqueued, Options, Run, PAGE_SIZE};
 use crate::queue::{JobBody, Server};
 use crate::store::campaigns::{self, Confirm};
 use crate::store::{deliveries, recipients, Campaign, Conn, RecipientStatus};
@@ -54,7 +55,6 @@ pub(super) fn resolve_in_doubt(
         intent.upto,
     )?);
     let in_ledger = seen.len() - in_queue;
-    let last_seen = seen.iter().copied().max().unwrap_or(after);
 
     // The jobs put from here on must be found by a later recovery too: every
     // server of this run goes into the intent.
@@ -68,54 +68,8 @@ pub(super) fn resolve_in_doubt(
         run.step(conn, campaign, None, Some(&wider))?;
     }
 
-    let mut confirm = Confirm {
-        cursor: after,
-        ..Confirm::default()
-    };
-    let (mut found, mut put, mut put_jobs) = (0i64, 0i64, 0i64);
-    let mut batch: Vec<i64> = Vec::with_capacity(opts.batch_size);
-    let mut held_skips = Vec::new();
-    let mut pos = after;
-    'pages: loop {
-        let page = recipients::member_page(conn, campaign.list_id, pos, PAGE_SIZE)?;
-        if page.is_empty() {
-            break;
-        }
-        for (rid, status) in page {
-            if rid > intent.upto {
-                break 'pages;
-            }
-            pos = rid;
-            if status != RecipientStatus::Active {
-                held_skips.push(rid);
-            } else if seen.contains(&rid) {
-                found += 1;
-            } else {
-                batch.push(rid);
-                if batch.len() == opts.batch_size {
-                    put += batch.len() as i64;
-                    put_jobs += 1;
-                    let full = std::mem::replace(&mut batch, Vec::with_capacity(opts.batch_size));
-                    run.fanout.put(campaign.id, full, run.priority)?;
-                }
-            }
-            if batch.is_empty() {
-                confirm.cursor = rid;
-            }
-        }
-    }
-    // A remainder with found members after it (the window was not put in
-    // order: not from a run of ours) goes out now as a shorter job.
-    if batch.first().is_some_and(|&first| first < last_seen) {
-        put += batch.len() as i64;
-        put_jobs += 1;
-        run.fanout
-            .put(campaign.id, std::mem::take(&mut batch), run.priority)?;
-        confirm.cursor = pos;
-    }
-    confirm.enqueued = found + put;
-    confirm.jobs = put_jobs + (found as u64).div_ceil(opts.batch_size as u64) as i64;
-    confirm.skipped = take_covered(&mut held_skips, confirm.cursor);
+    let (found, put, put_jobs, confirm) =
+        put_unseen(conn, campaign, run, opts, &seen, intent.upto)?;
     tracing::info!(
         window_upto = intent.upto,
         found_in_queue = in_queue,
@@ -128,6 +82,68 @@ pub(super) fn resolve_in_doubt(
     report.jobs += put_jobs as u64;
     report.recipients += put as u64;
     Ok(())
+}
+
+/// Walk the window's members from the cursor to `upto`: those `seen` in
+/// the queue or the ledger are counted, the other active ones put in jobs
+/// of `--batch-size` (a remainder of less than a batch is left to the run,
+/// unless found members follow it). Returns (found, put, jobs put, the
+/// step that confirms the window).
+fn put_unseen(
+    conn: &mut Conn,
+    campaign: &Campaign,
+    run: &mut Run,
+    opts: &Options,
+    seen: &HashSet<i64>,
+    upto: i64,
+) -> Result<(i64, i64, i64, Confirm), EnqueueError> {
+    let last_seen = seen
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(campaign.enqueue_cursor);
+    let mut batcher = Batcher::new(opts.batch_size, campaign.enqueue_cursor);
+    let (mut found, mut put, mut put_jobs) = (0i64, 0i64, 0i64);
+    'pages: loop {
+        let page = recipients::member_page(conn, campaign.list_id, batcher.pos(), PAGE_SIZE)?;
+        if page.is_empty() {
+            break;
+        }
+        for (rid, status) in page {
+            if rid > upto {
+                break 'pages;
+            }
+            let member = match status {
+                RecipientStatus::Active if seen.contains(&rid) => Member::Found,
+                RecipientStatus::Active => Member::Active,
+                _ => Member::Skipped,
+            };
+            found += i64::from(member == Member::Found);
+            if let Some(full) = batcher.push(rid, member) {
+                put += full.len() as i64;
+                put_jobs += 1;
+                run.fanout.put(campaign.id, full, run.priority)?;
+            }
+        }
+    }
+    // A remainder with found members after it (the window was not put in
+    // order: not from a run of ours) goes out now as a shorter job.
+    if batcher
+        .first_carried()
+        .is_some_and(|first| first < last_seen)
+    {
+        let rest = batcher.finish();
+        put += rest.len() as i64;
+        put_jobs += 1;
+        run.fanout.put(campaign.id, rest, run.priority)?;
+    }
+    let confirm = Confirm {
+        cursor: batcher.covered(),
+        enqueued: found + put,
+        jobs: put_jobs + (found as u64).div_ceil(opts.batch_size as u64) as i64,
+        skipped: batcher.take_covered_skips(),
+    };
+    Ok((found, put, put_jobs, confirm))
 }
 
 /// The window's recipients in jobs of `campaign` on `server_addr` above job

@@ -3,7 +3,7 @@
 //! themselves (their status, history and other lists stay); a list is not
 //! deleted while one of its campaigns may still send.
 
-use crate::status::{CampaignStatus, Phase};
+use crate::campaign::status::{CampaignStatus, Phase};
 use crate::store::lists::{self, ListSummary};
 use crate::store::{campaigns, recipients, Conn, StoreError};
 

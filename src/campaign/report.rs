@@ -10,11 +10,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::clock::{rfc3339, Precision};
 use serde::Serialize;
-use time::format_description::well_known::Rfc3339;
-use time::OffsetDateTime;
 
-use crate::status::CampaignStatus;
+use crate::campaign::status::CampaignStatus;
 use crate::store::engagement::{self, Engagement};
 use crate::store::report::{self as q, ReasonRow};
 use crate::store::{campaigns, content, Conn, StoreError};
@@ -43,12 +42,12 @@ pub struct Report {
     /// are left out).
     pub rate_per_minute: Vec<Minute>,
     /// Opens and clicks per link: `null` when the campaign tracks neither.
-    pub tracking: Option<Tracking>,
+    pub tracking: Option<Activity>,
 }
 
 /// What readers did, for a campaign that tracks opens or clicks.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct Tracking {
+pub struct Activity {
     /// What its versions track: `opens,clicks`, `opens` or `clicks`.
     pub tracks: String,
     /// `opened`, `machine_opened`, `clicked`, `unsubscribed`: unique
@@ -116,7 +115,7 @@ pub fn build(conn: &mut Conn, name_or_id: &str, top: usize) -> Result<Report, St
     let counters = campaigns::counters(conn, campaign.id)?;
     // The same object `status --json` prints (content version, versions
     // sent, engagement), so the two never disagree.
-    let status = crate::status::with_versions(conn, &[(campaign.clone(), counters)])?
+    let status = crate::campaign::status::with_versions(conn, &[(campaign.clone(), counters)])?
         .pop()
         .ok_or_else(|| StoreError::UnknownCampaign(name_or_id.to_owned()))?;
     let tracking = tracking(conn, campaign.id)?;
@@ -144,7 +143,7 @@ pub fn build(conn: &mut Conn, name_or_id: &str, top: usize) -> Result<Report, St
 }
 
 /// The counters and clicks per link; `None` when nothing is tracked.
-fn tracking(conn: &mut Conn, campaign: i64) -> Result<Option<Tracking>, StoreError> {
+fn tracking(conn: &mut Conn, campaign: i64) -> Result<Option<Activity>, StoreError> {
     let track = content::tracked(conn, campaign)?;
     if !track.any() {
         return Ok(None);
@@ -161,7 +160,7 @@ fn tracking(conn: &mut Conn, campaign: i64) -> Result<Option<Tracking>, StoreErr
             clicks,
         })
         .collect();
-    Ok(Some(Tracking {
+    Ok(Some(Activity {
         tracks: track.to_string(),
         counts,
         links,
@@ -284,19 +283,11 @@ fn minutes(rows: Vec<q::MinuteRow>) -> Vec<Minute> {
     }
     by.into_iter()
         .map(|(minute, (sent, failed))| Minute {
-            minute: rfc3339(minute * 60_000),
+            minute: rfc3339(minute * 60_000, Precision::AsNeeded),
             sent,
             failed,
         })
         .collect()
-}
-
-/// RFC 3339 (UTC) of a stored timestamp (ms).
-pub fn rfc3339(ms: i64) -> String {
-    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

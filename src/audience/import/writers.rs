@@ -19,9 +19,9 @@ use std::thread::JoinHandle;
 use crate::store::imports::{self, Row, Run, Written};
 use crate::store::{Conn, StoreError};
 
-/// Connections writing at once: one per core of the machine this was
-/// measured on (BENCHMARKS.md, "Import into PostgreSQL on two
-/// connections"); the import is CPU-bound with two there.
+/// Connections writing at once: two keep PostgreSQL busy while this
+/// process parses the next batch, and more only contend for the same
+/// cores (BENCHMARKS.md, "Import into PostgreSQL on two connections").
 pub(super) const WRITERS: usize = 2;
 
 struct Writer {

@@ -31,7 +31,7 @@ pub fn with_versions(
 
 /// What a campaign is doing, as `status` shows it: the stored state with
 /// the pause flag and the counters folded in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Phase {
     Draft,
@@ -75,7 +75,7 @@ impl std::fmt::Display for Phase {
 }
 
 /// One campaign as `status --json` prints it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct CampaignStatus {
     pub id: i64,
     pub name: String,
@@ -111,7 +111,7 @@ pub struct CampaignStatus {
     /// When it may start, RFC 3339 UTC (`--send-at`); `None`: as soon as
     /// it is enqueued.
     pub send_at: Option<String>,
-    /// Opens, clicks and unsubscribes (issue 26): `opened`, `clicked`,
+    /// Opens, clicks and unsubscribes: `opened`, `clicked`,
     /// `machine_opened`, `unsubscribed` are unique recipients; `opens`,
     /// `machine_opens`, `clicks` totals.
     #[serde(flatten)]
@@ -179,7 +179,9 @@ impl CampaignStatus {
                 .filter(|_| state == Phase::Paused),
             content_version: 0,
             versions: Default::default(),
-            send_at: campaign.send_at.map(crate::send_at::format),
+            send_at: campaign
+                .send_at
+                .map(|at| crate::clock::rfc3339(at, crate::clock::Precision::AsNeeded)),
             engagement: Engagement::default(),
         }
     }
@@ -299,8 +301,8 @@ pub fn rate_line(g: &RateGroup, usage: &[Usage]) -> String {
     format!(
         "{:<32} limit {:>11}  burst {:>5}  observed {:>9.1}/s  parked {:>6}  deferred {:>6}  granted {}",
         g.name,
-        crate::ratelimit::show_stored_rate(g.rate),
-        crate::ratelimit::show_stored_burst(g.burst),
+        crate::rate::limiter::show_stored_rate(g.rate),
+        crate::rate::limiter::show_stored_burst(g.burst),
         observed,
         u.map_or(0, |u| u.parked),
         u.map_or(0, |u| u.deferred),
@@ -347,7 +349,7 @@ pub fn unverified_lines(conn: &mut crate::store::Conn) -> crate::store::Result<O
     for u in newest {
         out.push_str(&format!(
             "\n  {} ago: {} {} naming {} ({}): {}",
-            crate::fleet::ago(now_ms() - u.received_at),
+            crate::worker::fleet::ago(now_ms() - u.received_at),
             u.format,
             u.kind.as_deref().unwrap_or("report"),
             u.addresses,

@@ -13,7 +13,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::fate::finish;
-use super::pipeline::{SendOutcome, Shared};
+use super::pipeline::SendOutcome;
+use super::shared::Shared;
 use crate::store::deliveries::{self, Outcome, OutcomeKind, Recorded};
 
 /// Most outcomes written in one transaction.

@@ -34,9 +34,12 @@ use crate::tokens::Identity;
 
 mod doubt;
 mod lease;
+pub mod requeue;
+mod window;
 
 use doubt::resolve_in_doubt;
 use lease::{wait_for_lease, RunName};
+use window::{Batcher, Member};
 
 /// Recipients read per database round trip.
 pub const PAGE_SIZE: i64 = 10_000;
@@ -222,70 +225,7 @@ fn enqueue_leased(
     }
 
     let bar = progress_bar(opts.progress, total as u64);
-    let mut scan_pos = campaign.enqueue_cursor;
-    // Active members not yet in a job (less than a batch, carried from page
-    // to page), and the skipped members read since the last put.
-    let mut carry: Vec<i64> = Vec::with_capacity(opts.batch_size);
-    let mut held_skips: Vec<i64> = Vec::new();
-    // What the next step confirms: the last window's puts and the members
-    // they cover, up to its cursor.
-    let mut done = Confirm {
-        cursor: scan_pos,
-        ..Confirm::default()
-    };
-
-    // One window per page: one store step (confirm the last window, record
-    // this one's intent), then its jobs, put back to back.
-    loop {
-        let page = recipients::member_page(conn, campaign.list_id, scan_pos, PAGE_SIZE)?;
-        let Some(&(last, _)) = page.last() else { break };
-        let read = page.len() as u64;
-        let mut window: Vec<Vec<i64>> = Vec::new();
-        let mut covered = done.cursor;
-        for (rid, status) in page {
-            if status == RecipientStatus::Active {
-                carry.push(rid);
-                if carry.len() == opts.batch_size {
-                    window.push(std::mem::replace(
-                        &mut carry,
-                        Vec::with_capacity(opts.batch_size),
-                    ));
-                }
-            } else {
-                held_skips.push(rid);
-                report.skipped += 1;
-            }
-            if carry.is_empty() {
-                covered = rid;
-            }
-        }
-        let this = Confirm {
-            cursor: covered,
-            enqueued: window.iter().map(|b| b.len() as i64).sum(),
-            jobs: window.len() as i64,
-            skipped: take_covered(&mut held_skips, covered),
-        };
-        report.jobs += this.jobs as u64;
-        report.recipients += this.enqueued as u64;
-        // Pages that put nothing (all skipped) still step, renewing the
-        // lease and recording their skips.
-        run.put_window(conn, &campaign, &done, last, window)?;
-        done = this;
-        bar.inc(read);
-        scan_pos = last;
-    }
-    if !carry.is_empty() {
-        let last = Confirm {
-            cursor: scan_pos,
-            enqueued: carry.len() as i64,
-            jobs: 1,
-            skipped: std::mem::take(&mut held_skips),
-        };
-        report.jobs += 1;
-        report.recipients += carry.len() as u64;
-        run.put_window(conn, &campaign, &done, scan_pos, vec![carry])?;
-        done = last;
-    }
+    let done = walk(conn, &campaign, &mut run, opts, &bar, &mut report)?;
     run.step(conn, &campaign, Some(&done), None)?;
     campaigns::finish_enqueue(conn, campaign.id, owner)?;
     bar.finish_and_clear();
@@ -293,12 +233,67 @@ fn enqueue_leased(
     Ok(report)
 }
 
-/// The skipped members up to `cursor` (taken out of `held`, which is in id
-/// order): a step records them as it moves the cursor past them.
-fn take_covered(held: &mut Vec<i64>, cursor: i64) -> Vec<i64> {
-    let split = held.partition_point(|&rid| rid <= cursor);
-    let rest = held.split_off(split);
-    std::mem::replace(held, rest)
+/// Walk the list from the campaign's cursor: one window per page (one
+/// store step that confirms the last window and records this one's
+/// intent, then its jobs, put back to back), and the remainder as a
+/// shorter last job. Returns what the final step must confirm.
+fn walk(
+    conn: &mut Conn,
+    campaign: &Campaign,
+    run: &mut Run,
+    opts: &Options,
+    bar: &ProgressBar,
+    report: &mut Enqueued,
+) -> Result<Confirm, EnqueueError> {
+    let mut batcher = Batcher::new(opts.batch_size, campaign.enqueue_cursor);
+    // What the next step confirms: the last window's puts and the members
+    // they cover, up to its cursor.
+    let mut done = Confirm {
+        cursor: campaign.enqueue_cursor,
+        ..Confirm::default()
+    };
+    loop {
+        let page = recipients::member_page(conn, campaign.list_id, batcher.pos(), PAGE_SIZE)?;
+        let Some(&(last, _)) = page.last() else { break };
+        let read = page.len() as u64;
+        let mut window: Vec<Vec<i64>> = Vec::new();
+        for (rid, status) in page {
+            let member = if status == RecipientStatus::Active {
+                Member::Active
+            } else {
+                report.skipped += 1;
+                Member::Skipped
+            };
+            window.extend(batcher.push(rid, member));
+        }
+        let this = Confirm {
+            cursor: batcher.covered(),
+            enqueued: window.iter().map(|b| b.len() as i64).sum(),
+            jobs: window.len() as i64,
+            skipped: batcher.take_covered_skips(),
+        };
+        report.jobs += this.jobs as u64;
+        report.recipients += this.enqueued as u64;
+        // Pages that put nothing (all skipped) still step, renewing the
+        // lease and recording their skips.
+        run.put_window(conn, campaign, &done, last, window)?;
+        done = this;
+        bar.inc(read);
+    }
+    let rest = batcher.finish();
+    if rest.is_empty() {
+        return Ok(done);
+    }
+    let last = Confirm {
+        cursor: batcher.covered(),
+        enqueued: rest.len() as i64,
+        jobs: 1,
+        skipped: batcher.take_covered_skips(),
+    };
+    report.jobs += 1;
+    report.recipients += rest.len() as u64;
+    run.put_window(conn, campaign, &done, batcher.covered(), vec![rest])?;
+    Ok(last)
 }
 
 /// One run's connections and its hold on the campaign.

@@ -9,6 +9,7 @@ use serde::Serialize;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
+use crate::clock::{rfc3339, Precision};
 use crate::store::optouts::{self, Left};
 use crate::store::{campaigns, Conn, RecipientStatus, StoreError};
 
@@ -51,14 +52,6 @@ pub fn parse_since(text: &str) -> Result<i64, OptoutError> {
     Ok((at.unix_timestamp_nanos() / 1_000_000) as i64)
 }
 
-/// RFC 3339 (UTC, milliseconds) of a stored timestamp.
-pub fn format_ms(ms: i64) -> Option<String> {
-    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()?
-        .format(&Rfc3339)
-        .ok()
-}
-
 /// Hand every opt-out (since `since`, ms) to `each`, a page at a time.
 pub fn export<E: From<OptoutError>>(
     conn: &mut Conn,
@@ -86,7 +79,7 @@ pub fn export<E: From<OptoutError>>(
             };
             out.push(OptOut {
                 what: what(&left),
-                when: left.at.and_then(format_ms),
+                when: left.at.map(|ms| rfc3339(ms, Precision::AsNeeded)),
                 email: left.email,
                 campaign,
             });
@@ -141,7 +134,7 @@ mod tests {
     #[test]
     fn times_round_trip() {
         let ms = parse_since("2026-11-26T10:00:00.250+01:00").unwrap();
-        assert_eq!(format_ms(ms).unwrap(), "2026-11-26T09:00:00.25Z");
+        assert_eq!(rfc3339(ms, Precision::AsNeeded), "2026-11-26T09:00:00.25Z");
         assert!(parse_since("yesterday").is_err());
     }
 }

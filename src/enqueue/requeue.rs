@@ -14,8 +14,8 @@
 
 use std::net::SocketAddr;
 
+use crate::enqueue::PAGE_SIZE;
 use crate::queue::{self, JobBody, QueueError, Server};
-use crate::splitter::PAGE_SIZE;
 use crate::store::{
     campaigns, deliveries, installation, recipients, CampaignState, Conn, StoreError,
 };

@@ -1,8 +1,8 @@
 //! A worker's local stock of leased tokens in one group, kept as runs: a
 //! lease grants `count` tokens conforming `step` apart from `first` on,
 //! and that is one [`Run`] however large `count` is. Nothing here is
-//! allocated per token (issue 29: a `rate set` of 10¹²/s once made every
-//! worker allocate a time slot per token, 14 GB and growing).
+//! allocated per token, so memory does not follow the rate an operator
+//! types: a `rate set` of 10¹²/s costs what 1/s does.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

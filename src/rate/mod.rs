@@ -1,10 +1,12 @@
 //! `mailsplit rate`: the shared rate groups and relay connection limits
 //! every worker obeys, as an operator sets, lists and deletes them. The
-//! workers' side of the same rows is [`crate::ratelimit`].
+//! workers' side of the same rows is [`crate::rate::limiter`].
+
+pub mod limiter;
 
 use crate::campaign;
+use crate::campaign::status;
 use crate::rate_group::Group;
-use crate::status;
 use crate::store::{connections, rates, Conn, StoreError};
 
 /// Why a rate group could not be set or deleted.
@@ -39,11 +41,11 @@ pub struct Set {
 }
 
 /// Check a request that needs no database: the group's name, the rate and
-/// burst within their maximums ([`crate::ratelimit::setting`]), that
+/// burst within their maximums ([`crate::rate::limiter::setting`]), that
 /// `--connections` is for a relay; returns the request with the
 /// group's canonical name, the rate per second and the burst.
 pub fn check(req: &SetRequest<'_>) -> Result<Set, LimitError> {
-    let checked = crate::ratelimit::setting(req.group, req.rate, req.burst)
+    let checked = crate::rate::limiter::setting(req.group, req.rate, req.burst)
         .map_err(|e| LimitError::Bad(e.to_string()))?;
     let group = checked.group;
     if req.connections.is_some() && !matches!(group, Group::Relay(_)) {

@@ -1,0 +1,120 @@
+//! `/api/v1`: the HTTP API the shop's own application calls, on the admin
+//! listener beside the dashboard (which keeps its `/api/campaigns`).
+//!
+//! - [`auth`]: the bearer key, its scopes ([`auth::Need`]) and its rate;
+//!   [`keys`]: the keys themselves (`mailsplit apikey`).
+//! - [`problem`]: every error is RFC 9457 `application/problem+json`,
+//!   also axum's own rejections; bodies are capped at [`MAX_BODY`].
+//! - [`subscribers`], [`campaigns`]: the routes, calling the same stage
+//!   functions as the CLI (the import's writer, `campaign::create`, the
+//!   splitter, `control`).
+//! - [`openapi`]: `GET /api/v1/openapi.json`, generated from the handlers.
+//!
+//! ## Adding a route
+//! 1. Write the handler in its area's file (or a new file, declared here):
+//!    first argument `Need<Scope>` (e.g. `auth::Need<auth::Send>`), the
+//!    body as [`Input<T>`] (never `axum::Json`, whose rejections are not
+//!    problem details), result `Result<(StatusCode, Json<R>), Problem>`.
+//!    Request and response types derive `serde` and `utoipa::ToSchema`.
+//! 2. Put `#[utoipa::path(...)]` on it: method, path (from `/api/v1`),
+//!    `tag`, `request_body`, every response with its schema (errors:
+//!    `body = Problem, content_type = "application/problem+json"`), and
+//!    `security(("bearer" = []))`.
+//! 3. Register it in the area's `routes()` with `routes!(handler)`: the
+//!    router and the OpenAPI document come from that one line, so they
+//!    cannot drift. A new area's `routes()` is merged in [`router`].
+//! 4. `scripts/api-conformance.sh` then fuzzes it with the rest.
+
+pub mod auth;
+pub mod campaigns;
+pub mod keys;
+pub mod openapi;
+pub mod problem;
+pub mod subscribers;
+
+use std::sync::Arc;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, FromRequest, Request};
+use axum::middleware;
+use axum::Router;
+use serde::de::DeserializeOwned;
+use tokio::sync::Semaphore;
+use utoipa_axum::router::OpenApiRouter;
+
+use super::State;
+pub use problem::Problem;
+
+/// Largest request body (413 beyond).
+pub const MAX_BODY: usize = 1024 * 1024;
+
+/// What the API keeps between requests.
+pub struct ApiState {
+    /// Per key: requests left at once.
+    pub buckets: auth::Buckets,
+    /// Background enqueue runs (one blocking thread and one database
+    /// connection each); beyond, 429.
+    pub enqueues: Arc<Semaphore>,
+}
+
+impl ApiState {
+    pub fn new(rate: u32, burst: u32) -> ApiState {
+        ApiState {
+            buckets: auth::Buckets::new(rate, burst),
+            enqueues: Arc::new(Semaphore::new(super::pool::API_ENQUEUES)),
+        }
+    }
+}
+
+/// A JSON body whose rejections are problem details.
+pub struct Input<T>(pub T);
+
+impl<T, S> FromRequest<S> for Input<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Problem;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Problem> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(value)) => Ok(Input(value)),
+            Err(rejection) => Err(Problem::from(rejection as JsonRejection)),
+        }
+    }
+}
+
+/// Every route of the API and its OpenAPI document.
+fn api() -> OpenApiRouter<State> {
+    OpenApiRouter::with_openapi(openapi::base()).nest("/api/v1", versioned())
+}
+
+fn versioned() -> OpenApiRouter<State> {
+    OpenApiRouter::new()
+        .merge(subscribers::routes())
+        .merge(campaigns::routes())
+        .merge(openapi::routes())
+}
+
+/// The routes under `/api/v1`, to merge into the admin router (outside
+/// its session gate: the API has its own, [`auth`]).
+pub fn router() -> Router<State> {
+    let (routes, doc) = api().split_for_parts();
+    if let Err(e) = openapi::publish(&openapi::finish(doc)) {
+        tracing::warn!(error = %e, "cannot encode the OpenAPI document");
+    }
+    routes
+        .route("/api/v1/{*rest}", axum::routing::any(not_found))
+        .layer(middleware::map_response(problem::as_problem))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+}
+
+async fn not_found() -> Problem {
+    Problem::not_found("no such route in /api/v1; see /api/v1/openapi.json")
+}
+
+/// The OpenAPI document as served (for tests and `docs/api.md`).
+pub fn document() -> utoipa::openapi::OpenApi {
+    let (_, doc) = api().split_for_parts();
+    openapi::finish(doc)
+}
