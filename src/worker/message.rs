@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::shared::Shared;
 use super::reserve::{Cmd, Incoming};
+use super::shared::Shared;
 use crate::compose::message::{compose_message, TemplateMail, To};
 use crate::compose::Unsendable;
 use crate::mail::reply::Verdict;

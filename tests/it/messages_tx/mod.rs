@@ -14,6 +14,7 @@ use mailsplit::store::messages::MessageStatus;
 use crate::dkim::{dkimpy, txt_record, unstuffed};
 use crate::util::*;
 
+mod api;
 mod templates;
 
 /// Migrate; template `order` (transactional, uses data and attributes)
