@@ -56,6 +56,7 @@ import time
 import urllib.parse
 
 import bench_storm
+import bench_tx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "target", "release", "mailsplit")
@@ -283,11 +284,14 @@ def main():
                     help="compiled-in template vs a realistic user template (scripts/bench_template.py)")
     ap.add_argument("--rounds", type=int, default=1, help="--template-compare: alternating rounds (default 1)")
     bench_storm.add_arguments(ap)
+    bench_tx.add_arguments(ap)
     args = ap.parse_args()
     set_bin(args.bin)
     if args.template_compare:
         import bench_template
         return bench_template.run(args, sys.modules[__name__])
+    if args.transactional:
+        return bench_tx.run(args, sys.modules[__name__])
     if args.open_storm:
         return bench_storm.open_storm(sys.modules[__name__], args)
     if args.dkim_compare:

@@ -16,6 +16,8 @@ Usage: scripts/bench.sh [--n N] [--workers W] [--concurrency C] [--skip peer,lat
        scripts/bench.sh --template-compare [--n 100000] [--rounds R]   # compiled-in vs user template (ratio)
        scripts/bench.sh --open-storm [--storm-n N] [--storm-seconds S] [--storm-connections C] [--storm-db sqlite|pg]
                                                   # opens/clicks per second on serve while workers send
+       scripts/bench.sh --transactional [--n 200000] [--tx-n 1000] [--tx-seconds 10]
+                                                  # message latency and the campaign's rate meanwhile
 
 Installs what it needs (scripts/install-deps.sh; a Python venv .peerenv with
 greenstalk, aiosmtplib and jinja2 for ../shared/bench/peer_seed003.py), builds

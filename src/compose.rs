@@ -12,6 +12,7 @@ pub mod content;
 pub mod fold;
 pub mod headers;
 pub mod html_scan;
+pub mod message;
 pub mod sample;
 pub mod source;
 pub mod template_links;

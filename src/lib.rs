@@ -30,6 +30,7 @@ pub mod enqueue;
 pub mod logging;
 pub mod mail;
 pub mod mailbox;
+pub mod messages;
 pub mod queue;
 pub mod rate;
 pub mod rate_group;

@@ -5,6 +5,7 @@
 //! `worker::reserve`). [`timed`] is the small client with deadlines that
 //! `serve` and `resume` use.
 
+pub mod message;
 pub mod timed;
 
 use std::net::SocketAddr;
@@ -361,9 +362,15 @@ pub fn home_tube(database_id: &str) -> Option<String> {
     ok.then(|| format!("{HOME_TUBE_PREFIX}{database_id}"))
 }
 
-/// beanstalkd priorities are u32, lower is more urgent.
+/// The most urgent priority a campaign's jobs may have: the band below it
+/// is the transactional messages' (see [`message::MESSAGE_PRIORITY`]), so a
+/// message overtakes every campaign, whatever its `--priority`.
+pub const CAMPAIGN_PRIORITY_MIN: u32 = 1;
+
+/// beanstalkd priorities are u32, lower is more urgent; a campaign's never
+/// enters the messages' band.
 pub fn priority(p: i64) -> u32 {
-    p.clamp(0, u32::MAX as i64) as u32
+    p.clamp(CAMPAIGN_PRIORITY_MIN as i64, u32::MAX as i64) as u32
 }
 
 #[cfg(test)]

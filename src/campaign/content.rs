@@ -83,13 +83,25 @@ pub fn prepare(
     subject: &str,
     content: &ContentSource,
 ) -> Result<Prepared, ContentError> {
+    prepare_for(campaign, subject, content, &[])
+}
+
+/// [`prepare`] for templates that may also name the `extra` top-level
+/// variables (a message template's `data`).
+pub fn prepare_for(
+    campaign: &str,
+    subject: &str,
+    content: &ContentSource,
+    extra: &[&str],
+) -> Result<Prepared, ContentError> {
     let check = |body: Option<[(&str, &str); 2]>| {
-        Compiled::new(
+        Compiled::with_vars(
             &Sources {
                 subject: ("--subject", subject),
                 body,
             },
             campaign,
+            extra,
         )
     };
     let convert = |file: &str| {

@@ -9,9 +9,11 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::{self, DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY};
 
 mod apikey;
+mod messages;
 mod webhook;
 use crate::redact;
 pub use apikey::{ApikeyCommand, ScopeArg};
+pub use messages::{MessageCommand, SendArgs, TemplateCommand, TemplateContent};
 pub use webhook::WebhookCommand;
 
 #[derive(Parser, Debug)]
@@ -134,6 +136,14 @@ pub enum Command {
     /// Signed event webhooks out (delivered by workers and `serve`): add, ls, rm
     #[command(subcommand)]
     Webhook(WebhookCommand),
+    /// Message templates for transactional messages: create, edit, ls, rm
+    #[command(subcommand)]
+    Template(TemplateCommand),
+    /// Send one transactional message now, ahead of every campaign
+    Send(SendArgs),
+    /// Transactional messages: show
+    #[command(subcommand)]
+    Message(MessageCommand),
     /// Keys for the HTTP API (/api/v1): create, ls, revoke
     #[command(subcommand)]
     Apikey(ApikeyCommand),

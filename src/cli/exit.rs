@@ -17,6 +17,7 @@ use crate::config::ConfigError;
 use crate::dkim::{DkimError, KeygenError};
 use crate::enqueue::requeue::RequeueError;
 use crate::enqueue::EnqueueError;
+use crate::messages::MessageError;
 use crate::rate::LimitError;
 use crate::redact;
 use crate::serve::api::keys::KeyError;
@@ -111,6 +112,8 @@ pub enum CliError {
     #[error(transparent)]
     Webhook(#[from] WebhookError),
     #[error(transparent)]
+    Message(#[from] MessageError),
+    #[error(transparent)]
     ApiKey(#[from] KeyError),
     #[error(transparent)]
     Output(#[from] OutputError),
@@ -138,6 +141,7 @@ impl ExitKind for CliError {
             CliError::Worker(e) => e.exit_kind(),
             CliError::Serve(e) => e.exit_kind(),
             CliError::Webhook(e) => e.exit_kind(),
+            CliError::Message(e) => e.exit_kind(),
             CliError::ApiKey(e) => e.exit_kind(),
             CliError::Output(e) => e.exit_kind(),
             CliError::Json(e) => e.exit_kind(),
@@ -250,6 +254,12 @@ impl ExitKind for KeyError {
 }
 
 impl ExitKind for WebhookError {
+    fn exit_kind(&self) -> Exit {
+        usage_if(self.is_usage())
+    }
+}
+
+impl ExitKind for MessageError {
     fn exit_kind(&self) -> Exit {
         usage_if(self.is_usage())
     }

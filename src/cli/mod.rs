@@ -80,6 +80,9 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Rate(cmd) => c::rate::rate(g, cmd)?,
         Command::Dkim(cmd) => c::dkim::dkim(g, cmd)?,
         Command::Webhook(cmd) => c::webhook::webhook(g, cmd)?,
+        Command::Template(cmd) => c::messages::template(g, cmd)?,
+        Command::Send(args) => c::messages::send(g, args)?,
+        Command::Message(cmd) => c::messages::message(g, cmd)?,
         Command::Apikey(cmd) => c::apikey::apikey(g, cmd)?,
         Command::Report {
             campaign,

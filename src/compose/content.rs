@@ -63,6 +63,9 @@ pub struct Vars<'a> {
     /// [`super::template_links`]); never rendered itself.
     #[serde(rename = "__mailsplit_linker", skip_serializing_if = "Option::is_none")]
     pub linker: Option<minijinja::Value>,
+    /// A transactional message's own data (`data.KEY`); campaigns have none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
 }
 
 fn is_blank(s: &&str) -> bool {
@@ -103,6 +106,7 @@ impl<'a> Vars<'a> {
             open_url: None,
             links: Vec::new(),
             linker: None,
+            data: None,
         }
     }
 
@@ -166,6 +170,21 @@ impl Compiled {
     /// render for a sample recipient (an unknown filter shows there).
     pub fn new(sources: &Sources, campaign: &str) -> Result<Compiled, TemplateProblem> {
         Compiled::build(sources, &[], &Vars::sample(campaign))
+    }
+
+    /// [`Compiled::new`] for templates that may also name `extra`
+    /// top-level variables (a message template's `data`), tried with each
+    /// of them an empty object.
+    pub fn with_vars(
+        sources: &Sources,
+        name: &str,
+        extra: &[&str],
+    ) -> Result<Compiled, TemplateProblem> {
+        let mut sample = Vars::sample(name);
+        if extra.contains(&"data") {
+            sample.data = Some(Value::Object(Map::new()));
+        }
+        Compiled::build(sources, extra, &sample)
     }
 
     /// [`Compiled::new`] for templates that tracking rewrote: they may

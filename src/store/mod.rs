@@ -30,6 +30,8 @@ pub mod import_lock;
 pub mod imports;
 pub mod installation;
 pub mod lists;
+pub mod message_templates;
+pub mod messages;
 pub mod optouts;
 pub mod outbox;
 mod plans;

@@ -24,7 +24,7 @@ diesel::table! {
         /// The mailbox's identity (`crate::mailbox::key`);
         /// NULL only on twins left by older imports.
         email_key -> Nullable<Text>,
-        /// Migration 72: when `/api/v1` first wrote the subscriber.
+        /// When `/api/v1` first wrote the subscriber.
         created_at -> Nullable<BigInt>,
     }
 }
@@ -234,7 +234,6 @@ diesel::table! {
         seen_at -> BigInt,
         sent -> BigInt,
         rate -> Double,
-        /// Migration 15.
         tube -> Text,
         foreign_jobs -> BigInt,
         foreign_databases -> Text,
@@ -363,6 +362,8 @@ diesel::table! {
         link_n -> Nullable<BigInt>,
         /// A `clicked` event's URL when the template wrote the link.
         link_url -> Nullable<Text>,
+        /// An event about a transactional message.
+        message_id -> Nullable<BigInt>,
     }
 }
 
@@ -375,13 +376,49 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    /// Message templates, one row each, at their latest version.
+    message_templates (id) {
+        id -> BigInt,
+        name -> Text,
+        stream -> Text,
+        version -> BigInt,
+        subject -> Text,
+        from_addr -> Text,
+        html -> Text,
+        text_body -> Text,
+        created_at -> BigInt,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    /// The transactional messages ledger.
+    messages (id) {
+        id -> BigInt,
+        template_id -> BigInt,
+        template_name -> Text,
+        to_addr -> Text,
+        data -> Text,
+        idempotency_key -> Nullable<Text>,
+        body_hash -> Text,
+        status -> Text,
+        attempts -> BigInt,
+        claim_token -> Nullable<BigInt>,
+        claimed_until -> BigInt,
+        reply -> Nullable<Text>,
+        created_at -> BigInt,
+        sent_at -> Nullable<BigInt>,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, webhooks);
 diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, campaign_links);
 diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, campaigns);
 diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, recipients);
 
 diesel::table! {
-    /// Migration 72: `/api/v1` keys (see `store::api_keys`).
+    /// `/api/v1` keys (see `store::api_keys`).
     api_keys (name) {
         name -> Text,
         key_hash -> Text,
@@ -390,3 +427,8 @@ diesel::table! {
         last_used_at -> Nullable<BigInt>,
     }
 }
+
+diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, messages);
+diesel::allow_tables_to_appear_in_same_query!(messages, campaigns);
+diesel::allow_tables_to_appear_in_same_query!(messages, recipients);
+diesel::allow_tables_to_appear_in_same_query!(messages, campaign_links);

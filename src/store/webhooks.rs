@@ -5,7 +5,9 @@
 use diesel::prelude::*;
 
 use super::outbox::EventKind;
-use super::schema::{campaign_links, campaigns, recipients, webhook_outbox as o, webhooks as w};
+use super::schema::{
+    campaign_links, campaigns, messages, recipients, webhook_outbox as o, webhooks as w,
+};
 use super::{now_ms, on, Conn, Result};
 
 /// One webhook as `webhook ls` shows it (never its secret).
@@ -48,6 +50,9 @@ pub struct Pending {
     pub at: i64,
     /// A click's link.
     pub url: Option<String>,
+    /// An event about a transactional message: its id and recipient.
+    pub message: Option<i64>,
+    pub message_to: Option<String>,
 }
 
 /// Store a webhook (`allow_local`: it may point at loopback or link-local
@@ -178,6 +183,7 @@ pub fn batch(conn: &mut Conn, id: i64, limit: i64) -> Result<Vec<Pending>> {
                 .and(campaign_links::version.nullable().eq(o::link_version))
                 .and(campaign_links::n.nullable().eq(o::link_n))),
         )
+        .left_join(messages::table.on(messages::id.nullable().eq(o::message_id)))
         .filter(o::webhook_id.eq(id))
         .order(o::id)
         .limit(limit)
@@ -189,6 +195,8 @@ pub fn batch(conn: &mut Conn, id: i64, limit: i64) -> Result<Vec<Pending>> {
             o::at,
             campaign_links::url.nullable(),
             o::link_url,
+            o::message_id,
+            messages::to_addr.nullable(),
         ))
         .load::<(
             i64,
@@ -197,11 +205,13 @@ pub fn batch(conn: &mut Conn, id: i64, limit: i64) -> Result<Vec<Pending>> {
             Option<String>,
             i64,
             Option<String>,
-            Option<String>
+            Option<String>,
+            Option<i64>,
+            Option<String>,
         )>(c))?
     .into_iter()
     .map(
-        |(id, kind, campaign, email, at, numbered, written)| Pending {
+        |(id, kind, campaign, email, at, numbered, written, message, message_to)| Pending {
             id,
             kind,
             campaign,
@@ -210,6 +220,8 @@ pub fn batch(conn: &mut Conn, id: i64, limit: i64) -> Result<Vec<Pending>> {
             // A numbered link's URL from its table, else the URL the template
             // wrote, carried by the event itself.
             url: numbered.or(written),
+            message,
+            message_to,
         },
     )
     .collect())

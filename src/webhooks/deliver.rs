@@ -183,7 +183,11 @@ struct EventOut<'a> {
     id: i64,
     #[serde(rename = "type")]
     kind: &'static str,
-    campaign: Option<&'a str>,
+    /// Left out of a message's events, which name the message instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    campaign: Option<Option<&'a str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<i64>,
     email: Option<&'a str>,
     at: String,
     /// The link a `clicked` event is about.
@@ -204,14 +208,26 @@ fn body(events: &[Pending]) -> Vec<u8> {
         .map(|e| EventOut {
             id: e.id,
             kind: e.kind.as_str(),
-            campaign: e.campaign.as_deref(),
-            email: e.email.as_deref(),
+            campaign: e.message.is_none().then_some(e.campaign.as_deref()),
+            message: e.message,
+            email: e
+                .email
+                .as_deref()
+                .or(e.message_to.as_deref().map(bare_address)),
             at: rfc3339(e.at, Precision::Millis),
             url: e.url.as_deref(),
         })
         .collect();
     // Serializing plain strings into a Vec cannot fail.
     serde_json::to_vec(&Body { events }).unwrap_or_default()
+}
+
+/// The address inside `Name <address>`, or the text as it is.
+fn bare_address(to: &str) -> &str {
+    match (to.rfind('<'), to.rfind('>')) {
+        (Some(a), Some(b)) if a < b => &to[a + 1..b],
+        _ => to,
+    }
 }
 
 #[cfg(test)]

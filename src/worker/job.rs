@@ -28,6 +28,9 @@ use crate::store::{now_ms, recipients, CampaignState, StoreError};
 
 /// Priority given to buried jobs (they are inspected by hand anyway).
 const BURY_PRIORITY: u32 = 0;
+/// Priority of a campaign job sent back after a database error: urgent,
+/// but never in the transactional messages' band.
+const RETRY_PRIORITY: u32 = crate::queue::CAMPAIGN_PRIORITY_MIN;
 /// A job whose campaign or claim could not be read (database down) comes
 /// back after this long.
 const DB_RETRY_DELAY: Duration = Duration::from_secs(5);
@@ -58,7 +61,7 @@ struct Claimed {
 /// What to do with a job of another database: move it to that database's
 /// own tube, where this worker never sees it again (released with
 /// [`FOREIGN_DELAY`] if the id cannot name a tube or the move fails).
-fn foreign(shared: &Shared, id: u64, db: String, body: &[u8]) -> Cmd {
+pub(super) fn foreign(shared: &Shared, id: u64, db: String, body: &[u8]) -> Cmd {
     let first = shared
         .foreign
         .lock()
@@ -146,7 +149,7 @@ async fn fresh_flags(
             tracing::warn!(job = id, error = %e, "cannot read the campaign; job comes back in {DB_RETRY_DELAY:?}");
             Cmd::Release {
                 id,
-                priority: 0,
+                priority: RETRY_PRIORITY,
                 delay: DB_RETRY_DELAY,
             }
         })
@@ -202,7 +205,7 @@ async fn unknown_campaign(shared: &Shared, id: u64, campaign: i64) -> Cmd {
             tracing::warn!(job = id, error = %e, "cannot read the campaign; job comes back in {DB_RETRY_DELAY:?}");
             Cmd::Release {
                 id,
-                priority: 0,
+                priority: RETRY_PRIORITY,
                 delay: DB_RETRY_DELAY,
             }
         }
@@ -228,7 +231,7 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
         tracing::warn!(job = id, error = %e, "{what}; job comes back in {DB_RETRY_DELAY:?}");
         Cmd::Release {
             id,
-            priority: 0,
+            priority: RETRY_PRIORITY,
             delay: DB_RETRY_DELAY,
         }
     };
@@ -289,6 +292,9 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
 
 /// Process one reserved job up to handing its messages to the senders.
 pub async fn handle(shared: Arc<Shared>, job: Incoming) {
+    if crate::queue::message::is_message_job(&job.body) {
+        return super::message::handle(shared, job).await;
+    }
     let Incoming {
         server,
         id,

@@ -31,6 +31,7 @@ pub mod fleet;
 pub mod heartbeat;
 pub mod job;
 pub mod lease;
+pub mod message;
 pub mod optout;
 pub mod pipeline;
 pub mod record;
@@ -200,6 +201,7 @@ async fn pipeline_run(
         max_attempts: settings.max_attempts,
         sent: Default::default(),
         deferrals: Default::default(),
+        relay: relay.clone(),
     });
     let heartbeat = heartbeat::Heartbeat::start(
         Arc::clone(&shared),

@@ -50,6 +50,9 @@ pub struct Shared {
     pub sent: AtomicU64,
     /// Jobs that only deferred recipients, summed for the log.
     pub deferrals: Deferrals,
+    /// The relay, for transactional messages (see `message`), which go on
+    /// a session of their own rather than wait behind the senders' queue.
+    pub relay: crate::mail::Relay,
 }
 
 impl Shared {

@@ -46,6 +46,7 @@ mod hardening_trust;
 mod hardening_wire;
 mod headers;
 mod messages;
+mod messages_tx;
 mod pipelining;
 mod postfix;
 mod rate_group;

@@ -20,7 +20,7 @@ both!(events_reach_a_flaky_receiver_exactly_as_the_ledger_says);
 
 /// The receiver's secret for `/hook`; `/wrong` expects it too, but its
 /// webhook is registered with another.
-const SECRET: &str = "s3cret-for-the-test";
+pub(crate) const SECRET: &str = "s3cret-for-the-test";
 /// How long the receiver is down (port closed) after its two 500s: the
 /// issue's 30 s (the retry base is 200 ms in the test, so the deliverer
 /// keeps knocking, doubling its wait, through the whole outage).
@@ -39,13 +39,13 @@ struct Seen {
 /// of every POST, answers 500 to the first `fail_first` POSTs to `/hook`,
 /// then closes its port for [`DOWN`], then answers 200 to good signatures
 /// and 401 to bad ones.
-struct Receiver {
+pub(crate) struct Receiver {
     port: u16,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
 
 impl Receiver {
-    fn start(fail_first: u32) -> Receiver {
+    pub(crate) fn start(fail_first: u32) -> Receiver {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -71,7 +71,7 @@ impl Receiver {
         Receiver { port, seen }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 
@@ -80,7 +80,7 @@ impl Receiver {
     }
 
     /// Every event taken (answered 200) at `path`, in the order received.
-    fn taken(&self, path: &str) -> Vec<serde_json::Value> {
+    pub(crate) fn taken(&self, path: &str) -> Vec<serde_json::Value> {
         self.seen()
             .into_iter()
             .filter(|s| s.path == path && s.status == 200)

@@ -9,6 +9,7 @@ pub mod control;
 pub mod dkim;
 pub mod import;
 pub mod lists;
+pub mod messages;
 pub mod migrate;
 pub mod queue;
 pub mod rate;

@@ -5,7 +5,7 @@
 //!   [`keys`]: the keys themselves (`mailsplit apikey`).
 //! - [`problem`]: every error is RFC 9457 `application/problem+json`,
 //!   also axum's own rejections; bodies are capped at [`MAX_BODY`].
-//! - [`subscribers`], [`campaigns`]: the routes, calling the same stage
+//! - [`subscribers`], [`campaigns`], [`messages`]: the routes, calling the same stage
 //!   functions as the CLI (the import's writer, `campaign::create`, the
 //!   splitter, `control`).
 //! - [`openapi`]: `GET /api/v1/openapi.json`, generated from the handlers.
@@ -28,6 +28,7 @@
 pub mod auth;
 pub mod campaigns;
 pub mod keys;
+pub mod messages;
 pub mod openapi;
 pub mod problem;
 pub mod subscribers;
@@ -93,6 +94,7 @@ fn versioned() -> OpenApiRouter<State> {
     OpenApiRouter::new()
         .merge(subscribers::routes())
         .merge(campaigns::routes())
+        .merge(messages::routes())
         .merge(openapi::routes())
 }
 

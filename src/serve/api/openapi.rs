@@ -19,13 +19,14 @@ use crate::serve::State;
 #[openapi(
     info(
         title = "mailsplit API",
-        description = "The shop's application talks to mailsplit: subscribers and campaigns. Errors are RFC 9457 problem details.",
+        description = "The shop's application talks to mailsplit: subscribers, campaigns and transactional messages. Errors are RFC 9457 problem details.",
         version = "1"
     ),
     components(schemas(super::Problem)),
     tags(
         (name = "subscribers", description = "People and their lists"),
         (name = "campaigns", description = "Create, enqueue, pause, resume, cancel, status"),
+        (name = "messages", description = "Transactional messages: send one, read it back"),
         (name = "meta", description = "This document"),
     )
 )]

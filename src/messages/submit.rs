@@ -1,0 +1,213 @@
+//! Submitting one transactional message, and reading it back. The
+//! database decides idempotency: the unique index on the key lets one
+//! insert through, whatever the number of concurrent retries, and the
+//! stored hash of (template, to, data) tells a retry (same id, no second
+//! send) from another message under a used key (refused).
+
+use std::net::SocketAddr;
+use std::str::FromStr;
+
+use lettre::message::Mailbox;
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::queue::message::{MessageJob, MESSAGE_PRIORITY};
+use crate::queue::Server;
+use crate::store::messages::{self, Inserted, Message, MessageStatus, NewMessage};
+use crate::store::{installation, message_templates, now_ms, Conn};
+use crate::tokens::Identity;
+
+use super::MessageError;
+
+/// Largest `data` object, serialised.
+pub const MAX_DATA: usize = 64 * 1024;
+/// Longest idempotency key.
+pub const MAX_KEY: usize = 255;
+/// A retry of a message still queued this long after it was stored puts
+/// its job again: the first put may have failed (beanstalkd down) after
+/// the row was written. A second job is harmless (the claim is once).
+const REPUT_AFTER_MS: i64 = 10_000;
+
+/// Where message jobs go: the workers' beanstalkd servers and tube.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    pub servers: Vec<SocketAddr>,
+    pub tube: String,
+}
+
+/// One message to send.
+#[derive(Debug, Clone)]
+pub struct Submit {
+    pub template: String,
+    /// An address or `Name <address>`.
+    pub to: String,
+    /// A JSON object (`data.KEY` in the template), or none.
+    pub data: Option<Value>,
+    pub idempotency_key: Option<String>,
+}
+
+/// What a submit answers.
+#[derive(Debug, Clone, Serialize)]
+pub struct Submitted {
+    pub id: i64,
+    pub status: MessageStatus,
+    /// False when the key named an earlier submit of the same message.
+    pub created: bool,
+}
+
+/// A message as `GET /api/v1/messages/{id}` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct MessageView {
+    pub id: i64,
+    pub template: String,
+    pub to: String,
+    pub status: MessageStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sent_at: Option<String>,
+}
+
+/// `to` as a mailbox that can go on the wire.
+pub fn parse_to(raw: &str) -> Result<Mailbox, MessageError> {
+    let bad = || MessageError::BadTo(raw.to_string());
+    if raw.chars().any(char::is_control) || raw.len() > 1000 {
+        return Err(bad());
+    }
+    let mailbox = Mailbox::from_str(raw.trim()).map_err(|_| bad())?;
+    crate::mailbox::for_transport(&mailbox.email).map_err(|_| bad())?;
+    Ok(mailbox)
+}
+
+fn check(s: &Submit) -> Result<(Mailbox, String), MessageError> {
+    let to = parse_to(&s.to)?;
+    let data = match &s.data {
+        None => Value::Object(Default::default()),
+        Some(v @ Value::Object(_)) => v.clone(),
+        Some(_) => return Err(MessageError::BadData("data must be a JSON object".into())),
+    };
+    let data = serde_json::to_string(&data).map_err(|e| MessageError::BadData(e.to_string()))?;
+    if data.len() > MAX_DATA {
+        return Err(MessageError::BadData(format!(
+            "data is {} bytes, more than the limit of {MAX_DATA}",
+            data.len()
+        )));
+    }
+    if let Some(k) = &s.idempotency_key {
+        if k.is_empty() || k.len() > MAX_KEY || k.chars().any(|c| c.is_control()) {
+            return Err(MessageError::BadKey(format!(
+                "use 1 to {MAX_KEY} printable characters"
+            )));
+        }
+    }
+    Ok((to, data))
+}
+
+/// The hash that tells a retry from another message under the same key.
+fn body_hash(template: &str, to: &str, data: &str) -> String {
+    let mut h = Sha256::new();
+    for part in [template, to, data] {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part.as_bytes());
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Store a message and queue it (or find the one its key names).
+pub fn submit(conn: &mut Conn, queue: &Queue, s: Submit) -> Result<Submitted, MessageError> {
+    let (to, data) = check(&s)?;
+    let template = message_templates::find(conn, &s.template)?
+        .ok_or_else(|| MessageError::UnknownTemplate(s.template.clone()))?;
+    let to_text = to.to_string();
+    let hash = body_hash(&template.name, &to_text, &data);
+    let key =
+        crate::mailbox::key(to.email.as_ref()).map_err(|_| MessageError::BadTo(s.to.clone()))?;
+    let marketing = template.stream == message_templates::Stream::Marketing;
+    let suppressed = messages::suppression(conn, &key, marketing)?;
+    let now = now_ms();
+    let inserted = messages::insert(
+        conn,
+        &NewMessage {
+            template_id: template.id,
+            template_name: &template.name,
+            to_addr: &to_text,
+            data: &data,
+            idempotency_key: s.idempotency_key.as_deref(),
+            body_hash: &hash,
+            status: match suppressed {
+                Some(_) => MessageStatus::Suppressed,
+                None => MessageStatus::Queued,
+            },
+            reply: suppressed,
+            now,
+        },
+    )?;
+    let (msg, created) = match inserted {
+        Inserted::New(m) => (m, true),
+        Inserted::Again(m) => (m, false),
+        Inserted::Conflict => {
+            return Err(MessageError::KeyReused(
+                s.idempotency_key.unwrap_or_default(),
+            ))
+        }
+    };
+    let stale =
+        !created && msg.status == MessageStatus::Queued && now - msg.created_at > REPUT_AFTER_MS;
+    if msg.status == MessageStatus::Queued && (created || stale) {
+        let identity = Identity::from(&installation::load(conn)?);
+        put(queue, &identity, msg.id).map_err(MessageError::Queue)?;
+    }
+    Ok(Submitted {
+        id: msg.id,
+        status: msg.status.public(),
+        created,
+    })
+}
+
+/// Put message `id`'s job on the first server that takes it.
+fn put(queue: &Queue, identity: &Identity, id: i64) -> Result<(), crate::queue::QueueError> {
+    let body = MessageJob { message: id }.encode(identity);
+    let mut last = None;
+    // Spread over the servers by id; each is tried once.
+    let n = queue.servers.len().max(1);
+    for i in 0..queue.servers.len() {
+        let addr = queue.servers[(id as usize + i) % n];
+        let attempt = Server::connect(addr).and_then(|mut s| {
+            s.use_tube(&queue.tube)?;
+            s.put(&body, MESSAGE_PRIORITY)
+        });
+        match attempt {
+            Ok(_) => return Ok(()),
+            Err(e) => last = Some(e),
+        }
+    }
+    match last {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Message `id` as the API shows it.
+pub fn get(conn: &mut Conn, id: i64) -> Result<MessageView, MessageError> {
+    let m = messages::find(conn, id)?.ok_or(MessageError::UnknownMessage(id))?;
+    Ok(view(m))
+}
+
+fn view(m: Message) -> MessageView {
+    MessageView {
+        id: m.id,
+        template: m.template_name,
+        to: m.to_addr,
+        status: m.status.public(),
+        reply: m.reply,
+        created_at: rfc3339(m.created_at),
+        sent_at: m.sent_at.map(rfc3339),
+    }
+}
+
+fn rfc3339(ms: i64) -> String {
+    crate::clock::rfc3339(ms, crate::clock::Precision::Millis)
+}

@@ -1,0 +1,315 @@
+//! The transactional messages ledger. A message is inserted once per
+//! idempotency key (the unique index decides, whatever the number of
+//! concurrent retries), then claimed, sent and recorded by a worker with
+//! the campaign ledger's discipline: a claim is a token with a lease, and
+//! only the holder of the token may record. A message is marked `sending`
+//! just before it goes on the wire: a claim that lapses there (the worker
+//! died between handing the message to the relay and recording the reply)
+//! is failed rather than sent again, because the relay may have taken it.
+
+use diesel::prelude::*;
+
+use super::outbox::{self, EventKind};
+use super::schema::{bounces as b, messages as m, recipients as r, webhook_outbox as o};
+use super::{on, Conn, RecipientStatus, Result};
+
+text_enum! {
+    /// A message's state. `claimed` and `sending` are a worker's; the API
+    /// shows both as `queued`.
+    pub enum MessageStatus ("message status") {
+        Queued = "queued",
+        Claimed = "claimed",
+        Sending = "sending",
+        Sent = "sent",
+        Failed = "failed",
+        Bounced = "bounced",
+        Suppressed = "suppressed",
+    }
+}
+
+impl MessageStatus {
+    /// The status as the API and the CLI show it.
+    pub fn public(self) -> MessageStatus {
+        match self {
+            MessageStatus::Claimed | MessageStatus::Sending => MessageStatus::Queued,
+            s => s,
+        }
+    }
+
+    /// Whether the message has its outcome.
+    pub fn is_final(self) -> bool {
+        !matches!(
+            self,
+            MessageStatus::Queued | MessageStatus::Claimed | MessageStatus::Sending
+        )
+    }
+}
+
+/// One message as stored.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = m)]
+pub struct Message {
+    pub id: i64,
+    pub template_id: i64,
+    pub template_name: String,
+    pub to_addr: String,
+    pub data: String,
+    pub idempotency_key: Option<String>,
+    pub body_hash: String,
+    pub status: MessageStatus,
+    pub attempts: i64,
+    pub claim_token: Option<i64>,
+    pub claimed_until: i64,
+    pub reply: Option<String>,
+    pub created_at: i64,
+    pub sent_at: Option<i64>,
+}
+
+/// What `submit` stores.
+pub struct NewMessage<'a> {
+    pub template_id: i64,
+    pub template_name: &'a str,
+    pub to_addr: &'a str,
+    pub data: &'a str,
+    pub idempotency_key: Option<&'a str>,
+    pub body_hash: &'a str,
+    pub status: MessageStatus,
+    pub reply: Option<&'a str>,
+    pub now: i64,
+}
+
+/// What an insert under a key found.
+#[derive(Debug)]
+pub enum Inserted {
+    /// A new message.
+    New(Message),
+    /// The same key and body came before: that message.
+    Again(Message),
+    /// The key was used for another body.
+    Conflict,
+}
+
+/// Insert a message, or find the one its idempotency key already names.
+pub fn insert(conn: &mut Conn, n: &NewMessage) -> Result<Inserted> {
+    let id: Option<i64> = on!(conn, |c| diesel::insert_into(m::table)
+        .values((
+            m::template_id.eq(n.template_id),
+            m::template_name.eq(n.template_name),
+            m::to_addr.eq(n.to_addr),
+            m::data.eq(n.data),
+            m::idempotency_key.eq(n.idempotency_key),
+            m::body_hash.eq(n.body_hash),
+            m::status.eq(n.status),
+            m::reply.eq(n.reply),
+            m::created_at.eq(n.now),
+        ))
+        .on_conflict_do_nothing()
+        .returning(m::id)
+        .get_result(c)
+        .optional())?;
+    if let Some(id) = id {
+        return find(conn, id)?
+            .map(Inserted::New)
+            .ok_or(diesel::NotFound.into());
+    }
+    let Some(key) = n.idempotency_key else {
+        return Err(diesel::NotFound.into());
+    };
+    let before: Message = on!(conn, |c| m::table
+        .filter(m::idempotency_key.eq(key))
+        .select(Message::as_select())
+        .first(c))?;
+    Ok(if before.body_hash == n.body_hash {
+        Inserted::Again(before)
+    } else {
+        Inserted::Conflict
+    })
+}
+
+pub fn find(conn: &mut Conn, id: i64) -> Result<Option<Message>> {
+    Ok(on!(conn, |c| m::table
+        .find(id)
+        .select(Message::as_select())
+        .first(c)
+        .optional())?)
+}
+
+/// Why an address gets no message of a stream: bounced or complained (any
+/// stream), unsubscribed (marketing only). `None`: it may be mailed.
+pub fn suppression(conn: &mut Conn, key: &str, marketing: bool) -> Result<Option<&'static str>> {
+    let found: Option<(i64, RecipientStatus)> = on!(conn, |c| r::table
+        .filter(r::email_key.eq(key))
+        .select((r::id, r::status))
+        .first(c)
+        .optional())?;
+    let Some((id, status)) = found else {
+        return Ok(None);
+    };
+    let complained: i64 = on!(conn, |c| b::table
+        .filter(b::recipient_id.eq(id))
+        .filter(b::kind.eq(super::bounces::BounceKind::Complaint))
+        .count()
+        .get_result(c))?;
+    Ok(match status {
+        _ if complained > 0 => Some("the address complained about earlier mail"),
+        RecipientStatus::Bounced => Some("the address bounced"),
+        RecipientStatus::Unsubscribed if marketing => Some("the address unsubscribed"),
+        _ => None,
+    })
+}
+
+/// What a claim found.
+#[derive(Debug)]
+pub enum Claim {
+    /// This worker holds it now.
+    Mine(Box<Message>),
+    /// It has its outcome (or just got one: a lapsed `sending`).
+    Done,
+    /// Another worker's claim runs until then (ms).
+    Busy(i64),
+    /// No such message.
+    Unknown,
+}
+
+/// Claim message `id` for `lease` ms under `token`.
+pub fn claim(conn: &mut Conn, id: i64, token: i64, lease: i64, now: i64) -> Result<Claim> {
+    let open = m::status.eq(MessageStatus::Queued).or(m::status
+        .eq(MessageStatus::Claimed)
+        .and(m::claimed_until.lt(now)));
+    let n = on!(conn, |c| diesel::update(m::table.find(id).filter(open))
+        .set((
+            m::status.eq(MessageStatus::Claimed),
+            m::claim_token.eq(token),
+            m::claimed_until.eq(now + lease),
+            m::attempts.eq(m::attempts + 1),
+        ))
+        .execute(c))?;
+    let Some(msg) = find(conn, id)? else {
+        return Ok(Claim::Unknown);
+    };
+    if n == 1 {
+        return Ok(Claim::Mine(Box::new(msg)));
+    }
+    if msg.status.is_final() {
+        return Ok(Claim::Done);
+    }
+    if msg.status == MessageStatus::Sending && msg.claimed_until < now {
+        let why = "the worker stopped after handing the message to the relay and before recording its reply; not sent again, so it is never sent twice";
+        let lapsed = m::status
+            .eq(MessageStatus::Sending)
+            .and(m::claimed_until.lt(now));
+        conn.transaction(|conn| {
+            let n = on!(conn, |c| diesel::update(m::table.find(id).filter(lapsed))
+                .set((m::status.eq(MessageStatus::Failed), m::reply.eq(why)))
+                .execute(c))?;
+            if n == 1 {
+                event(conn, EventKind::Failed, id, now)?;
+            }
+            Ok::<_, super::StoreError>(())
+        })?;
+        return Ok(Claim::Done);
+    }
+    Ok(Claim::Busy(msg.claimed_until))
+}
+
+/// The claim holder is about to hand the message to the relay; false when
+/// the claim is no longer its own.
+pub fn start_sending(conn: &mut Conn, id: i64, token: i64) -> Result<bool> {
+    let n = on!(conn, |c| diesel::update(
+        m::table
+            .find(id)
+            .filter(m::claim_token.eq(token))
+            .filter(m::status.eq(MessageStatus::Claimed))
+    )
+    .set(m::status.eq(MessageStatus::Sending))
+    .execute(c))?;
+    Ok(n == 1)
+}
+
+/// Record what became of a claimed message: a final status (with the
+/// webhook event in the same transaction), or `Queued` to try again. False
+/// when the claim was no longer this token's.
+pub fn record(
+    conn: &mut Conn,
+    (id, token): (i64, i64),
+    status: MessageStatus,
+    reply: Option<&str>,
+    now: i64,
+) -> Result<bool> {
+    let sent_at = (status == MessageStatus::Sent).then_some(now);
+    conn.transaction(|conn| {
+        let n = on!(conn, |c| diesel::update(
+            m::table
+                .find(id)
+                .filter(m::claim_token.eq(token))
+                .filter(m::status.eq_any([MessageStatus::Claimed, MessageStatus::Sending]))
+        )
+        .set((
+            m::status.eq(status),
+            m::reply.eq(reply),
+            m::sent_at.eq(sent_at)
+        ))
+        .execute(c))?;
+        let kind = match status {
+            MessageStatus::Sent => Some(EventKind::Sent),
+            MessageStatus::Failed => Some(EventKind::Failed),
+            _ => None,
+        };
+        if let (1, Some(kind)) = (n, kind) {
+            event(conn, kind, id, now)?;
+        }
+        Ok(n == 1)
+    })
+}
+
+/// A later bounce of a sent message (its VERP token named it).
+pub fn bounced(conn: &mut Conn, id: i64, reason: &str, now: i64) -> Result<bool> {
+    conn.transaction(|conn| {
+        let n = on!(conn, |c| diesel::update(
+            m::table.find(id).filter(m::status.eq(MessageStatus::Sent))
+        )
+        .set((m::status.eq(MessageStatus::Bounced), m::reply.eq(reason)))
+        .execute(c))?;
+        if n == 1 {
+            event(conn, EventKind::Bounced, id, now)?;
+        }
+        Ok(n == 1)
+    })
+}
+
+/// One webhook event about message `id`, for every webhook that wants it.
+fn event(conn: &mut Conn, kind: EventKind, id: i64, at: i64) -> Result<()> {
+    for webhook in outbox::subscribers(conn, kind)? {
+        on!(conn, |c| diesel::insert_into(o::table)
+            .values((
+                o::webhook_id.eq(webhook),
+                o::kind.eq(kind),
+                o::message_id.eq(Some(id)),
+                o::at.eq(at),
+            ))
+            .execute(c))?;
+    }
+    Ok(())
+}
+
+impl serde::Serialize for MessageStatus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// The attributes (JSON text) of the recipient whose mailbox key is `key`,
+/// `{}` for an address on no list.
+pub fn attributes_of_key(conn: &mut Conn, key: &str) -> Result<String> {
+    let found: Option<String> = on!(conn, |c| r::table
+        .filter(r::email_key.eq(key))
+        .select(r::attributes)
+        .first(c)
+        .optional())?;
+    Ok(found.unwrap_or_else(|| "{}".into()))
+}
+
+/// How many messages the ledger holds.
+pub fn count_all(conn: &mut Conn) -> Result<i64> {
+    Ok(on!(conn, |c| m::table.count().get_result(c))?)
+}

@@ -1,0 +1,275 @@
+//! The message stage: a transactional message's job (see
+//! [`crate::queue::message`]) is claimed in the `messages` ledger, checked
+//! against the suppressions again (an address may have bounced since the
+//! submit), composed and DKIM-signed on the blocking pool, sent under the
+//! shared rate limits, and recorded: `sent` / `failed` with the relay's
+//! reply; a 4xx goes back to `queued` and the job comes back later, with a
+//! growing delay, up to `--max-attempts`. Each message goes on the wire at
+//! most once: it is marked `sending` before, and a claim that lapses there
+//! is failed, never sent again (see [`crate::store::messages`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::reserve::{Cmd, Incoming};
+use super::shared::Shared;
+use crate::compose::message::{compose_message, TemplateMail, To};
+use crate::compose::Unsendable;
+use crate::mail::reply::Verdict;
+use crate::mail::Composed;
+use crate::messages::submit::parse_to;
+use crate::queue::message::{MessageJob, MESSAGE_PRIORITY};
+use crate::queue::{BadJob, JOB_TTR};
+use crate::rate::limiter;
+use crate::store::messages::{self, Claim, Message, MessageStatus};
+use crate::store::{message_templates, now_ms, StoreError};
+
+/// A message job whose ledger row could not be read comes back after this.
+const DB_RETRY_DELAY: Duration = Duration::from_secs(5);
+/// Delay before the second try after a 4xx; doubled per try, capped.
+const FIRST_RETRY: Duration = Duration::from_secs(2);
+const MAX_RETRY: Duration = Duration::from_secs(600);
+/// Longest wait for rate tokens while holding the claim; beyond it the
+/// message goes back to the queue for as long as the tokens are off.
+const MAX_TOKEN_WAIT: Duration = Duration::from_secs(5);
+
+/// What one message's handling ends in: the job's fate.
+type Fate = Cmd;
+
+/// Handle one reserved message job.
+pub async fn handle(shared: Arc<Shared>, job: Incoming) {
+    let Incoming {
+        server,
+        id,
+        body,
+        permit,
+    } = job;
+    let cmd = match MessageJob::decode(&body, &shared.identity) {
+        Ok(m) => run(&shared, id, m.message).await,
+        Err(BadJob::Foreign(db)) => super::job::foreign(&shared, id, db, &body),
+        Err(e) => {
+            tracing::warn!(job = id, "burying message job: {e}");
+            Cmd::Bury { id, priority: 0 }
+        }
+    };
+    shared.cmd(server, cmd);
+    drop(permit);
+}
+
+fn release(id: u64, delay: Duration) -> Fate {
+    Cmd::Release {
+        id,
+        priority: MESSAGE_PRIORITY,
+        delay,
+    }
+}
+
+/// Claim, send and record message `message` of job `id`.
+async fn run(shared: &Arc<Shared>, id: u64, message: i64) -> Fate {
+    let token = rand::random_range(1..i64::MAX);
+    let lease = JOB_TTR.as_millis() as i64;
+    let claimed = shared
+        .db
+        .run(move |c| messages::claim(c, message, token, lease, now_ms()))
+        .await;
+    let msg = match claimed {
+        Ok(Claim::Mine(m)) => *m,
+        Ok(Claim::Done) => return Cmd::Delete(id),
+        Ok(Claim::Busy(until)) => {
+            let wait = (until - now_ms()).max(0) as u64 + 100;
+            return release(id, Duration::from_millis(wait));
+        }
+        Ok(Claim::Unknown) => {
+            tracing::warn!(job = id, message, "burying message job: no such message");
+            return Cmd::Bury { id, priority: 0 };
+        }
+        Err(e) => {
+            tracing::warn!(job = id, error = %e, "cannot claim the message; job comes back in {DB_RETRY_DELAY:?}");
+            return release(id, DB_RETRY_DELAY);
+        }
+    };
+    match prepare(shared, &msg).await {
+        Ok(Ok(composed)) => send(shared, id, (msg, token), composed).await,
+        Ok(Err((status, why))) => {
+            finish(shared, (msg.id, token), status, Some(why)).await;
+            Cmd::Delete(id)
+        }
+        Err(e) => {
+            tracing::warn!(job = id, error = %e, "cannot read the message's template; job comes back in {DB_RETRY_DELAY:?}");
+            finish(shared, (msg.id, token), MessageStatus::Queued, None).await;
+            release(id, DB_RETRY_DELAY)
+        }
+    }
+}
+
+/// What stops a message before the wire: its status and why.
+type Refused = (MessageStatus, String);
+
+/// Suppressions again, then the template and the recipient's attributes
+/// read, and the message composed (on the blocking pool: a render may use
+/// its whole budget).
+async fn prepare(
+    shared: &Arc<Shared>,
+    msg: &Message,
+) -> Result<Result<Composed, Refused>, StoreError> {
+    let to = match parse_to(&msg.to_addr) {
+        Ok(to) => to,
+        Err(e) => return Ok(Err((MessageStatus::Failed, e.to_string()))),
+    };
+    let key = crate::mailbox::key(to.email.as_ref()).unwrap_or_default();
+    let (template_id, identity) = (msg.template_id, shared.identity.clone());
+    let loaded = shared
+        .db
+        .run(move |c| {
+            let Some(t) = message_templates::by_id(c, template_id)? else {
+                return Ok(Err((
+                    MessageStatus::Failed,
+                    "its template was removed".into(),
+                )));
+            };
+            let marketing = t.stream == message_templates::Stream::Marketing;
+            if let Some(why) = messages::suppression(c, &key, marketing)? {
+                return Ok(Err((MessageStatus::Suppressed, why.to_string())));
+            }
+            let attributes = messages::attributes_of_key(c, &key)?;
+            Ok(Ok((TemplateMail::load(c, t, &identity), attributes)))
+        })
+        .await?;
+    let (mail, attributes) = match loaded {
+        Ok((Ok(mail), attributes)) => (mail, attributes),
+        Ok((Err(e), _)) => return Ok(Err((MessageStatus::Failed, e.to_string()))),
+        Err(refused) => return Ok(Err(refused)),
+    };
+    let data: Value = serde_json::from_str(&msg.data).unwrap_or(Value::Object(Map::new()));
+    let id = msg.id;
+    let composed = tokio::task::spawn_blocking(move || {
+        let attributes = serde_json::from_str(&attributes).unwrap_or_default();
+        let to = To {
+            mailbox: &to,
+            attributes,
+        };
+        compose_message(&mail, id, &to, &data)
+    })
+    .await
+    .unwrap_or_else(|e| Err(Unsendable::Invalid(format!("composing failed: {e}"))));
+    Ok(composed.map_err(|e| match e {
+        Unsendable::Invalid(why) => (MessageStatus::Failed, why),
+        Unsendable::Inactive(s) => (MessageStatus::Suppressed, format!("the address is {s}")),
+    }))
+}
+
+/// Take the rate tokens, mark the message `sending`, hand it to the relay
+/// and record the verdict.
+async fn send(shared: &Arc<Shared>, id: u64, (msg, token): (Message, i64), m: Composed) -> Fate {
+    let domain = msg.to_addr.rsplit('@').next().unwrap_or_default();
+    let domain = domain.trim_end_matches('>').to_string();
+    let groups = shared.limiter.groups_for("", &domain);
+    let weight = limiter::message_weight(m.bytes.len());
+    if let Err(t) = shared
+        .limiter
+        .acquire(&groups, weight, MAX_TOKEN_WAIT)
+        .await
+    {
+        finish(shared, (msg.id, token), MessageStatus::Queued, None).await;
+        return release(id, t.retry_in);
+    }
+    let (mid, db) = (msg.id, Arc::clone(&shared.db));
+    match db
+        .run(move |c| messages::start_sending(c, mid, token))
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => return Cmd::Delete(id),
+        Err(_) => {
+            finish(shared, (msg.id, token), MessageStatus::Queued, None).await;
+            return release(id, DB_RETRY_DELAY);
+        }
+    }
+    let verdict = match shared.relay.connect().await {
+        Ok(mut session) => {
+            let v = shared.relay.send(&mut session, &m).await;
+            session.quit().await;
+            v
+        }
+        Err(e) => Verdict::Transient(crate::mail::reply::Reply::local(format!("{e:#}"))),
+    };
+    match verdict {
+        Verdict::Sent => {
+            shared.limiter.success(&groups).await;
+            finish(shared, (msg.id, token), MessageStatus::Sent, None).await;
+            Cmd::Delete(id)
+        }
+        Verdict::Permanent(reply) => {
+            finish(
+                shared,
+                (msg.id, token),
+                MessageStatus::Failed,
+                Some(reply.text),
+            )
+            .await;
+            Cmd::Delete(id)
+        }
+        Verdict::Transient(reply) => {
+            if reply.asks_to_slow_down() {
+                shared.limiter.slow_down(&groups).await;
+            }
+            if msg.attempts >= i64::from(shared.max_attempts) {
+                finish(
+                    shared,
+                    (msg.id, token),
+                    MessageStatus::Failed,
+                    Some(reply.text),
+                )
+                .await;
+                return Cmd::Delete(id);
+            }
+            finish(
+                shared,
+                (msg.id, token),
+                MessageStatus::Queued,
+                Some(reply.text),
+            )
+            .await;
+            release(id, retry_delay(msg.attempts))
+        }
+    }
+}
+
+/// The wait before try `attempts + 1`.
+fn retry_delay(attempts: i64) -> Duration {
+    let doublings = attempts.clamp(1, 16) as u32 - 1;
+    FIRST_RETRY.saturating_mul(1 << doublings).min(MAX_RETRY)
+}
+
+/// Record an outcome, trying a few times: a message that went out must
+/// not be left `sending` by a database hiccup (it would be failed as
+/// in doubt once its claim lapses).
+async fn finish(
+    shared: &Arc<Shared>,
+    (mid, token): (i64, i64),
+    status: MessageStatus,
+    reply: Option<String>,
+) {
+    for wait in [0u64, 500, 2000, 5000] {
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        let reply = reply.clone();
+        let done = shared
+            .db
+            .run(move |c| messages::record(c, (mid, token), status, reply.as_deref(), now_ms()))
+            .await;
+        match done {
+            Ok(true) => return tracing::debug!(message = mid, %status, "message recorded"),
+            Ok(false) => {
+                return tracing::warn!(
+                    message = mid,
+                    "message's claim was lost before its outcome was recorded"
+                )
+            }
+            Err(e) => {
+                tracing::warn!(message = mid, error = %e, "cannot record the message's outcome")
+            }
+        }
+    }
+}
