@@ -292,9 +292,6 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
 
 /// Process one reserved job up to handing its messages to the senders.
 pub async fn handle(shared: Arc<Shared>, job: Incoming) {
-    if crate::queue::message::is_message_job(&job.body) {
-        return super::message::handle(shared, job).await;
-    }
     let Incoming {
         server,
         id,

@@ -234,7 +234,13 @@ async fn pipeline_run(
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
             while let Some(job) = jobs_rx.recv().await {
-                tokio::spawn(job::handle(Arc::clone(&shared), job));
+                let shared = Arc::clone(&shared);
+                // A transactional message's job, or a campaign's.
+                if crate::queue::message::is_message_job(&job.body) {
+                    tokio::spawn(message::handle(shared, job));
+                } else {
+                    tokio::spawn(job::handle(shared, job));
+                }
             }
         })
     };
