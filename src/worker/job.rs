@@ -18,7 +18,7 @@ use super::pipeline::{Msg, SendOutcome, Shared};
 use super::reserve::{Cmd, Incoming};
 use super::touch::touch_loop;
 use crate::compose::{self, Unsendable};
-use crate::queue::{BadJob, JobBody, JOB_TTR};
+use crate::queue::{job_ttr, BadJob, JobBody};
 use crate::ratelimit;
 use crate::send_at;
 use crate::store::deliveries::{self, OutcomeKind};
@@ -241,7 +241,7 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
     };
     check_flags(shared, id, &info).await?;
     let token = rand::random_range(1..i64::MAX);
-    let lease = JOB_TTR.as_millis() as i64;
+    let lease = job_ttr().as_millis() as i64;
     let (campaign_id, list_id) = (info.mail.id, info.mail.list_id);
     let named = body.recipients.len();
     let keep = crate::compose::attributes_needed(&info.mail);
