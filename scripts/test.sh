@@ -29,7 +29,9 @@ Usage: scripts/test.sh [--help]
   8. scripts/partition.sh --short: network partitions between namespaced
      hosts (its own PostgreSQL, two beanstalkd, a relay, three workers)
 
-Prints each step's duration when it ends and a table of them at the end.
+Prints each step's duration when it ends and a table of them at the end,
+and after the nextest step the slowest ten tests (from nextest's JUnit
+report, target/nextest/default/junit.xml).
 Exits non-zero at the first failure; the last line says PASSED or FAILED.
 EOF
 }
@@ -40,6 +42,8 @@ case "${1:-}" in
 esac
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+mkdir -p target
+touch target/.test-sh-start
 # why: Postfix's pipe(8) runs target/debug/mailsplit as `nobody` in the tests:
 # the build output must be open to others whatever the caller's umask
 umask 022
@@ -73,6 +77,24 @@ finish() {
     fi
 }
 trap finish EXIT
+
+# The slowest ten tests of the nextest run, from its JUnit report
+# (.config/nextest.toml writes it): where the suite's time goes.
+slowest_tests() {
+    local junit=target/nextest/default/junit.xml
+    [[ -f $junit && $junit -nt target/.test-sh-start ]] || return 0
+    echo "test.sh: slowest ten tests (nextest, $junit):"
+    python3 - "$junit" <<'PY' || true
+import sys
+import xml.etree.ElementTree as ET
+cases = [
+    (float(c.get("time", 0)), c.get("classname", ""), c.get("name", ""))
+    for c in ET.parse(sys.argv[1]).iter("testcase")
+]
+for took, binary, name in sorted(cases, reverse=True)[:10]:
+    print(f"  {took:7.1f}s  {binary} {name}")
+PY
+}
 
 step "install dependencies (scripts/install-deps.sh)"
 scripts/install-deps.sh
@@ -214,7 +236,9 @@ if [[ -z ${MAILSPLIT_TEST_CARGO_TEST:-} ]]; then
     step "cargo nextest run --all-targets --run-ignored all (chaos scenarios: CHAOS_N=3000)"
     mkdir -p target/chaos
     CHAOS_N=3000 CHAOS_REPORT="$PWD/target/chaos/report-test-sh-$(date -u +%Y%m%dT%H%M%SZ).jsonl" \
-        cargo nextest run --all-targets --run-ignored all --no-fail-fast
+        cargo nextest run --all-targets --run-ignored all --no-fail-fast ||
+        { rc=$?; slowest_tests; exit "$rc"; }
+    slowest_tests
 else
     # why: in one test binary, util::alone() keeps the rate-measuring tests
     # from each other but not from the rest: those areas go last, alone

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::store::deliveries::RATE_WINDOW_MS;
+use crate::store::deliveries::rate_window_ms;
 use crate::store::engagement::{self, Engagement};
 use crate::store::rates::{RateGroup, Usage};
 use crate::store::{content, now_ms, Campaign, CampaignState, Conn, Counters, StoreError};
@@ -136,7 +136,7 @@ impl CampaignStatus {
         };
         let recent = counters
             .last_at
-            .is_some_and(|at| now_ms() - at < 2 * RATE_WINDOW_MS);
+            .is_some_and(|at| now_ms() - at < 2 * rate_window_ms());
         let rate = if recent && state == Phase::Sending {
             counters.rate
         } else {

@@ -20,7 +20,7 @@ use super::shared::Shared;
 use super::touch::touch_loop;
 use super::tracker::{Progress, Tracker};
 use crate::compose::{self, Unsendable};
-use crate::queue::{BadJob, JobBody, JOB_TTR};
+use crate::queue::{job_ttr, BadJob, JobBody};
 use crate::rate::limiter;
 use crate::send_at;
 use crate::store::deliveries::{self, OutcomeKind};
@@ -246,7 +246,7 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
     };
     check_flags(shared, id, &info).await?;
     let token = rand::random_range(1..i64::MAX);
-    let lease = JOB_TTR.as_millis() as i64;
+    let lease = job_ttr().as_millis() as i64;
     let (campaign_id, list_id) = (info.mail.id, info.mail.list_id);
     let named = body.recipients.len();
     let keep = crate::compose::attributes_needed(&info.mail);

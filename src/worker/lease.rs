@@ -1,14 +1,14 @@
 //! The fence: a job's claim lease as this worker knows it. The ledger
-//! holds each claim until `claimed_until` (claim time + [`JOB_TTR`]);
+//! holds each claim until `claimed_until` (claim time + [`job_ttr`]);
 //! after that another worker may take the recipient over with a claim
 //! token of its own, and this worker's outcome for it no longer matches
 //! any row (it is recorded as `lost`). So this worker must not *start* a
 //! message once its claim may have lapsed: it counts the lease on its own
 //! monotonic clock from the moment it *asked* for the claim or its last
 //! extension (the database's lease starts later, never earlier), and stops
-//! [`FENCE_MARGIN`] before the end, leaving a started message that long to
+//! [`fence_margin`] before the end, leaving a started message that long to
 //! be on the wire. A worker that cannot reach the database cannot extend,
-//! so within `JOB_TTR - FENCE_MARGIN` (20 s) of its last confirmed
+//! so within `job_ttr() - fence_margin()` (20 s by default) of its last confirmed
 //! extension it hands every unsent message of the job back instead of
 //! sending it, however long the partition lasts.
 //!
@@ -21,11 +21,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::queue::JOB_TTR;
+use crate::queue::job_ttr;
 
 /// How long before the end of its claim lease a worker stops starting
-/// messages of the job.
-pub const FENCE_MARGIN: Duration = Duration::from_secs(10);
+/// messages of the job: a third of the lease (10 s of the default 30 s).
+pub fn fence_margin() -> Duration {
+    job_ttr() / 3
+}
 
 /// Until when this worker may start messages of one job.
 pub struct Lease {
@@ -38,7 +40,7 @@ impl Lease {
     /// A lease for a claim asked for at `asked`.
     pub fn new(asked: Instant) -> Lease {
         Lease {
-            fence: Mutex::new(asked + JOB_TTR - FENCE_MARGIN),
+            fence: Mutex::new(asked + job_ttr() - fence_margin()),
             fenced: AtomicBool::new(false),
         }
     }
@@ -51,7 +53,7 @@ impl Lease {
         if answered >= *fence {
             return false;
         }
-        *fence = (*fence).max(asked + JOB_TTR - FENCE_MARGIN);
+        *fence = (*fence).max(asked + job_ttr() - fence_margin());
         true
     }
 
@@ -65,8 +67,10 @@ impl Lease {
         if !self.fenced.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 job,
-                "claims not confirmed by the database for {:?} (lease {JOB_TTR:?} minus a margin of {FENCE_MARGIN:?}): sending nothing more of this job, its unsent recipients are handed back",
-                JOB_TTR - FENCE_MARGIN
+                "claims not confirmed by the database for {:?} (lease {:?} minus a margin of {:?}): sending nothing more of this job, its unsent recipients are handed back",
+                job_ttr() - fence_margin(),
+                job_ttr(),
+                fence_margin()
             );
         }
         false
@@ -84,7 +88,7 @@ mod tests {
 
     #[test]
     fn an_extension_answered_after_the_fence_does_not_reopen_it() {
-        let asked = Instant::now() - JOB_TTR;
+        let asked = Instant::now() - job_ttr();
         let lease = Lease::new(asked);
         assert!(!lease.open(1));
         let now = Instant::now();
@@ -95,7 +99,7 @@ mod tests {
 
     #[test]
     fn an_extension_in_time_moves_the_fence() {
-        let start = Instant::now() - (JOB_TTR - FENCE_MARGIN) + Duration::from_secs(1);
+        let start = Instant::now() - (job_ttr() - fence_margin()) + Duration::from_secs(1);
         let lease = Lease::new(start);
         let now = Instant::now();
         assert!(lease.extended(now, now));

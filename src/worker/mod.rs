@@ -75,7 +75,9 @@ fn max_parked(concurrency: usize) -> usize {
 /// have passed to another worker, so it serves nothing it was asked for,
 /// while waiting on would hold every later call (heartbeat, extensions,
 /// outcomes) of this worker.
-const DB_CALL_LIMIT: Duration = crate::queue::JOB_TTR;
+fn db_call_limit() -> Duration {
+    crate::queue::job_ttr()
+}
 
 /// Why a worker could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -177,7 +179,7 @@ async fn pipeline_run(
         &settings.database_url,
         Some(conn),
         Plans::GenericWhileLarge,
-        DB_CALL_LIMIT,
+        db_call_limit(),
     )?;
     let limiter = crate::rate::limiter::Limiter::new(Arc::clone(&db), relay.target());
     limiter.refresh().await.context("cannot read rate groups")?;
@@ -246,7 +248,7 @@ async fn pipeline_run(
     };
 
     let deliverer = tokio::spawn(crate::webhooks::deliver::run(
-        Db::bounded(&settings.database_url, None, Plans::Custom, DB_CALL_LIMIT)?,
+        Db::bounded(&settings.database_url, None, Plans::Custom, db_call_limit())?,
         settings.webhooks,
         stop.clone(),
     ));

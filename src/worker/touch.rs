@@ -12,16 +12,16 @@ use std::time::{Duration, Instant};
 use super::reserve::Cmd;
 use super::shared::Shared;
 use super::tracker::Tracker;
-use crate::queue::JOB_TTR;
+use crate::queue::job_ttr;
 use crate::store::deliveries;
 
 /// After a failed extension, the next try comes this soon (the fence is
-/// at most `JOB_TTR - FENCE_MARGIN` away).
+/// at most `job_ttr() - fence_margin()` away).
 const RETRY_EXTEND: Duration = Duration::from_secs(1);
 
 /// Runs until the job is finished.
 pub async fn touch_loop(shared: Arc<Shared>, t: Arc<Tracker>) {
-    let every = JOB_TTR / 3;
+    let every = job_ttr() / 3;
     let mut wait = every;
     loop {
         tokio::select! {
@@ -33,7 +33,7 @@ pub async fn touch_loop(shared: Arc<Shared>, t: Arc<Tracker>) {
             return;
         }
         let (campaign, token) = (t.campaign_id, t.token);
-        let lease = JOB_TTR.as_millis() as i64;
+        let lease = job_ttr().as_millis() as i64;
         let asked = Instant::now();
         let extended = shared
             .db

@@ -186,7 +186,7 @@ fn the_size_cap_is_the_workers_flag(kind: Kind) {
 
 /// `preview` of a recipient the template spins for ends with the reason.
 fn preview_of_a_spinning_template_ends_with_the_reason(kind: Kind) {
-    let (_tmp, _bs, env) = env_with_beanstalkd(kind);
+    let env = World::new(kind);
     import(&env, 3, "spin", &[1]);
     let out = create(&env, "spin", SPIN, &[]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -203,7 +203,7 @@ fn preview_of_a_spinning_template_ends_with_the_reason(kind: Kind) {
 /// A template that spins for the sample recipient itself is refused at
 /// create, with the file.
 fn a_template_spinning_for_the_sample_is_refused_at_create(kind: Kind) {
-    let (_tmp, _bs, env) = env_with_beanstalkd(kind);
+    let env = World::new(kind);
     import(&env, 1, "spin", &[]);
     let out = create(
         &env,
@@ -220,7 +220,7 @@ fn a_template_spinning_for_the_sample_is_refused_at_create(kind: Kind) {
 /// spins for answers with the reason; the dashboard and /metrics answer
 /// while it renders.
 fn admin_pages_answer_while_a_campaign_page_renders_a_spinning_template(kind: Kind) {
-    let (_tmp, _bs, env) = env_with_beanstalkd(kind);
+    let env = World::new(kind);
     import(&env, 3, "spin", &[0]);
     let out = create(&env, "spin", SPIN, &[]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -239,7 +239,7 @@ fn admin_pages_answer_while_a_campaign_page_renders_a_spinning_template(kind: Ki
 }
 
 fn links_that_run_code_are_refused_and_scripts_warned_about(kind: Kind) {
-    let (_tmp, _bs, env) = env_with_beanstalkd(kind);
+    let env = World::new(kind);
     import(&env, 1, "x", &[]);
     for (href, shown) in [
         ("javascript:alert(1)", "javascript:alert(1)"),
@@ -302,7 +302,7 @@ fn links_that_run_code_are_refused_and_scripts_warned_about(kind: Kind) {
 /// A stored link that is no valid Location (as one stored before the
 /// check could be) answers 404, not a 302 without Location.
 fn a_stored_link_with_a_control_character_is_not_found(kind: Kind) {
-    let (_tmp, _bs, env) = env_with_beanstalkd(kind);
+    let env = World::new(kind);
     import(&env, 1, "x", &[]);
     let served = env.serve(None);
     let base = format!("http://127.0.0.1:{}", served.public);

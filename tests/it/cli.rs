@@ -553,16 +553,6 @@ fn unmigrated_database_says_run_migrate(kind: Kind) {
     assert!(env.ok(&["campaign", "list"]).contains("no campaigns yet"));
 }
 
-#[test]
-fn unmigrated_database_says_run_migrate_sqlite() {
-    unmigrated_database_says_run_migrate(Kind::Sqlite);
-}
-
-#[test]
-fn unmigrated_database_says_run_migrate_postgres() {
-    unmigrated_database_says_run_migrate(Kind::Postgres);
-}
-
 // ---------------------------------------------------------------- campaigns
 
 #[test]
@@ -842,26 +832,6 @@ fn enqueue_resumes_after_kills(kind: Kind, kills: u64) {
 }
 
 #[test]
-fn enqueue_resumes_after_kill_sqlite() {
-    enqueue_resumes_after_kills(Kind::Sqlite, 1);
-}
-
-#[test]
-fn enqueue_resumes_after_kill_postgres() {
-    enqueue_resumes_after_kills(Kind::Postgres, 1);
-}
-
-#[test]
-fn enqueue_resumes_after_repeated_kills_sqlite() {
-    enqueue_resumes_after_kills(Kind::Sqlite, 3);
-}
-
-#[test]
-fn enqueue_resumes_after_repeated_kills_postgres() {
-    enqueue_resumes_after_kills(Kind::Postgres, 3);
-}
-
-#[test]
 fn enqueue_spreads_jobs_over_several_servers() {
     let tmp = tempfile::tempdir().unwrap();
     let a = Beanstalkd::start(tmp.path());
@@ -1080,16 +1050,6 @@ fn an_interrupted_window_is_finished_exactly(kind: Kind) {
     assert_each_once(&[once], campaign, usize::MAX, &all);
 }
 
-#[test]
-fn an_interrupted_window_is_finished_exactly_sqlite() {
-    an_interrupted_window_is_finished_exactly(Kind::Sqlite);
-}
-
-#[test]
-fn an_interrupted_window_is_finished_exactly_postgres() {
-    an_interrupted_window_is_finished_exactly(Kind::Postgres);
-}
-
 /// beanstalkd dies under a running enqueue; after it comes back from its
 /// binlog, a second run puts the rest. The job that was being put when the
 /// server died is either found in the binlog or put again — never both.
@@ -1148,12 +1108,10 @@ fn beanstalkd_killed_mid_enqueue(kind: Kind) {
     panic!("enqueue always finished before beanstalkd could be killed");
 }
 
-#[test]
-fn beanstalkd_killed_mid_enqueue_sqlite() {
-    beanstalkd_killed_mid_enqueue(Kind::Sqlite);
-}
-
-#[test]
-fn beanstalkd_killed_mid_enqueue_postgres() {
-    beanstalkd_killed_mid_enqueue(Kind::Postgres);
-}
+both!(
+    unmigrated_database_says_run_migrate,
+    enqueue_resumes_after_kill = |kind| enqueue_resumes_after_kills(kind, 1),
+    enqueue_resumes_after_repeated_kills = |kind| enqueue_resumes_after_kills(kind, 3),
+    an_interrupted_window_is_finished_exactly,
+    beanstalkd_killed_mid_enqueue,
+);

@@ -36,7 +36,7 @@ fn quiet(env: &Env, args: &[&str]) {
 
 #[test]
 fn every_printing_command_exits_0_on_a_closed_pipe() {
-    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
+    let env = World::new(Kind::Sqlite);
     quiet(&env, &["--help"]);
     quiet(&env, &["--version"]);
     quiet(&env, &["templates"]);

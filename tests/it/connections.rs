@@ -166,7 +166,8 @@ fn relay_that_greets_at_most_n(kind: Kind) {
         ..Script::default()
     };
     // With the shared limit.
-    let (_tmp, _bs, peer, env) = setup(kind, script.clone());
+    let env = World::with_peer(kind, script.clone());
+    let peer = env.peer();
     env.import_n("news", 1_200);
     let group = format!("relay:127.0.0.1:{}", peer.port);
     let said = env.ok(&["rate", "set", &group, "10000/s", "--connections", "6"]);
@@ -185,7 +186,7 @@ fn relay_that_greets_at_most_n(kind: Kind) {
     for w in workers {
         stop_worker(w);
     }
-    exactly_once(&peer, 1_200);
+    exactly_once(peer, 1_200);
     let peak = peer
         .peak_connections
         .load(std::sync::atomic::Ordering::SeqCst);
@@ -255,12 +256,13 @@ both!(relay_that_greets_at_most_n);
 /// each ends with QUIT (also the last ones, when the worker stops).
 #[test]
 fn sessions_quit_after_max_per_session() {
-    let (_tmp, _bs, peer, env) = setup(Kind::Sqlite, Script::default());
+    let env = World::with_peer(Kind::Sqlite, Script::default());
+    let peer = env.peer();
     env.campaign("news", 100);
     let w = env.worker(&["--concurrency", "4", "--max-per-session", "7"]);
     wait_done(&env, "news", 60);
     stop_worker(w);
-    exactly_once(&peer, 100);
+    exactly_once(peer, 100);
     let ends = peer.session_ends.lock().unwrap().clone();
     let carried: Vec<&SessionEnd> = ends.iter().filter(|e| e.messages > 0).collect();
     let total: u32 = carried.iter().map(|e| e.messages).sum();

@@ -341,7 +341,7 @@ fn a_shown_starter_copied_into_files_sends_the_same_message() {
 }
 
 fn delete_takes_a_draft_only(kind: Kind) {
-    let (_tmp, _bs, env) = env_with_beanstalkd(kind);
+    let env = World::new(kind);
     import(&env, "news", "email\nada@example.test\nbob@example.test\n");
     let page = file(&env, "p.html", "<p>Hi {{ name }}</p>");
     let out = create(&env, "oops", &["--html", &page], "Hi");

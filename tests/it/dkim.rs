@@ -157,16 +157,6 @@ fn keys_are_kept_in_the_database(kind: Kind) {
     assert!(!list.contains("example.test") && list.contains("xn--bcher-kva.test"));
 }
 
-#[test]
-fn keys_are_kept_in_the_database_sqlite() {
-    keys_are_kept_in_the_database(Kind::Sqlite);
-}
-
-#[test]
-fn keys_are_kept_in_the_database_postgres() {
-    keys_are_kept_in_the_database(Kind::Postgres);
-}
-
 fn signatures_verify_with_dkimpy(kind: Kind) {
     let tmp = tempfile::tempdir().unwrap();
     let bs = Beanstalkd::start(tmp.path());
@@ -325,12 +315,4 @@ fn signatures_verify_with_dkimpy(kind: Kind) {
     }
 }
 
-#[test]
-fn signatures_verify_with_dkimpy_sqlite() {
-    signatures_verify_with_dkimpy(Kind::Sqlite);
-}
-
-#[test]
-fn signatures_verify_with_dkimpy_postgres() {
-    signatures_verify_with_dkimpy(Kind::Postgres);
-}
+both!(keys_are_kept_in_the_database, signatures_verify_with_dkimpy,);

@@ -30,13 +30,14 @@ fn listed(env: &Env, selector: &str) -> String {
 }
 
 fn rsa_and_ed25519_both_sign(kind: Kind) {
-    let (_tmp, _bs, peer, env) = setup(
+    let env = World::with_peer(
         kind,
         Script {
             keep_data: true,
             ..Script::default()
         },
     );
+    let peer = env.peer();
     env.import_n("news", 3);
     let rsa = txt_record(&env.ok(&["dkim", "keygen", "example.test"]));
     // No --selector: `mailsplit` is the RSA key's, so the ed25519 one
@@ -92,16 +93,6 @@ fn rsa_and_ed25519_both_sign(kind: Kind) {
     }
 }
 
-#[test]
-fn rsa_and_ed25519_both_sign_sqlite() {
-    rsa_and_ed25519_both_sign(Kind::Sqlite);
-}
-
-#[test]
-fn rsa_and_ed25519_both_sign_postgres() {
-    rsa_and_ed25519_both_sign(Kind::Postgres);
-}
-
 /// The first message at or after `from` whose selectors are `want`.
 fn first_signed_with(peer: &ScriptedSmtp, from: usize, want: &[&str]) -> Option<(usize, String)> {
     let m = peer.messages.lock().unwrap();
@@ -111,7 +102,7 @@ fn first_signed_with(peer: &ScriptedSmtp, from: usize, want: &[&str]) -> Option<
 }
 
 fn rotation_waits_for_activate(kind: Kind) {
-    let (_tmp, _bs, peer, env) = setup(
+    let env = World::with_peer(
         kind,
         Script {
             keep_data: true,
@@ -119,6 +110,7 @@ fn rotation_waits_for_activate(kind: Kind) {
             ..Script::default()
         },
     );
+    let peer = env.peer();
     env.import_n("news", 2_000);
     let old = txt_record(&env.ok(&["dkim", "keygen", "example.test"]));
     env.create_campaign("news", "news", &[]);
@@ -164,9 +156,9 @@ fn rotation_waits_for_activate(kind: Kind) {
     let activated_at = count();
     // Within seconds, without a restart.
     wait_for(5, "a message signed with the new key", || {
-        first_signed_with(&peer, activated_at, &[&selector]).is_some()
+        first_signed_with(peer, activated_at, &[&selector]).is_some()
     });
-    let (at, m) = first_signed_with(&peer, activated_at, &[&selector]).unwrap();
+    let (at, m) = first_signed_with(peer, activated_at, &[&selector]).unwrap();
     let results = dkimpy(&m, &[old.clone(), new.clone()]);
     assert_eq!(results.len(), 1);
     assert_eq!(
@@ -189,16 +181,6 @@ fn rotation_waits_for_activate(kind: Kind) {
     assert!(listed(&env, &selector).contains("active"));
     assert!(listed(&env, "mailsplit").contains("retired"));
     env.ok(&["cancel", "news"]);
-}
-
-#[test]
-fn rotation_waits_for_activate_sqlite() {
-    rotation_waits_for_activate(Kind::Sqlite);
-}
-
-#[test]
-fn rotation_waits_for_activate_postgres() {
-    rotation_waits_for_activate(Kind::Postgres);
 }
 
 /// What rotate and activate refuse, each exit 2 naming the fix; and a
@@ -269,3 +251,5 @@ fn rotate_and_activate_refuse_what_they_cannot_do() {
     env.ok(&["dkim", "activate", "example.test", "mailsplit"]);
     assert!(listed(&env, "mailsplit").contains("active"));
 }
+
+both!(rsa_and_ed25519_both_sign, rotation_waits_for_activate,);

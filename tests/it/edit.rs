@@ -90,7 +90,7 @@ fn edit_is_refused_while_sending_and_after_the_end(kind: Kind) {
 }
 
 fn a_bad_template_in_an_edit_changes_nothing(kind: Kind) {
-    let (_tmp, _bs, env) = env_with_beanstalkd(kind);
+    let env = World::new(kind);
     import(&env, 2);
     create(&env, "weekly");
     let before = env.ok(&["preview", "weekly", "--recipient", "r000@example.test"]);

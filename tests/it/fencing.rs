@@ -1,9 +1,12 @@
-//! Fencing (issue 28 item 3): a claim's token is its fence in the ledger, so
+//! Fencing: a claim's token is its fence in the ledger, so
 //! a stale worker's late outcome never overwrites the outcome of the
 //! worker that took its recipients over; and a worker cut from its
 //! database (packets dropped, no refusal) stops sending the job whose
 //! claims it cannot extend, so what it sends after the cut is bounded by
-//! what it had in flight, not by how long the cut lasts.
+//! what it had in flight, not by how long the cut lasts. The cut tests
+//! run their processes with a claim lease of [`LEASE`] through
+//! `MAILSPLIT_LEASE_MS` (production: 30 s): the bound they check is in
+//! leases, so a shorter one proves the same thing sooner.
 
 use std::time::{Duration, Instant};
 
@@ -13,6 +16,14 @@ use mailsplit::store::deliveries::{
 use mailsplit::store::{Db, Plans, StoreError};
 
 use crate::util::*;
+
+/// The claim lease (and job TTR) of the cut tests' processes.
+const LEASE: Duration = Duration::from_secs(10);
+
+/// A world whose processes hold claims for [`LEASE`].
+fn short_lease_world() -> World {
+    World::new(Kind::Postgres).var("MAILSPLIT_LEASE_MS", &LEASE.as_millis().to_string())
+}
 
 /// `status --json` equals `COUNT(*)` of the ledger, with nothing pending.
 fn assert_exact(env: &Env, name: &str, recipients: i64) {
@@ -174,7 +185,7 @@ fn worker(env: &Env, url: &str, smtp: &str, concurrency: u32) -> Proc {
 }
 
 /// Worker A (4 sessions, 3 jobs of 100 held) loses its PostgreSQL link
-/// silently for 45 s, longer than a claim's lease; its relay and
+/// silently for one and a half leases; its relay and
 /// beanstalkd stay reachable. Worker B carries on with A's jobs once their
 /// TTR runs out. During the cut A sends at most its 4 in-flight messages;
 /// after the heal it must not send the messages it still held (their
@@ -185,7 +196,7 @@ fn worker(env: &Env, url: &str, smtp: &str, concurrency: u32) -> Proc {
 fn a_worker_cut_from_the_database_sends_no_more_than_its_in_flight() {
     const N: usize = 1_500;
     const A_CONCURRENCY: u32 = 4;
-    let (_tmp, bs, env) = env_with_beanstalkd(Kind::Postgres);
+    let env = short_lease_world();
     let peer_a = ScriptedSmtp::start(Script {
         data_delay: Duration::from_millis(50),
         ..Script::default()
@@ -203,8 +214,8 @@ fn a_worker_cut_from_the_database_sends_no_more_than_its_in_flight() {
     proxy.freeze();
     let at_cut = peer_a.total();
     let _b = worker(&env, &env.db.url, &peer_b.url(), 20);
-    // Longer than a claim's lease (30 s): A's claims lapse and B takes them.
-    std::thread::sleep(Duration::from_secs(45));
+    // Longer than a claim's lease: A's claims lapse and B takes them.
+    std::thread::sleep(LEASE * 3 / 2);
     let during_cut = peer_a.total() - at_cut;
     proxy.thaw();
     wait_done(&env, "news", 120);
@@ -227,7 +238,6 @@ fn a_worker_cut_from_the_database_sends_no_more_than_its_in_flight() {
         peer_a.total() - at_cut
     );
     assert_exact(&env, "news", N as i64);
-    drop(bs);
 }
 
 /// Worker A's PostgreSQL link goes silent both ways mid-send (a dead
@@ -242,7 +252,7 @@ fn a_worker_cut_from_the_database_sends_no_more_than_its_in_flight() {
 fn a_worker_whose_database_link_is_swallowed_then_reset_holds_nothing_back() {
     const N: usize = 1_500;
     const A_CONCURRENCY: u32 = 4;
-    let (_tmp, bs, env) = env_with_beanstalkd(Kind::Postgres);
+    let env = short_lease_world();
     let peer_a = ScriptedSmtp::start(Script {
         data_delay: Duration::from_millis(50),
         ..Script::default()
@@ -276,11 +286,11 @@ fn a_worker_whose_database_link_is_swallowed_then_reset_holds_nothing_back() {
     let at_cut = peer_a.total();
     let _b = worker(&env, &env.db.url, &peer_b.url(), 20);
     // Longer than a claim's lease: A's claims lapse and B may take them.
-    std::thread::sleep(Duration::from_secs(40));
+    std::thread::sleep(LEASE * 4 / 3);
     let during_cut = peer_a.total() - at_cut;
     proxy.reset();
     let healed = Instant::now();
-    let bound = mailsplit::queue::JOB_TTR * 2 + Duration::from_secs(10);
+    let bound = LEASE * 2 + Duration::from_secs(10);
     loop {
         let status = env.status("news");
         if status["pending"] == 0 {
@@ -311,7 +321,6 @@ fn a_worker_whose_database_link_is_swallowed_then_reset_holds_nothing_back() {
         "{duplicates} duplicates (bound: A's {A_CONCURRENCY} in flight)"
     );
     assert_exact(&env, "news", N as i64);
-    drop(bs);
 }
 
 /// The handle a worker uses, on a link that goes silent: the call whose

@@ -121,12 +121,4 @@ fn fleet(kind: Kind) {
     drop((c, d));
 }
 
-#[test]
-fn heartbeats_show_running_stopping_and_lost_workers_sqlite() {
-    fleet(Kind::Sqlite);
-}
-
-#[test]
-fn heartbeats_show_running_stopping_and_lost_workers_postgres() {
-    fleet(Kind::Postgres);
-}
+both!(heartbeats_show_running_stopping_and_lost_workers = |kind| fleet(kind),);

@@ -35,7 +35,7 @@ fn field(line: &str, key: &str) -> Option<u64> {
 
 #[test]
 fn permanent_failures_are_logged_within_a_budget_with_a_summary_per_job() {
-    let (_tmp, _bs, mut env) = env_with_beanstalkd(Kind::Sqlite);
+    let mut env = World::new(Kind::Sqlite);
     // Every address refused, with a reply that quotes an address: what a
     // misconfigured relay does.
     let peer = ScriptedSmtp::start(Script {
@@ -96,7 +96,7 @@ fn permanent_failures_are_logged_within_a_budget_with_a_summary_per_job() {
 
 #[test]
 fn giving_up_and_bounces_are_logged_with_the_last_reply() {
-    let (_tmp, _bs, mut env) = env_with_beanstalkd(Kind::Sqlite);
+    let mut env = World::new(Kind::Sqlite);
     let peer = ScriptedSmtp::start(Script {
         tempfail: Some(("user2@".into(), 100)),
         reject: Some("user3@".into()),
@@ -136,7 +136,7 @@ fn giving_up_and_bounces_are_logged_with_the_last_reply() {
 // ------------------------------------------------------------- item 16
 
 fn a_done_campaign_cannot_be_paused_or_cancelled(kind: Kind) {
-    let (_tmp, _bs, mut env) = env_with_beanstalkd(kind);
+    let mut env = World::new(kind);
     let sink = SmtpSink::start(&[]);
     env.smtp = sink.url();
     env.campaign("news", 10);
@@ -164,18 +164,8 @@ fn a_done_campaign_cannot_be_paused_or_cancelled(kind: Kind) {
 }
 
 #[test]
-fn a_done_campaign_cannot_be_paused_or_cancelled_sqlite() {
-    a_done_campaign_cannot_be_paused_or_cancelled(Kind::Sqlite);
-}
-
-#[test]
-fn a_done_campaign_cannot_be_paused_or_cancelled_postgres() {
-    a_done_campaign_cannot_be_paused_or_cancelled(Kind::Postgres);
-}
-
-#[test]
 fn no_command_creates_a_missing_sqlite_database() {
-    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
+    let env = World::new(Kind::Sqlite);
     let csv = env.dir.path().join("people.csv");
     write_csv(&csv, 2);
     let csv = csv.to_str().unwrap();
@@ -238,7 +228,7 @@ fn no_command_creates_a_missing_sqlite_database() {
 
 #[test]
 fn read_only_commands_read_a_database_another_process_is_writing() {
-    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
+    let env = World::new(Kind::Sqlite);
     env.campaign("news", 20);
     // Another process holds SQLite's write lock: a read-only command still
     // reads (WAL), at once, and changes nothing.
@@ -263,7 +253,7 @@ fn read_only_commands_read_a_database_another_process_is_writing() {
 
 #[test]
 fn a_bad_rate_group_names_the_valid_forms() {
-    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
+    let env = World::new(Kind::Sqlite);
     env.ok(&["migrate"]);
     let err = fails(&env.run(&["rate", "set", "bogus", "10/s"]), 2);
     assert!(!err.contains("stored value"), "{err}");
@@ -304,7 +294,7 @@ fn an_unresolvable_beanstalkd_host_is_named_as_such() {
 
 #[test]
 fn campaign_names_that_would_mislead_are_refused() {
-    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
+    let env = World::new(Kind::Sqlite);
     env.import_n("news", 3);
     let long = "x".repeat(101);
     for name in [
@@ -330,7 +320,7 @@ fn campaign_names_that_would_mislead_are_refused() {
 
 #[test]
 fn an_empty_csv_or_one_without_email_is_a_usage_error() {
-    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
+    let env = World::new(Kind::Sqlite);
     env.ok(&["migrate"]);
     for (file, text, says) in [
         ("empty.csv", "", "is empty"),
@@ -356,3 +346,5 @@ fn an_empty_csv_or_one_without_email_is_a_usage_error() {
         "nothing imported, no list: {err}"
     );
 }
+
+both!(a_done_campaign_cannot_be_paused_or_cancelled,);

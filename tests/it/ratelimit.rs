@@ -134,16 +134,6 @@ fn three_workers_hold_a_relay_limit(kind: Kind) {
     assert!(list.contains("limit       200/s"), "{list}");
 }
 
-#[test]
-fn three_workers_hold_a_relay_limit_sqlite() {
-    three_workers_hold_a_relay_limit(Kind::Sqlite);
-}
-
-#[test]
-fn three_workers_hold_a_relay_limit_postgres() {
-    three_workers_hold_a_relay_limit(Kind::Postgres);
-}
-
 /// A worker whose log goes to a file in the test's directory (a piped
 /// stderr nobody reads would fill up on a long run with many jobs).
 fn logged_worker(env: &Env, name: &str, extra: &[&str]) -> Proc {
@@ -737,4 +727,7 @@ fn out_of_range_stored_values_are_listed_as_not_in_force(kind: Kind) {
     );
 }
 
-both!(out_of_range_stored_values_are_listed_as_not_in_force);
+both!(
+    out_of_range_stored_values_are_listed_as_not_in_force,
+    three_workers_hold_a_relay_limit,
+);

@@ -26,7 +26,7 @@ fn write_domains_csv(env: &Env) -> String {
 }
 
 fn report_shows_outcomes_by_domain_and_reasons(kind: Kind) {
-    let (_tmp, _bs, _peer, env) = setup(
+    let env = World::with_peer(
         kind,
         Script {
             reject: Some("bad.example".into()),
@@ -142,7 +142,7 @@ fn report_shows_outcomes_by_domain_and_reasons(kind: Kind) {
 /// link's URL, each event with an id), and the report counts them.
 #[test]
 fn serve_delivers_unsubscribe_and_click_events_and_the_report_counts_them() {
-    let (_tmp, _bs, _peer, env) = setup(Kind::Sqlite, Script::default());
+    let env = World::with_peer(Kind::Sqlite, Script::default());
     let receiver = Receiver::start();
     env.import_n("news", 5);
     let s = env.serve(None);

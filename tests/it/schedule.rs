@@ -150,9 +150,11 @@ fn nothing_before_its_time(kind: Kind) {
     assert_eq!(status["sent"], N as i64);
     assert_eq!(status["state"], "done");
     drop(worker);
-    // The resume's and the edit's kicks brought the jobs early; each went
-    // back once each time with what was left, not in a loop.
-    assert!(bs.stat("cmd-release") <= 9, "{}", bs.stat("cmd-release"));
+    // The worker started after the resume's and the edit's kicks, so each
+    // of the 3 jobs met the start early at most once and went back once
+    // (none if the worker came up after the start), not in a loop.
+    let released = bs.stat("cmd-release");
+    assert!(released <= 3, "{released} releases of 3 jobs");
 }
 
 fn moved_later_then_earlier(kind: Kind) {

@@ -65,7 +65,7 @@ fn under_umask_022(program: &Path, args: &[&str]) -> Command {
 
 #[test]
 fn bad_smtp_urls_and_clap_errors_never_show_the_password() {
-    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
+    let env = World::new(Kind::Sqlite);
     env.ok(&["migrate"]);
     for url in [
         format!("smtp://mailer:{SECRET}@127.0.0.1:notaport"),
@@ -119,7 +119,7 @@ fn bad_smtp_urls_and_clap_errors_never_show_the_password() {
 
 #[test]
 fn database_urls_never_show_the_password() {
-    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
+    let env = World::new(Kind::Sqlite);
     let base = pg_base().replace("postgres://", "");
     let host = base.rsplit('@').next().unwrap().to_string();
     for url in [
@@ -301,7 +301,7 @@ fn a_password_never_travels_in_clear_text() {
 
 #[test]
 fn auth_in_clear_only_when_the_url_says_so_for_a_loopback_relay() {
-    let (_tmp, _bs, mut env) = env_with_beanstalkd(Kind::Sqlite);
+    let mut env = World::new(Kind::Sqlite);
     env.campaign("news", 5);
     let peer = auth_peer(PeerTls::None);
     let out = run(

@@ -280,16 +280,6 @@ fn one_click_unsubscribe(kind: Kind) {
     assert!(crate::util::stderr(&out).contains("unsubscribed"));
 }
 
-#[test]
-fn one_click_unsubscribe_sqlite() {
-    one_click_unsubscribe(Kind::Sqlite);
-}
-
-#[test]
-fn one_click_unsubscribe_postgres() {
-    one_click_unsubscribe(Kind::Postgres);
-}
-
 /// A recipient unsubscribes while the campaign runs, after their message
 /// was claimed and composed (it waits for its domain's rate tokens): the
 /// message is not sent, the ledger records it skipped, and the next
@@ -371,12 +361,4 @@ fn unsubscribe_during_a_running_campaign(kind: Kind) {
     assert_eq!(peer.count("user1@example.test"), 2);
 }
 
-#[test]
-fn unsubscribe_during_a_running_campaign_sqlite() {
-    unsubscribe_during_a_running_campaign(Kind::Sqlite);
-}
-
-#[test]
-fn unsubscribe_during_a_running_campaign_postgres() {
-    unsubscribe_during_a_running_campaign(Kind::Postgres);
-}
+both!(one_click_unsubscribe, unsubscribe_during_a_running_campaign,);

@@ -330,7 +330,7 @@ fn tracked_campaign_counts_what_readers_do_pg() {
 /// a known word; `campaign edit --track none` turns it off.
 #[test]
 fn tracking_is_off_by_default_and_edits_turn_it_off() {
-    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
+    let env = World::new(Kind::Sqlite);
     import(&env, 2);
     let base = "http://127.0.0.1:9";
     create(&env, "plain", base, &[]);

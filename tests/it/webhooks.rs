@@ -241,7 +241,7 @@ fn worker(env: &Env) -> Proc {
 }
 
 fn events_reach_a_flaky_receiver_exactly_as_the_ledger_says(kind: Kind) {
-    let (_tmp, _bs, _peer, env) = setup(
+    let env = World::with_peer(
         kind,
         Script {
             // ~1 in 8 refused at RCPT with 550 5.1.1: failed and bounced.
@@ -478,7 +478,7 @@ fn add_refuses_local_receivers_unless_allowed() {
 /// checks the addresses it connects to, and says why in `webhook ls`.
 #[test]
 fn the_deliverer_refuses_a_host_that_resolves_to_loopback() {
-    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
+    let env = World::new(Kind::Sqlite);
     env.ok(&["migrate"]);
     let receiver = TcpListener::bind("127.0.0.1:0").unwrap();
     receiver.set_nonblocking(true).unwrap();

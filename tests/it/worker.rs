@@ -48,16 +48,6 @@ fn one_worker_sends_each_recipient_once_sqlite() {
     delivered_once(Kind::Sqlite, 1);
 }
 
-#[test]
-fn three_workers_send_each_recipient_once_sqlite() {
-    delivered_once(Kind::Sqlite, 3);
-}
-
-#[test]
-fn three_workers_send_each_recipient_once_postgres() {
-    delivered_once(Kind::Postgres, 3);
-}
-
 fn sent(env: &Env, name: &str) -> i64 {
     env.status(name)["sent"].as_i64().unwrap()
 }
@@ -175,13 +165,14 @@ fn a_redelivered_job_sends_nothing_new() {
 
 #[test]
 fn temporary_failure_is_retried_then_delivered_once() {
-    let (_tmp, _bs, peer, env) = setup(
+    let env = World::with_peer(
         Kind::Sqlite,
         Script {
             tempfail: Some(("user7@".into(), 1)),
             ..Script::default()
         },
     );
+    let peer = env.peer();
     env.campaign("news", 50);
     let _w = env.worker(&[]);
     wait_done(&env, "news", 60);
@@ -193,13 +184,14 @@ fn temporary_failure_is_retried_then_delivered_once() {
 
 #[test]
 fn temporary_failures_give_up_after_max_attempts() {
-    let (_tmp, _bs, peer, env) = setup(
+    let env = World::with_peer(
         Kind::Sqlite,
         Script {
             tempfail: Some(("user3@".into(), 100)),
             ..Script::default()
         },
     );
+    let peer = env.peer();
     env.campaign("news", 20);
     let _w = env.worker(&["--max-attempts", "2"]);
     wait_done(&env, "news", 60);
@@ -231,7 +223,8 @@ fn permanent_failure_is_recorded_and_not_retried() {
 
 #[test]
 fn unsubscribed_recipients_are_skipped() {
-    let (_tmp, _bs, peer, env) = setup(Kind::Sqlite, Script::default());
+    let env = World::with_peer(Kind::Sqlite, Script::default());
+    let peer = env.peer();
     env.campaign("news", 30);
     // Unsubscribed after enqueue: the worker skips them.
     env.sql("UPDATE recipients SET status = 'unsubscribed' WHERE email IN ('user1@example.test', 'user2@example.test')");
@@ -327,7 +320,8 @@ fn a_job_of_another_database_is_left_for_its_workers() {
 
 #[test]
 fn sigterm_mid_campaign_loses_nothing() {
-    let (_tmp, _bs, peer, env) = setup(Kind::Sqlite, slow());
+    let env = World::with_peer(Kind::Sqlite, slow());
+    let peer = env.peer();
     env.campaign("news", 600);
     let mut w = env.worker(&["--concurrency", "10"]);
     wait_for(60, "some mail to go out", || sent(&env, "news") >= 50);
@@ -354,13 +348,14 @@ fn sigterm_mid_campaign_loses_nothing() {
 
 #[test]
 fn short_grace_hands_back_unsent_messages() {
-    let (_tmp, _bs, peer, env) = setup(
+    let env = World::with_peer(
         Kind::Sqlite,
         Script {
             data_delay: Duration::from_millis(200),
             ..Script::default()
         },
     );
+    let peer = env.peer();
     env.campaign("news", 300);
     let mut w = env.worker(&["--concurrency", "5", "--grace", "0"]);
     wait_for(60, "some mail to go out", || sent(&env, "news") >= 5);
@@ -388,7 +383,8 @@ fn deploy(bin: &std::path::Path) {
 
 #[test]
 fn replacing_the_binary_stops_the_worker_cleanly() {
-    let (_tmp, _bs, peer, env) = setup(Kind::Sqlite, slow());
+    let env = World::with_peer(Kind::Sqlite, slow());
+    let peer = env.peer();
     env.campaign("news", 400);
     let bindir = tempfile::tempdir().unwrap();
     let bin = private_binary(bindir.path());
@@ -486,3 +482,5 @@ fn resume_after_a_long_pause_sends_at_once() {
     });
     wait_done(&env, "news", 120);
 }
+
+both!(three_workers_send_each_recipient_once = |kind| delivered_once(kind, 3),);

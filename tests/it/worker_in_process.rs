@@ -11,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 #[test]
 fn a_worker_sends_a_campaign_and_stops_when_its_token_is_cancelled() {
-    let (_tmp, _bs, peer, env) = setup(Kind::Sqlite, Script::default());
+    let env = World::with_peer(Kind::Sqlite, Script::default());
+    let peer = env.peer();
     env.campaign("news", 40);
     let settings = WorkerSettings {
         database_url: env.db.url.clone(),

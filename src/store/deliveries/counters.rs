@@ -19,9 +19,11 @@ pub(super) struct Delta {
 /// A gap between two outcomes longer than this is idle time (a pause), left
 /// out of the rate: [`crate::campaign::status`] shows no rate after this long without
 /// an outcome either.
-pub const IDLE_GAP_MS: i64 = 2 * RATE_WINDOW_MS;
+pub fn idle_gap_ms() -> i64 {
+    2 * super::rate_window_ms()
+}
 
-/// Move the counters and, every [`RATE_WINDOW_MS`], the observed rate, in
+/// Move the counters and, every [`super::rate_window_ms`], the observed rate, in
 /// one statement (diesel prepares every UPDATE afresh, so one per batch, not
 /// three).
 pub(super) fn bump_counters(
@@ -58,15 +60,16 @@ pub(super) fn counters_set(
     now: &str,
 ) -> String {
     let added = format!("({sent} + {failed} + {skipped})");
-    // A stretch without outcomes longer than IDLE_GAP_MS (a pause, an
+    // A stretch without outcomes longer than idle_gap_ms() (a pause, an
     // empty queue) is not sending time: the window's start moves past it,
     // so the rate after a resume counts only time spent sending.
+    let (idle, window) = (idle_gap_ms(), super::rate_window_ms());
     let gap = format!(
-        "(CASE WHEN last_at IS NOT NULL AND {now} - last_at > {IDLE_GAP_MS} \
+        "(CASE WHEN last_at IS NOT NULL AND {now} - last_at > {idle} \
           THEN {now} - last_at ELSE 0 END)"
     );
     let start = format!("(window_at + {gap})");
-    let due = format!("(window_at = 0 OR {start} <= {now} - {RATE_WINDOW_MS})");
+    let due = format!("(window_at = 0 OR {start} <= {now} - {window})");
     let failures = autopause::counter_sql(sent, failed, trailing);
     format!(
         "sent = sent + {sent}, failed = failed + {failed}, skipped = skipped + {skipped}, \

@@ -15,6 +15,8 @@ pub struct Env {
     pub tube: String,
     pub smtp: String,
     pub dir: tempfile::TempDir,
+    /// More variables for every command (see [`World::var`]).
+    pub vars: Vec<(String, String)>,
 }
 
 impl Env {
@@ -25,6 +27,7 @@ impl Env {
             tube: format!("t{}", free_port()),
             smtp: "smtp://127.0.0.1:1".into(),
             dir: tempfile::tempdir().unwrap(),
+            vars: Vec::new(),
         }
     }
     /// The binary with this environment.
@@ -40,6 +43,7 @@ impl Env {
             // A default from the caller's environment would change what
             // `campaign create` does; tests set it where they mean it.
             .env_remove("MAILSPLIT_PUBLIC_URL");
+        c.envs(self.vars.iter().map(|(k, v)| (k, v)));
         c
     }
     /// Run to completion.

@@ -11,17 +11,31 @@ use std::time::{Duration, Instant};
 pub const BIN: &str = env!("CARGO_BIN_EXE_mailsplit");
 
 /// `both!(scenario, …)`: for each `fn scenario(Kind)`, a `#[test]` per
-/// backend, `sqlite::scenario` and `postgres::scenario`.
+/// backend, `sqlite::scenario` and `postgres::scenario`. An entry may name
+/// the test apart from the function and pass more arguments:
+/// `both!(three_workers_send_each_recipient_once = |kind| delivered_once(kind, 3))`.
+/// One `both!` per area (it makes the area's `sqlite` and `postgres` modules).
 #[macro_export]
 macro_rules! both {
-    ($($name:ident),* $(,)?) => {
+    ($($name:ident $(= |$k:ident| $e:expr)?),* $(,)?) => {
         mod sqlite {
-            $( #[test] fn $name() { super::$name(super::Kind::Sqlite) } )*
+            #[allow(unused_imports)]
+            use super::*;
+            $( #[test] fn $name() { $crate::both!(@run super::Kind::Sqlite, $name $(, $k, $e)?) } )*
         }
         mod postgres {
-            $( #[test] fn $name() { super::$name(super::Kind::Postgres) } )*
+            #[allow(unused_imports)]
+            use super::*;
+            $( #[test] fn $name() { $crate::both!(@run super::Kind::Postgres, $name $(, $k, $e)?) } )*
         }
     };
+    (@run $kind:expr, $name:ident) => {
+        super::$name($kind)
+    };
+    (@run $kind:expr, $name:ident, $k:ident, $e:expr) => {{
+        let $k = $kind;
+        $e
+    }};
 }
 
 /// A port nobody listens on right now.
@@ -141,6 +155,7 @@ mod mysql;
 pub mod postfix;
 mod proxy;
 mod smtp;
+mod world;
 
 pub use beanstalkd::*;
 pub use db::*;
@@ -151,3 +166,4 @@ pub use mysql::*;
 pub use postfix::{bounce_fixtures, postfix_dsn};
 pub use proxy::*;
 pub use smtp::*;
+pub use world::*;

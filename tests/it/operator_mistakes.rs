@@ -1,7 +1,8 @@
-//! Issue 11, items 1 to 9: the exactly-once promise under an operator's
-//! ordinary mistakes and a hostile queue, against the real servers
-//! (beanstalkd, smtp-sink or the scripted SMTP peer, SQLite and
-//! PostgreSQL). Each test names the item it covers.
+//! The exactly-once promise under an operator's ordinary mistakes and a
+//! hostile queue, against the real servers (beanstalkd, smtp-sink or the
+//! scripted SMTP peer, SQLite and PostgreSQL): two enqueues at once, kill
+//! -9, forged jobs, the SQLite file going away, mailbox identity, a closed
+//! stderr, trace logs, international domains, line limits.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -109,7 +110,7 @@ fn with_binary(bin: &Path, cmd: &std::process::Command) -> std::process::Command
     c
 }
 
-// ------------------------------------------ item 1: one enqueue at a time
+// ------------------------------------------ one enqueue at a time
 
 /// Two `enqueue` runs of one campaign started at the same moment (two
 /// terminals, a cron overlap): every recipient in exactly one job, exact
@@ -179,21 +180,11 @@ fn two_enqueues_at_once(kind: Kind) {
     );
 }
 
-#[test]
-fn item1_two_enqueues_at_once_sqlite() {
-    two_enqueues_at_once(Kind::Sqlite);
-}
-
-#[test]
-fn item1_two_enqueues_at_once_postgres() {
-    two_enqueues_at_once(Kind::Postgres);
-}
-
 /// While another run holds the campaign, enqueue waits (saying for whom),
 /// gives up after `--wait` with an error that names the fix, and goes on as
 /// soon as the other run lets go.
 #[test]
-fn item1_enqueue_waits_for_the_run_holding_the_campaign() {
+fn enqueue_waits_for_the_run_holding_the_campaign() {
     let tmp = tempfile::tempdir().unwrap();
     let bs = Beanstalkd::start(tmp.path());
     let env = Env::new(Kind::Sqlite, &bs.addr());
@@ -314,21 +305,11 @@ fn enqueue_after_kill_9(kind: Kind, elsewhere: bool) {
 }
 
 #[test]
-fn item1_enqueue_continues_at_once_after_kill_9_sqlite() {
-    enqueue_after_kill_9(Kind::Sqlite, false);
-}
-
-#[test]
-fn item1_enqueue_continues_at_once_after_kill_9_postgres() {
-    enqueue_after_kill_9(Kind::Postgres, false);
-}
-
-#[test]
-fn item1_enqueue_waits_out_a_dead_remote_runs_lease_postgres() {
+fn enqueue_waits_out_a_dead_remote_runs_lease_postgres() {
     enqueue_after_kill_9(Kind::Postgres, true);
 }
 
-// ------------------------------------ item 2: correctly signed, still wrong
+// ------------------------------------ correctly signed, still wrong
 
 /// Jobs signed with the database's own secret (what a bug, a stale binary
 /// or a leaked secret could put) that name recipients of another list,
@@ -417,30 +398,21 @@ fn signed_jobs_stay_inside_the_campaign(kind: Kind) {
     assert!(log.contains("never enqueued"), "{log}");
 }
 
-#[test]
-fn item2_signed_jobs_stay_inside_the_campaign_sqlite() {
-    signed_jobs_stay_inside_the_campaign(Kind::Sqlite);
-}
-
-#[test]
-fn item2_signed_jobs_stay_inside_the_campaign_postgres() {
-    signed_jobs_stay_inside_the_campaign(Kind::Postgres);
-}
-
-// ------------------------------- item 4: the SQLite file under the workers
+// ------------------------------- the SQLite file under the workers
 
 /// Delete (or replace) the database file under a running worker: it stops
 /// within a couple of flag refreshes with a non-zero exit and says why,
 /// instead of sending on a ledger nobody can read.
 fn worker_stops_when_the_file_goes(replace: bool) {
     // 10 sessions at 100 ms a message: about 100 messages a second.
-    let (_tmp, _bs, peer, env) = setup(
+    let env = World::with_peer(
         Kind::Sqlite,
         Script {
             data_delay: Duration::from_millis(100),
             ..Script::default()
         },
     );
+    let peer = env.peer();
     env.campaign("news", 1_500);
     let mut w = env.worker(&["--concurrency", "10"]);
     wait_for(60, "some mail to go out", || {
@@ -481,22 +453,23 @@ fn worker_stops_when_the_file_goes(replace: bool) {
 }
 
 #[test]
-fn item4_deleting_the_database_file_stops_the_worker() {
+fn deleting_the_database_file_stops_the_worker() {
     worker_stops_when_the_file_goes(false);
 }
 
 #[test]
-fn item4_replacing_the_database_file_stops_the_worker() {
+fn replacing_the_database_file_stops_the_worker() {
     worker_stops_when_the_file_goes(true);
 }
 
-// ------------------------------------------------ item 5: mailbox identity
+// ------------------------------------------------ mailbox identity
 
 /// `Ada@Example.com` / `ada@example.com` and `user@bücher.de` /
 /// `user@xn--bcher-kva.de` are one recipient each: imported once, mailed
 /// once, at the spelling first imported (domain as an A-label on the wire).
 fn one_mail_per_mailbox(kind: Kind) {
-    let (_tmp, _bs, peer, env) = setup(kind, Script::default());
+    let env = World::with_peer(kind, Script::default());
+    let peer = env.peer();
     env.ok(&["migrate"]);
     let csv = env.dir.path().join("people.csv");
     std::fs::write(
@@ -533,24 +506,14 @@ fn one_mail_per_mailbox(kind: Kind) {
     );
 }
 
-#[test]
-fn item5_one_mail_per_mailbox_sqlite() {
-    one_mail_per_mailbox(Kind::Sqlite);
-}
-
-#[test]
-fn item5_one_mail_per_mailbox_postgres() {
-    one_mail_per_mailbox(Kind::Postgres);
-}
-
-// ---------------------------------------- item 6: stderr is a closed pipe
+// ---------------------------------------- stderr is a closed pipe
 
 /// `mailsplit worker … 2>&1 | head -c1`: the reader of stderr goes away
 /// after one byte. The worker (logging at debug, so every job writes) keeps
 /// sending, exits 0 promptly on SIGTERM, and hands back its jobs: a second
 /// worker finishes the campaign, nobody mailed twice.
 #[test]
-fn item6_a_closed_stderr_never_stops_the_worker() {
+fn a_closed_stderr_never_stops_the_worker() {
     let (_tmp, bs, peer, env) = setup(Kind::Sqlite, slow());
     env.campaign("news", 600);
     let mut w = Proc(
@@ -591,14 +554,14 @@ fn item6_a_closed_stderr_never_stops_the_worker() {
     assert_eq!(peer.duplicates(), 0);
 }
 
-// ------------------------- item 7: trace logging next to the binary's file
+// ------------------------- trace logging next to the binary's file
 
 /// `MAILSPLIT_LOG=trace` with the log file in the binary's directory: the
 /// deploy watcher must not log the log file's own writes (a loop that
 /// wrote 100 MB in 2 s), and a deploy is still noticed.
 #[test]
-fn item7_trace_log_beside_the_binary_does_not_feed_itself() {
-    let (_tmp, _bs, _peer, env) = setup(Kind::Sqlite, Script::default());
+fn trace_log_beside_the_binary_does_not_feed_itself() {
+    let env = World::with_peer(Kind::Sqlite, Script::default());
     env.ok(&["migrate"]);
     let bindir = tempfile::tempdir().unwrap();
     let bin = private_binary(bindir.path());
@@ -634,15 +597,15 @@ fn item7_trace_log_beside_the_binary_does_not_feed_itself() {
     );
 }
 
-// ------------------------------------------ item 8: international domains
+// ------------------------------------------ international domains
 
 /// A relay without SMTPUTF8: `user@bücher.de` is delivered as
 /// `user@xn--bcher-kva.de`, a `--from` with an international domain works
 /// end to end, and a local part that needs SMTPUTF8 is one clear
 /// per-recipient failure.
 #[test]
-fn item8_international_domains_through_a_relay_without_smtputf8() {
-    let (_tmp, _bs, peer, env) = setup(
+fn international_domains_through_a_relay_without_smtputf8() {
+    let env = World::with_peer(
         Kind::Sqlite,
         Script {
             no_smtputf8: true,
@@ -650,6 +613,7 @@ fn item8_international_domains_through_a_relay_without_smtputf8() {
             ..Script::default()
         },
     );
+    let peer = env.peer();
     env.ok(&["migrate"]);
     let csv = env.dir.path().join("people.csv");
     std::fs::write(
@@ -705,18 +669,19 @@ fn item8_international_domains_through_a_relay_without_smtputf8() {
     );
 }
 
-// ------------------------------------ item 9: line and header length limits
+// ------------------------------------ line and header length limits
 
 /// A 2,000-character name gives no line over RFC 5322's 998.
 #[test]
-fn item9_a_long_name_keeps_the_to_line_within_998() {
-    let (_tmp, _bs, peer, env) = setup(
+fn a_long_name_keeps_the_to_line_within_998() {
+    let env = World::with_peer(
         Kind::Sqlite,
         Script {
             keep_data: true,
             ..Script::default()
         },
     );
+    let peer = env.peer();
     env.ok(&["migrate"]);
     let csv = env.dir.path().join("long.csv");
     let long = "a".repeat(2_000);
@@ -738,7 +703,7 @@ fn item9_a_long_name_keeps_the_to_line_within_998() {
 /// The 64 KB record limit holds for the header row: a 1 MB column name is
 /// refused before anything is written.
 #[test]
-fn item9_a_header_row_over_the_limit_is_refused() {
+fn a_header_row_over_the_limit_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let env = Env::new(Kind::Sqlite, "127.0.0.1:1");
     env.ok(&["migrate"]);
@@ -764,3 +729,10 @@ fn item9_a_header_row_over_the_limit_is_refused() {
         None
     );
 }
+
+both!(
+    two_enqueues_at_once,
+    enqueue_continues_at_once_after_kill_9 = |kind| enqueue_after_kill_9(kind, false),
+    signed_jobs_stay_inside_the_campaign,
+    one_mail_per_mailbox,
+);

@@ -1,4 +1,4 @@
-//! Issue 43: `import --from-sql` can only read. Nothing after the query's
+//! `import --from-sql` can only read. Nothing after the query's
 //! first statement runs (the victim table stays whole, no file appears),
 //! SQLite refuses ATTACH, VACUUM INTO and PRAGMA writes, a PostgreSQL user
 //! who can do more than read is refused; a row over 64 KB, or with a
@@ -399,13 +399,14 @@ fn a_password_in_source_draws_a_warning() {
 #[test]
 fn a_numeric_price_reaches_the_mail_as_written() {
     use crate::content::{file, send_all};
-    let (_tmp, _bs, peer, env) = setup(
+    let env = World::with_peer(
         Kind::Sqlite,
         Script {
             keep_data: true,
             ..Script::default()
         },
     );
+    let peer = env.peer();
     env.ok(&["migrate"]);
     let (url, _db) = shop_database(&env, Kind::Postgres);
     let out = from_sql(
@@ -434,7 +435,7 @@ fn a_numeric_price_reaches_the_mail_as_written() {
         "--html",
         &page,
     ]);
-    let got = send_all(&env, &peer, "spring", 1);
+    let got = send_all(&env, peer, "spring", 1);
     let mail = parts(&got[0].1);
     assert_eq!(mail.subject, "Price 19.90");
     assert!(

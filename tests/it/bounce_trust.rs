@@ -1,4 +1,4 @@
-//! Issue 29, trust: only what we wrote changes anybody. Forged bounces and
+//! Trust: only what we wrote changes anybody. Forged bounces and
 //! complaints (an unmailed address, a made-up VERP token, one DSN naming
 //! 34 recipients, a troll's ARF, forged sequential Message-IDs) change
 //! nobody and are recorded as unverified; genuine reports (by VERP token,
@@ -504,7 +504,7 @@ fn failed_webhook_calls_are_logged_with_the_client() {
 /// An admin action's log line names the client that asked for it.
 #[test]
 fn admin_actions_are_logged_with_the_client() {
-    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
+    let env = World::new(Kind::Sqlite);
     env.campaign("news", 3);
     let (mut cmd, _, admin, log) = serve_logged(&env, "127.0.0.1", Some(STRONG), None);
     let _p = Proc(cmd.spawn().unwrap());
@@ -551,7 +551,7 @@ fn selectors(text: &str) -> Vec<String> {
 /// seconds, without a restart; a new key is used as quickly.
 #[test]
 fn dkim_delete_stops_signing_while_a_worker_runs() {
-    let (_tmp, _bs, peer, env) = setup(
+    let env = World::with_peer(
         Kind::Sqlite,
         Script {
             keep_data: true,
@@ -559,6 +559,7 @@ fn dkim_delete_stops_signing_while_a_worker_runs() {
             ..Script::default()
         },
     );
+    let peer = env.peer();
     env.import_n("news", 2_000);
     env.ok(&["dkim", "keygen", "example.test", "--selector", "leaked"]);
     env.create_campaign("news", "news", &[]);

@@ -1,4 +1,4 @@
-//! Issue 29, items 4 to 6: what a careless operator or a hostile client
+//! What a careless operator or a hostile client
 //! could do to memory, threads and sockets through `rate set` and
 //! `serve`, against the real servers (beanstalkd, smtp-sink, SQLite) and
 //! real sockets (a "beanstalkd" that accepts and never answers, clients
@@ -37,7 +37,7 @@ fn fails(out: &std::process::Output, code: i32) -> String {
     stderr(out)
 }
 
-// ------------------------------------------------- item 4: rate bounds
+// ------------------------------------------------- rate bounds
 
 /// `rate set` refuses what made every worker allocate a slot per token
 /// (10¹²/s: 14 GB; 10⁹/s: 804 MB), rates under one a day, bursts over the
@@ -114,7 +114,7 @@ fn a_worker_under_the_maximal_rate_keeps_flat_memory() {
     const N: usize = 3_000;
     /// Resident memory a worker may reach (it sits near 20 MB).
     const BOUND_KIB: u64 = 150 * 1024;
-    let (_tmp, _bs, mut env) = env_with_beanstalkd(Kind::Sqlite);
+    let mut env = World::new(Kind::Sqlite);
     let sink = SmtpSink::start(&[]);
     env.smtp = sink.url();
     env.campaign_without_enqueue("big", N);
@@ -169,7 +169,7 @@ fn a_worker_under_the_maximal_rate_keeps_flat_memory() {
     }
 }
 
-// --------------------------------------- item 5: a hung beanstalkd
+// --------------------------------------- a hung beanstalkd
 
 /// A "beanstalkd" that accepts every connection and never answers,
 /// holding each open; returns its address and the count of connections
@@ -202,7 +202,7 @@ fn one_click_path(env: &Env, name: &str, list: &str) -> String {
 
 const ADMIN_TOKEN: &str = "a-hardening-test-token-0123456789";
 
-/// Issue 29 item 5: with a beanstalkd that accepts and never answers and
+/// With a beanstalkd that accepts and never answers and
 /// a dashboard polled hard for 15 s, `serve`'s threads stay bounded, a
 /// one-click unsubscribe is still answered at once, the dashboard still
 /// answers (saying the server did not answer), and `/healthz` is not 200.
@@ -278,7 +278,7 @@ fn a_hung_beanstalkd_and_a_busy_dashboard_starve_nothing() {
     );
 }
 
-// ------------------------------------------------ item 6: slow clients
+// ------------------------------------------------ slow clients
 
 /// Let this test process hold `n` sockets (the soft limit is often 1,024).
 fn allow_open_files(n: u64) {
@@ -363,7 +363,7 @@ fn closed_within(mut s: std::net::TcpStream, secs: u64) -> bool {
     }
 }
 
-/// Issue 29 item 6: 1,100 clients that send half a header each, on both
+/// 1,100 clients that send half a header each, on both
 /// listeners, while the cap is 512 per listener: `/healthz`, a one-click
 /// unsubscribe and the admin API still answer, and SIGTERM still exits
 /// promptly.
@@ -371,7 +371,7 @@ fn closed_within(mut s: std::net::TcpStream, secs: u64) -> bool {
 fn a_flood_of_half_headers_starves_nothing() {
     const SLOW: usize = 1_100;
     allow_open_files(4 * SLOW as u64 + 256);
-    let (_tmp, _bs, env) = env_with_beanstalkd(Kind::Sqlite);
+    let env = World::new(Kind::Sqlite);
     env.campaign_without_enqueue("news", 3);
     let path = one_click_path(&env, "news", "news");
     let mut s = serve_with(&env, &["--max-connections", "512"]);
