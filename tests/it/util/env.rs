@@ -267,9 +267,13 @@ pub fn parts(message: &str) -> Parts {
 /// clean exit, and return what it logged.
 pub fn stop_worker(mut w: Proc) -> String {
     signal(&w.0, "TERM");
-    assert!(wait_exit(&mut w.0, 30).success(), "worker did not exit 0");
+    let status = wait_exit(&mut w.0, 30);
     let mut log = String::new();
     std::io::Read::read_to_string(w.0.stderr.as_mut().unwrap(), &mut log).unwrap();
+    assert!(
+        status.success(),
+        "worker did not exit 0 ({status}); its log:\n{log}"
+    );
     log
 }
 
