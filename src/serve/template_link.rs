@@ -14,8 +14,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use percent_encoding::percent_decode_str;
 
-use super::hits;
-use super::tracking::{hit, not_found, MAX_TOKEN_LEN};
+use super::tracking::{not_found, record_click, redirect, MAX_TOKEN_LEN};
 use super::State;
 use crate::compose::safe_link;
 use crate::compose::template_links::MAX_TRACKED_URL;
@@ -43,32 +42,8 @@ pub async fn follow(
         Ok(v) if web && safe_link(&url).as_deref() == Some(url.as_str()) => v,
         _ => return not_found(),
     };
-    if m.recipient != 0 {
-        let kind = HitKind::TemplateLink(Arc::from(url.as_str()));
-        if !state
-            .tracking
-            .recorder
-            .queue(hit(m, kind, false), hits::WAIT_FOR_ROOM_CLICK)
-            .await
-        {
-            tracing::warn!(
-                campaign = m.campaign,
-                "click not recorded: the hit writer is behind; redirected anyway"
-            );
-        }
-    }
-    (
-        StatusCode::FOUND,
-        [
-            (header::LOCATION, location),
-            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
-            (
-                header::REFERRER_POLICY,
-                HeaderValue::from_static("no-referrer"),
-            ),
-        ],
-    )
-        .into_response()
+    record_click(&state, m, HitKind::TemplateLink(Arc::from(url.as_str()))).await;
+    redirect(location)
 }
 
 /// The one `u` of the query, percent-decoded; `None` when there is none,

@@ -158,21 +158,34 @@ pub async fn click(
                 .into_response();
         }
     };
-    if m.recipient != 0 {
-        let hit = hit(m, HitKind::Click(i64::from(n)), false);
-        if !state
-            .tracking
-            .recorder
-            .queue(hit, hits::WAIT_FOR_ROOM_CLICK)
-            .await
-        {
-            tracing::warn!(
-                campaign = m.campaign,
-                link = n,
-                "click not recorded: the hit writer is behind; redirected anyway"
-            );
-        }
+    record_click(&state, m, HitKind::Click(i64::from(n))).await;
+    redirect(location)
+}
+
+/// Record a click of a genuine token (a test or preview message, recipient
+/// 0, counts nothing), without making the reader wait for a writer that is
+/// behind: `/c/` and `/l/` alike.
+pub(super) async fn record_click(state: &State, m: Tracked, kind: HitKind) {
+    if m.recipient == 0 {
+        return;
     }
+    let what = kind.clone();
+    if !state
+        .tracking
+        .recorder
+        .queue(hit(m, kind, false), hits::WAIT_FOR_ROOM_CLICK)
+        .await
+    {
+        tracing::warn!(
+            campaign = m.campaign,
+            ?what,
+            "click not recorded: the hit writer is behind; redirected anyway"
+        );
+    }
+}
+
+/// The redirect of a followed link: never cached, no referrer.
+pub(super) fn redirect(location: HeaderValue) -> Response {
     (
         StatusCode::FOUND,
         [
