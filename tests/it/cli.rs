@@ -767,6 +767,8 @@ fn enqueue_puts_exact_jobs_once() {
 /// finish: the tube must hold each recipient exactly once.
 fn enqueue_resumes_after_kills(kind: Kind, kills: u64) {
     let (_tmp, bs, env) = setup(kind);
+    // The killed runs' jobs wait out a lease before they are recovered.
+    let env = env.short_lease(5_000);
     let started = Instant::now();
     env.import_bulk("big", 150_000);
     eprintln!("import of 150000 took {:?}", started.elapsed());
@@ -1055,6 +1057,8 @@ fn an_interrupted_window_is_finished_exactly(kind: Kind) {
 /// server died is either found in the binlog or put again — never both.
 fn beanstalkd_killed_mid_enqueue(kind: Kind) {
     let (_tmp, mut bs, env) = setup(kind);
+    // The killed runs' jobs wait out a lease before they are recovered.
+    let env = env.short_lease(5_000);
     env.import_bulk("big", 150_000);
     let all = member_ids(&env, "big");
     for attempt in 0..4 {

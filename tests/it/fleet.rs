@@ -28,7 +28,8 @@ fn fleet(kind: Kind) {
         data_delay: Duration::from_millis(100),
         ..Script::default()
     });
-    let mut env = Env::new(kind, &bs.addr());
+    // A killed worker turns lost after a lease: 5 s instead of 30.
+    let mut env = Env::new(kind, &bs.addr()).short_lease(5_000);
     env.smtp = peer.url();
 
     // One worker sends a whole campaign: its row names it and its binary,

@@ -121,9 +121,13 @@ fn three_workers_hold_a_relay_limit(kind: Kind) {
             commits as f64 / wall.as_secs_f64()
         );
     }
+    // The bucket grants at most rate + burst in any second, but the peer
+    // sees the grants after their sessions' round trips: a grant late in
+    // one second may land early in the next. Allow 50 ms of that jitter
+    // (10 messages); three workers each keeping 200/s would show 600.
     assert!(
-        peak <= 220,
-        "a 1 s window held {peak} messages, over rate + burst"
+        peak <= 230,
+        "a 1 s window held {peak} messages, over rate + burst + 50 ms of jitter"
     );
     assert!(
         steady >= 1_800,

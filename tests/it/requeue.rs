@@ -35,7 +35,9 @@ fn requeue_after_the_queue_is_lost(kind: Kind) {
         data_delay: Duration::from_millis(15),
         ..Script::default()
     });
-    let mut env = Env::new(kind, &bs.addr());
+    // The killed workers' claims wait out a lease before anyone may decide
+    // them: 5 s instead of 30.
+    let mut env = Env::new(kind, &bs.addr()).short_lease(5_000);
     env.smtp = peer.url();
     env.campaign("news", N);
     let concurrency = CONCURRENCY.to_string();
