@@ -1,4 +1,4 @@
-//! Transactional messages (issue 37): message templates ([`templates`]),
+//! Transactional messages: message templates ([`templates`]),
 //! and one message at a time submitted by the shop's application
 //! ([`submit`]) — stored once per idempotency key, queued on beanstalkd
 //! above every campaign, and sent by the same workers

@@ -1,4 +1,4 @@
-//! Templates under a budget (issue 43 item 4): a template that is fast
+//! Templates under a budget: a template that is fast
 //! for the sample recipient and loops without end, or grows a huge
 //! message, for another's data fails that recipient with the reason; the
 //! worker sends the others, stops on SIGTERM within its grace and holds

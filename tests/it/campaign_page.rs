@@ -1,4 +1,4 @@
-//! The dashboard's campaign page (issue 24 item 7), over real HTTP with
+//! The dashboard's campaign page, over real HTTP with
 //! the admin token and in Debian's headless chromium: the current content
 //! rendered for the first active list member inside a sandboxed frame, the
 //! subject, the version history with the recipients sent each version, the

@@ -1,4 +1,4 @@
-//! The campaign page's charts (issue 26 item 3): sent and failed per
+//! The campaign page's charts: sent and failed per
 //! minute as inline SVG bars that sum to the ledger, each with a caption,
 //! a summary label and a data table; coarser buckets for a long campaign;
 //! progress bars that are `role="progressbar"` with their values, on the

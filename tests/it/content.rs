@@ -1,4 +1,4 @@
-//! Campaign content written at run time (issue 24): `campaign create`
+//! Campaign content written at run time: `campaign create`
 //! with `--html [--text]`, `--markdown` or `--template`, Jinja templates
 //! stored in the database and rendered by the worker (and `preview`, the
 //! same path); bad templates refused with file and line; no template can

@@ -1,4 +1,4 @@
-//! `campaign edit` (issue 24 item 3): a new content version for a draft or
+//! `campaign edit`: a new content version for a draft or
 //! paused campaign, refused while sending and after the end, checked as
 //! `create` checks; after pause → edit → resume the workers send the new
 //! version from the first message on, every recipient exactly once, and

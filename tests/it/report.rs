@@ -1,4 +1,4 @@
-//! `mailsplit report` (issue 26 item 3): a campaign sent to a relay that
+//! `mailsplit report`: a campaign sent to a relay that
 //! refuses one domain; the report's outcomes by domain, bounce reasons,
 //! versions, rate per minute and unsubscribes match the ledger. The
 //! one-click unsubscribe is also reported by `serve` to a webhook.

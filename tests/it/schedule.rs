@@ -1,4 +1,4 @@
-//! Scheduling (issue 24 item 5): `--send-at` on `campaign create` and
+//! Scheduling: `--send-at` on `campaign create` and
 //! `campaign edit`. Against the real binary, beanstalkd, Postfix's
 //! smtp-sink (each accepted message dumped to a file, so the sink itself
 //! says what arrived, when, and for whom), SQLite and PostgreSQL. A

@@ -568,7 +568,7 @@ fn control_refuses_illegal_transitions(kind: Kind) {
         campaigns::control(&mut conn, "ctl", Control::Resume),
         "resume",
     );
-    // A draft has nothing to pause (issue 29); an enqueuing campaign has.
+    // A draft has nothing to pause; an enqueuing campaign has.
     assert_illegal(
         campaigns::control(&mut conn, "ctl", Control::Pause),
         "pause",

@@ -1,5 +1,5 @@
-//! Open and click tracking and unsubscribes per campaign (issue 26 items 1
-//! and 2), against the real binary, `serve`, beanstalkd, an SMTP peer that
+//! Open and click tracking and unsubscribes per campaign,
+//! against the real binary, `serve`, beanstalkd, an SMTP peer that
 //! keeps what it accepts, SQLite and PostgreSQL: tracked messages carry the
 //! pixel and rewritten links (mailto and unsubscribe untouched), untracked
 //! ones are untouched; a click redirects to exactly its link; forged and
@@ -433,7 +433,7 @@ fn wait_recorded(env: &Env, name: &str, want: [i64; 7]) {
     panic!("never recorded {want:?}: {}", env.status(name));
 }
 
-/// `report` and the campaign page show opens and clicks (issue 26): after
+/// `report` and the campaign page show opens and clicks: after
 /// hits through `serve`'s real `/o/` and `/c/`, `report --json`'s
 /// `tracking` equals the ledger's engagement rows, clicks per link are
 /// each link's own (3 on link 1, 2 on link 2, so a swap shows), and the

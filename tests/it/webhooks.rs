@@ -1,4 +1,4 @@
-//! Signed event webhooks out (issue 26 item 4): a real HTTP receiver in
+//! Signed event webhooks out: a real HTTP receiver in
 //! the test checks every signature with its own HMAC, answers 500 to the
 //! first two deliveries, then is down (port closed) for 30 s; in
 //! the end it has every event the ledger says, in order per kind, with no
@@ -21,8 +21,8 @@ both!(events_reach_a_flaky_receiver_exactly_as_the_ledger_says);
 /// The receiver's secret for `/hook`; `/wrong` expects it too, but its
 /// webhook is registered with another.
 pub(crate) const SECRET: &str = "s3cret-for-the-test";
-/// How long the receiver is down (port closed) after its two 500s: the
-/// issue's 30 s (the retry base is 200 ms in the test, so the deliverer
+/// How long the receiver is down (port closed) after its two 500s: half a
+/// minute, as a restarting receiver is (the retry base is 200 ms in the test, so the deliverer
 /// keeps knocking, doubling its wait, through the whole outage).
 const DOWN: Duration = Duration::from_secs(30);
 

@@ -1,4 +1,4 @@
-//! Transactional messages (issue 37): message templates, `send` and the
+//! Transactional messages: message templates, `send` and the
 //! library's `submit`, and the workers that send them above every
 //! campaign. Against the real binary, beanstalkd, the scripted SMTP peer,
 //! SQLite and PostgreSQL: exactly once per idempotency key under 50
