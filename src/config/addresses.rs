@@ -97,7 +97,7 @@ impl SmtpUrl {
             why: why.to_string(),
         };
         let url = url::Url::parse(raw).map_err(|e| bad(&e.to_string()))?;
-        let (default_port, mut tls) = match url.scheme() {
+        let (default_port, tls) = match url.scheme() {
             "smtp" => (25, Tls::None),
             "smtps" => (465, Tls::Implicit),
             other => return Err(bad(&format!("unknown scheme {other:?}"))),
@@ -109,45 +109,12 @@ impl SmtpUrl {
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_string();
-        let mut ca = None;
-        let mut auth_in_clear = false;
-        for (key, value) in url.query_pairs() {
-            match (key.as_ref(), value.as_ref(), tls) {
-                ("ca", path, _) => ca = Some(path.to_string()),
-                ("auth", "plain-insecure", _) => auth_in_clear = true,
-                ("auth", v, _) => {
-                    return Err(bad(&format!(
-                        "auth={v:?}: the only choice is auth=plain-insecure (AUTH without TLS, loopback relays only)"
-                    )))
-                }
-                ("tls", "required", Tls::None) => tls = Tls::StartTls { required: true },
-                ("tls", "opportunistic", Tls::None) => tls = Tls::StartTls { required: false },
-                ("tls", "none", Tls::None) => {}
-                ("tls", _, Tls::Implicit) => return Err(bad("smtps:// is always TLS; drop ?tls=")),
-                ("tls", v, _) => {
-                    return Err(bad(&format!(
-                        "tls={v:?}: use tls=required, tls=opportunistic or tls=none"
-                    )))
-                }
-                (k, _, _) => return Err(bad(&format!("unknown parameter {k:?}"))),
-            }
-        }
-        // User-info is percent-encoded (RFC 3986), not form-encoded: a
-        // literal '+' in a password is a '+', never a space.
-        let decode = |s: &str| {
-            percent_encoding::percent_decode_str(s)
-                .decode_utf8()
-                .map(|s| s.into_owned())
-                .map_err(|_| bad("the user or password is not UTF-8 once percent-decoded"))
-        };
-        let credentials = if url.username().is_empty() {
-            None
-        } else {
-            Some((
-                decode(url.username())?,
-                decode(url.password().unwrap_or(""))?,
-            ))
-        };
+        let Options {
+            tls,
+            ca,
+            auth_in_clear,
+        } = read_options(&url, tls, &bad)?;
+        let credentials = read_credentials(&url, &bad)?;
         if ca.is_some() && tls == Tls::None {
             return Err(bad("ca= needs TLS: add tls=required or use smtps://"));
         }
@@ -170,6 +137,71 @@ impl SmtpUrl {
             ca,
         })
     }
+}
+
+/// What an SMTP URL's query asks for.
+struct Options {
+    tls: Tls,
+    ca: Option<String>,
+    auth_in_clear: bool,
+}
+
+/// `?tls=`, `?ca=` and `?auth=`, on top of what the scheme says.
+fn read_options(
+    url: &url::Url,
+    mut tls: Tls,
+    bad: &impl Fn(&str) -> ConfigError,
+) -> Result<Options, ConfigError> {
+    let mut ca = None;
+    let mut auth_in_clear = false;
+    for (key, value) in url.query_pairs() {
+        match (key.as_ref(), value.as_ref(), tls) {
+            ("ca", path, _) => ca = Some(path.to_string()),
+            ("auth", "plain-insecure", _) => auth_in_clear = true,
+            ("auth", v, _) => {
+                return Err(bad(&format!(
+                    "auth={v:?}: the only choice is auth=plain-insecure (AUTH without TLS, loopback relays only)"
+                )))
+            }
+            ("tls", "required", Tls::None) => tls = Tls::StartTls { required: true },
+            ("tls", "opportunistic", Tls::None) => tls = Tls::StartTls { required: false },
+            ("tls", "none", Tls::None) => {}
+            ("tls", _, Tls::Implicit) => return Err(bad("smtps:// is always TLS; drop ?tls=")),
+            ("tls", v, _) => {
+                return Err(bad(&format!(
+                    "tls={v:?}: use tls=required, tls=opportunistic or tls=none"
+                )))
+            }
+            (k, _, _) => return Err(bad(&format!("unknown parameter {k:?}"))),
+        }
+    }
+    Ok(Options {
+        tls,
+        ca,
+        auth_in_clear,
+    })
+}
+
+/// The user and password of the URL, if it names a user. User-info is
+/// percent-encoded (RFC 3986), not form-encoded: a literal '+' in a
+/// password is a '+', never a space.
+fn read_credentials(
+    url: &url::Url,
+    bad: &impl Fn(&str) -> ConfigError,
+) -> Result<Option<(String, String)>, ConfigError> {
+    if url.username().is_empty() {
+        return Ok(None);
+    }
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8()
+            .map(|s| s.into_owned())
+            .map_err(|_| bad("the user or password is not UTF-8 once percent-decoded"))
+    };
+    Ok(Some((
+        decode(url.username())?,
+        decode(url.password().unwrap_or(""))?,
+    )))
 }
 
 /// Longest `--public-url`: a token and `/u/` still fit in a header line

@@ -155,22 +155,7 @@ fn campaign_families(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), FmtE
             .iter()
             .map(|c| (campaign(c), gauge(c.recipients as f64))),
     )?;
-    family(
-        e,
-        "messages",
-        "Recipients with a final outcome, by outcome.",
-        s.campaigns.iter().flat_map(|c| {
-            OUTCOMES.iter().map(move |(outcome, value)| {
-                (
-                    vec![
-                        ("campaign", c.name.clone()),
-                        ("outcome", outcome.to_string()),
-                    ],
-                    counter(value(c)),
-                )
-            })
-        }),
-    )?;
+    campaign_breakdowns(e, s)?;
     for (name, help, value) in AFTER_SENDING {
         family(
             e,
@@ -197,6 +182,33 @@ fn campaign_families(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), FmtE
     )?;
     family(
         e,
+        "campaign_send_rate",
+        "Messages finished per second over the last few seconds.",
+        s.campaigns.iter().map(|c| (campaign(c), gauge(c.rate))),
+    )?;
+    Ok(())
+}
+
+/// The per-campaign families with a second label: outcomes and states.
+fn campaign_breakdowns(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), FmtError> {
+    family(
+        e,
+        "messages",
+        "Recipients with a final outcome, by outcome.",
+        s.campaigns.iter().flat_map(|c| {
+            OUTCOMES.iter().map(move |(outcome, value)| {
+                (
+                    vec![
+                        ("campaign", c.name.clone()),
+                        ("outcome", outcome.to_string()),
+                    ],
+                    counter(value(c)),
+                )
+            })
+        }),
+    )?;
+    family(
+        e,
         "campaign_state",
         "1 for the campaign's current state, 0 for the others.",
         s.campaigns.iter().flat_map(|c| {
@@ -210,12 +222,6 @@ fn campaign_families(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), FmtE
                 )
             })
         }),
-    )?;
-    family(
-        e,
-        "campaign_send_rate",
-        "Messages finished per second over the last few seconds.",
-        s.campaigns.iter().map(|c| (campaign(c), gauge(c.rate))),
     )?;
     Ok(())
 }
