@@ -154,6 +154,39 @@ def vm_hwm_mb(pid):
     return float("nan")
 
 
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid):
+    """A process's CPU time so far (user + system), in seconds, from
+    /proc/PID/stat; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # After the command name: state is field 3, utime 14 and stime 15.
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def backends_of(database):
+    """PIDs of the PostgreSQL backends serving `database` (their process
+    title is `postgres: USER DATABASE CLIENT STATE`)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                title = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        words = title.replace("\0", " ").split()
+        if len(words) >= 3 and words[0] == "postgres:" and words[2] == database:
+            pids.append(int(entry))
+    return pids
+
+
 def status(env, name):
     out = subprocess.run([BIN, "status", name, "--json"], env=env, capture_output=True, check=True)
     return json.loads(out.stdout)
@@ -166,10 +199,15 @@ def write_csv(path, n):
             f.write(f"user{i}@example.test,User {i},City {i % 97},C{i % 1000}\n")
 
 
-def campaign(env, tmp, n, name, workers, concurrency, smtp_url, timeout, dkim=None, worker_env=None):
+def campaign(env, tmp, n, name, workers, concurrency, smtp_url, timeout, dkim=None, worker_env=None,
+             sink=None, database=None):
     """Import, enqueue and send one campaign; return the figures. With
     dkim="rsa" or "ed25519", the From domain gets a key of that algorithm
-    first, so every message is signed."""
+    first, so every message is signed. With `sink` (the smtp-sink process)
+    the figures hold the CPU time per message of the workers and of the
+    sink, from their own /proc counters: their ratio does not move with the
+    machine's speed as the rates do. With `database` (a PostgreSQL
+    database's name) the workers' CPU includes their server backends'."""
     csv = os.path.join(tmp, f"{name}.csv")
     if not os.path.exists(csv):
         write_csv(csv, n)
@@ -184,6 +222,7 @@ def campaign(env, tmp, n, name, workers, concurrency, smtp_url, timeout, dkim=No
     enq_s, enq_rss, enq_out = run_measured([BIN, "enqueue", name], env)
     jobs = int(re.search(r"in (\d+) jobs", enq_out).group(1))
     wenv = dict(env, SMTP_URL=smtp_url, MAILSPLIT_LOG="warn", **(worker_env or {}))
+    sink_before = cpu_s(sink.pid) if sink else None
     start = time.time()
     procs = [subprocess.Popen([BIN, "worker", "--concurrency", str(concurrency)], env=wenv,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -198,6 +237,10 @@ def campaign(env, tmp, n, name, workers, concurrency, smtp_url, timeout, dkim=No
         time.sleep(poll_interval(s))
     wall = time.time() - start
     rss = [vm_hwm_mb(p.pid) for p in procs]
+    worker_cpu = sum(cpu_s(p.pid) or 0.0 for p in procs)
+    if database:
+        worker_cpu += sum(cpu_s(pid) or 0.0 for pid in backends_of(database))
+    sink_cpu = cpu_s(sink.pid) - sink_before if sink else None
     for p in procs:
         p.send_signal(signal.SIGTERM)
     for p in procs:
@@ -209,6 +252,9 @@ def campaign(env, tmp, n, name, workers, concurrency, smtp_url, timeout, dkim=No
         "enqueue_s": enq_s, "enqueue_rss_mb": enq_rss, "jobs": jobs, "jobs_per_s": jobs / enq_s,
         "sent": s["sent"], "failed": s["failed"], "pending": s["pending"],
         "wall_s": wall, "msg_per_s": done / wall, "worker_rss_mb": rss,
+        "worker_cpu_us": worker_cpu / done * 1e6 if done else float("nan"),
+        "sink_cpu_us": sink_cpu / done * 1e6 if sink_cpu and done else float("nan"),
+        "cpu_ratio": worker_cpu / sink_cpu if sink_cpu else float("nan"),
         # First to last recorded outcome: without the workers' start-up.
         "sending_msg_per_s": s.get("avg_rate", 0.0),
     }
@@ -280,6 +326,9 @@ def main():
                     help="run each measure this many times, interleaved, and give the median and min-max "
                          "(the default run and --dkim-compare)")
     ap.add_argument("--bin", default=BIN, help=f"mailsplit binary (default {BIN})")
+    ap.add_argument("--compare-bin", metavar="PATH",
+                    help="another mailsplit binary (e.g. the previous release) that sends the same SQLite "
+                         "campaign in every round, beside --bin: a change's own effect against the machine's swing")
     ap.add_argument("--template-compare", action="store_true",
                     help="compiled-in template vs a realistic user template (scripts/bench_template.py)")
     ap.add_argument("--rounds", type=int, default=1, help="--template-compare: alternating rounds (default 1)")
@@ -319,7 +368,19 @@ def main():
             print(f"==> SQLite: import, enqueue and send {args.n:,} recipients with {args.workers} workers{tag}",
                   flush=True)
             env = dict(base_env, DATABASE_URL=f"sqlite://{tmp}/bench-{run}.db", MAILSPLIT_TUBE=f"bench-sqlite-{run}")
-            r["sqlite"] = campaign_with_reference(env, tmp, args, sink_port, r)
+            r["sqlite"] = campaign_with_reference(env, tmp, args, sink_port, r, sink)
+            if args.compare_bin:
+                print(f"==> SQLite, the same campaign with {args.compare_bin}{tag}", flush=True)
+                ours = BIN
+                set_bin(args.compare_bin)
+                try:
+                    cenv = dict(env, DATABASE_URL=f"sqlite://{tmp}/compare-{run}.db",
+                                MAILSPLIT_TUBE=f"bench-compare-{run}")
+                    r["compare"] = campaign(cenv, tmp, args.n, "bench", args.workers, args.concurrency,
+                                            f"smtp://127.0.0.1:{sink_port}", 1800, sink=sink)
+                finally:
+                    set_bin(ours)
+                os.remove(os.path.join(tmp, f"compare-{run}.db"))
             if "pg" not in skip:
                 db = f"mailsplit_bench_{os.getpid()}_{run}"
                 psql(args.pg, f"DROP DATABASE IF EXISTS {db}")
@@ -328,7 +389,7 @@ def main():
                     print(f"==> PostgreSQL: the same campaign{tag}", flush=True)
                     penv = dict(base_env, DATABASE_URL=pg_url(args.pg, db), MAILSPLIT_TUBE=f"bench-pg-{run}")
                     r["pg"] = campaign(penv, tmp, args.n, "bench", args.workers, args.concurrency,
-                                       f"smtp://127.0.0.1:{sink_port}", 1800)
+                                       f"smtp://127.0.0.1:{sink_port}", 1800, sink=sink, database=db)
                 finally:
                     psql(args.pg, f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
             os.remove(os.path.join(tmp, f"bench-{run}.db"))
@@ -363,11 +424,20 @@ def whole_s(c):
 def print_round(r):
     sq, pg, src = r["sqlite"], r.get("pg"), r["smtp_source_msg_per_s"]
     line = (f"    SQLite {sq['msg_per_s']:,.0f} msg/s = {sq['msg_per_s'] / src * 100:.0f} % of smtp-source "
-            f"{src:,.0f}; whole campaign {whole_s(sq):.1f} s")
+            f"{src:,.0f}; whole campaign {whole_s(sq):.1f} s; CPU per message: {cpu_text(sq)}")
+    if r.get("compare"):
+        c = r["compare"]
+        line += f"\n    --compare-bin: SQLite {c['msg_per_s']:,.0f} msg/s; CPU per message: {cpu_text(c)}"
     if pg:
-        line += (f"; PostgreSQL {pg['msg_per_s']:,.0f} msg/s = {pg['msg_per_s'] / sq['msg_per_s'] * 100:.0f} % "
-                 f"of SQLite, whole campaign {whole_s(pg):.1f} s")
+        line += (f"\n    PostgreSQL {pg['msg_per_s']:,.0f} msg/s = {pg['msg_per_s'] / sq['msg_per_s'] * 100:.0f} % "
+                 f"of SQLite, whole campaign {whole_s(pg):.1f} s; CPU per message: {cpu_text(pg, ' (with their backends)')}")
     print(line, flush=True)
+
+
+def cpu_text(c, who=""):
+    """CPU per message of the workers and of the sink, and their ratio."""
+    return (f"workers{who} {fmt(c.get('worker_cpu_us'), 1)} us, smtp-sink "
+            f"{fmt(c.get('sink_cpu_us'), 1)} us, ratio {fmt(c.get('cpu_ratio'), 2)}")
 
 
 def combine(rounds):
@@ -388,6 +458,7 @@ def combine(rounds):
         return out
     sq = [r["sqlite"] for r in rounds]
     pg = [r["pg"] for r in rounds if r.get("pg")]
+    compare = [r["compare"] for r in rounds if r.get("compare")]
     src = [r["smtp_source_msg_per_s"] for r in rounds]
     spread = {
         "smtp-source msg/s": src,
@@ -396,7 +467,13 @@ def combine(rounds):
         "SQLite import s": [c["import_s"] for c in sq],
         "SQLite enqueue s": [c["enqueue_s"] for c in sq],
         "SQLite whole campaign s": [whole_s(c) for c in sq],
+        "SQLite worker CPU / sink CPU": [c["cpu_ratio"] for c in sq],
     }
+    if compare:
+        spread.update({
+            "--compare-bin SQLite msg/s": [c["msg_per_s"] for c in compare],
+            "--compare-bin worker CPU / sink CPU": [c["cpu_ratio"] for c in compare],
+        })
     if pg:
         spread.update({
             "PostgreSQL msg/s": [c["msg_per_s"] for c in pg],
@@ -404,9 +481,10 @@ def combine(rounds):
             "PostgreSQL import s": [c["import_s"] for c in pg],
             "PostgreSQL import / SQLite's": [p["import_s"] / s["import_s"] for p, s in zip(pg, sq)],
             "PostgreSQL whole campaign s": [whole_s(c) for c in pg],
+            "PostgreSQL (workers + backends) CPU / sink CPU": [c["cpu_ratio"] for c in pg],
         })
     return {
-        "rounds": len(rounds), "sqlite": merged(sq), "pg": merged(pg),
+        "rounds": len(rounds), "sqlite": merged(sq), "pg": merged(pg), "compare": merged(compare),
         "smtp_source_msg_per_s": statistics.median(src),
         "message_bytes": rounds[0].get("message_bytes"), "spread": spread,
     }
@@ -516,9 +594,9 @@ def network(args):
     print(f"\nappended to {path}")
 
 
-def campaign_with_reference(env, tmp, args, sink_port, results):
+def campaign_with_reference(env, tmp, args, sink_port, results, sink):
     r = campaign(env, tmp, args.n, "bench", args.workers, args.concurrency,
-                 f"smtp://127.0.0.1:{sink_port}", 1800)
+                 f"smtp://127.0.0.1:{sink_port}", 1800, sink=sink)
     size = message_size(env, "bench")
     print(f"==> smtp-source reference: 20 sessions, {size}-byte messages, same smtp-sink", flush=True)
     results["message_bytes"] = size
@@ -533,7 +611,7 @@ def fmt(x, digits=0):
 
 
 def report(args, r):
-    sq, pg = r.get("sqlite") or {}, r.get("pg") or {}
+    sq, pg, cmp_ = r.get("sqlite") or {}, r.get("pg") or {}, r.get("compare") or {}
     src = r.get("smtp_source_msg_per_s")
     peer = r.get("peer_msg_per_s")
     rows = [
@@ -544,11 +622,15 @@ def report(args, r):
         (f"mailsplit SQLite, {args.workers} workers", f"{fmt(sq.get('msg_per_s'))} msg/s, {fmt(sq.get('wall_s'), 1)} s wall, sent {fmt(sq.get('sent'))}, pending {fmt(sq.get('pending'))}"),
         ("  ratio to smtp-source", fmt(sq.get('msg_per_s', 0) / src * 100, 1) + " %" if src else "-"),
         ("  worker peak RSS", ", ".join(f"{x:.1f} MB" for x in sq.get("worker_rss_mb", []))),
+        ("  CPU per message", cpu_text(sq)),
+        ("--compare-bin, SQLite",
+         f"{fmt(cmp_.get('msg_per_s'))} msg/s; CPU per message: {cpu_text(cmp_)}" if cmp_ else "-"),
         ("seed pipeline (Python)", f"{fmt(peer)} msg/s"),
         ("  mailsplit / seed", f"{sq.get('msg_per_s', 0) / peer:.1f}x" if peer else "-"),
         ("latency-bound (1 s/msg, 200 sessions)", f"{fmt(r.get('latency_msg_per_s'), 1)} msg/s"),
         (f"mailsplit PostgreSQL, {args.workers} workers", f"{fmt(pg.get('msg_per_s'))} msg/s, {fmt(pg.get('wall_s'), 1)} s wall; enqueue {fmt(pg.get('enqueue_s'), 2)} s; import {fmt(pg.get('import_s'), 1)} s"),
         ("  PostgreSQL / SQLite", f"{pg['msg_per_s'] / sq['msg_per_s'] * 100:.0f} %" if pg and sq else "-"),
+        ("  CPU per message", cpu_text(pg, " (with their backends)") if pg else "-"),
         ("whole campaign (import + enqueue + send)",
          f"SQLite {fmt(sq.get('whole_s'), 1)} s, PostgreSQL {fmt(pg.get('whole_s'), 1)} s"),
     ]
@@ -563,7 +645,7 @@ def report(args, r):
         print(f"\nmedian (min-max) over {r['rounds']} rounds:")
         width = max(len(k) for k in spread)
         for k, values in spread.items():
-            digits = (2 if max(values) < 10 else 1) if k.endswith((" s", "'s")) else 0
+            digits = 2 if k.endswith("CPU") else (2 if max(values) < 10 else 1) if k.endswith((" s", "'s")) else 0
             print(f"  {k:<{width}}  {median_spread(values, digits)}")
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True).stdout.decode().strip()
     dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"], capture_output=True).stdout.strip()
@@ -580,13 +662,13 @@ def report(args, r):
         with open(path, "w") as f:
             f.write("# Benchmarks\n\nRows appended by `scripts/bench.sh` (one run each, loopback, one machine).\n"
                     "Rates in msg/s; RSS is peak resident memory.\n\n"
-                    "| date | machine | commit | N | import s | enqueue s (jobs/s) | smtp-source | SQLite msg/s (% of smtp-source) | wall s | worker RSS MB | seed peer msg/s (x) | latency-bound msg/s | PostgreSQL msg/s (% of SQLite) |\n"
-                    "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+                    "| date | machine | commit | N | import s | enqueue s (jobs/s) | smtp-source | SQLite msg/s (% of smtp-source) | wall s | worker RSS MB | seed peer msg/s (x) | latency-bound msg/s | PostgreSQL msg/s (% of SQLite) | worker CPU / sink CPU (SQLite; PostgreSQL) |\n"
+                    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     n = fmt(args.n)
     if spread:
         n += f" (median of {r['rounds']}: SQLite msg/s {median_spread(spread['SQLite msg/s'])}" + (
             f", PostgreSQL msg/s {median_spread(spread['PostgreSQL msg/s'])}" if "PostgreSQL msg/s" in spread else "") + ")"
-    row = ("| {date} | {machine} | {commit} | {n} | {imp} | {enq} ({jps}) | {src} | {sq} ({ratio}) | {wall} | {rss} | {peer} ({px}) | {lat} | {pg} ({pgr}) |\n".format(
+    row = ("| {date} | {machine} | {commit} | {n} | {imp} | {enq} ({jps}) | {src} | {sq} ({ratio}) | {wall} | {rss} | {peer} ({px}) | {lat} | {pg} ({pgr}) | {cpu} |\n".format(
             date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
             machine=machine, commit=commit, n=n,
             imp=fmt(sq.get("import_s"), 1), enq=fmt(sq.get("enqueue_s"), 2), jps=fmt(sq.get("jobs_per_s")),
@@ -595,6 +677,8 @@ def report(args, r):
             wall=fmt(sq.get("wall_s"), 1), rss=" / ".join(f"{x:.0f}" for x in sq.get("worker_rss_mb", [])),
             peer=fmt(peer), px=f"{sq['msg_per_s'] / peer:.1f}x" if peer and sq else "-",
             lat=fmt(r.get("latency_msg_per_s"), 1),
+            cpu=f"{fmt(sq.get('cpu_ratio'), 2)}; {fmt(pg.get('cpu_ratio'), 2)}"
+                + (f" (--compare-bin {fmt(cmp_.get('cpu_ratio'), 2)})" if cmp_ else ""),
             pg=fmt(pg.get("msg_per_s")), pgr=f"{pg['msg_per_s'] / sq['msg_per_s'] * 100:.0f} %" if pg and sq else "-"))
     insert_run_row(path, row)
     print(f"\nadded a row to the runs table of {path}")

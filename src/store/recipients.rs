@@ -5,6 +5,7 @@ use diesel::prelude::*;
 
 use super::schema::{list_members, lists, recipients};
 use super::{now_ms, on, Conn, InnerMut, Result, StoreError};
+use crate::store::prepared::{ids_json, Bind, Prepared};
 
 text_enum! {
     /// Whether a recipient may be mailed.
@@ -129,12 +130,32 @@ pub fn find_by_email(conn: &mut Conn, email: &str) -> Result<Option<i64>> {
 /// id order: a job names recipient ids, and only the campaign's own list
 /// may be mailed, whatever a job says.
 pub fn members_among(conn: &mut Conn, list_id: i64, ids: &[i64]) -> Result<Vec<i64>> {
-    Ok(on!(conn, |c| list_members::table
-        .filter(list_members::list_id.eq(list_id))
-        .filter(list_members::recipient_id.eq_any(ids))
-        .order(list_members::recipient_id)
-        .select(list_members::recipient_id)
-        .load(c))?)
+    #[derive(QueryableByName)]
+    struct Member {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        recipient_id: i64,
+    }
+    Ok(match conn.inner_mut() {
+        // One fixed text, prepared once per connection (`eq_any` would be
+        // one `?` per id, parsed anew for every job).
+        InnerMut::Sqlite(c) => {
+            let ids = ids_json(ids);
+            let members: Vec<Member> = Prepared::new(
+                "SELECT recipient_id FROM list_members \
+                 WHERE list_id = ? AND recipient_id IN (SELECT value FROM json_each(?)) \
+                 ORDER BY recipient_id",
+                vec![Bind::Int(list_id), Bind::Json(&ids)],
+            )
+            .load(c)?;
+            members.into_iter().map(|m| m.recipient_id).collect()
+        }
+        InnerMut::Pg(c) => list_members::table
+            .filter(list_members::list_id.eq(list_id))
+            .filter(list_members::recipient_id.eq_any(ids))
+            .order(list_members::recipient_id)
+            .select(list_members::recipient_id)
+            .load(c)?,
+    })
 }
 
 /// Rows per page of [`backfill_keys`].

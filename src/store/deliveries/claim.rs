@@ -2,8 +2,11 @@
 //! recipient, so only one worker ever holds one, and a dead worker's claim
 //! is taken over once its lease runs out.
 
+use std::sync::LazyLock;
+
 use super::pg_fast::{claim_pg, DB_NOW_MS};
 use super::*;
+use crate::store::prepared::ids_json;
 
 /// recipient, state, claim token, claimed until, attempts.
 type ClaimRow = (i64, DeliveryState, Option<i64>, Option<i64>, i32);
@@ -147,53 +150,77 @@ fn claim_sqlite(
     token: i64,
     lease_ms: i64,
 ) -> Result<Vec<(i64, i32)>> {
+    #[derive(QueryableByName)]
+    struct Owned {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        rid: i64,
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        attempts: i32,
+    }
     let now = now_ms();
     let until = now + lease_ms;
-    let mut owned = Vec::with_capacity(recipient_ids.len());
-    for ids in recipient_ids.chunks(SQLITE_CHUNK) {
-        let fresh: Vec<_> = ids
-            .iter()
-            .map(|&rid| {
-                (
-                    d::campaign_id.eq(campaign_id),
-                    d::recipient_id.eq(rid),
-                    d::state.eq(DeliveryState::Claimed),
-                    d::attempts.eq(1),
-                    d::claim_token.eq(Some(token)),
-                    d::claimed_until.eq(Some(until)),
-                    d::updated_at.eq(now),
-                )
-            })
-            .collect();
-        diesel::insert_or_ignore_into(d::table)
-            .values(&fresh)
-            .execute(c)?;
-        diesel::update(
-            d::table
-                .filter(d::campaign_id.eq(campaign_id))
-                .filter(d::recipient_id.eq_any(ids))
-                .filter(
-                    d::state.eq(DeliveryState::Retry).or(d::state
-                        .eq(DeliveryState::Claimed)
-                        .and(d::claimed_until.lt(now))),
-                ),
-        )
-        .set((
-            d::state.eq(DeliveryState::Claimed),
-            d::attempts.eq(d::attempts + 1),
-            d::claim_token.eq(Some(token)),
-            d::claimed_until.eq(Some(until)),
-            d::updated_at.eq(now),
-        ))
-        .execute(c)?;
-        owned.extend(
-            owned_rows!(campaign_id, token, ids)
-                .select((d::recipient_id, d::attempts))
-                .load::<(i64, i32)>(c)?,
-        );
-    }
-    Ok(owned)
+    let ids = ids_json(recipient_ids);
+    Prepared::new(
+        &CLAIM_SQLITE_NEW,
+        vec![
+            Bind::Int(campaign_id),
+            Bind::Int(token),
+            Bind::Int(until),
+            Bind::Int(now),
+            Bind::Json(&ids),
+        ],
+    )
+    .execute(c)?;
+    Prepared::new(
+        &CLAIM_SQLITE_TAKE_OVER,
+        vec![
+            Bind::Int(token),
+            Bind::Int(until),
+            Bind::Int(now),
+            Bind::Int(campaign_id),
+            Bind::Json(&ids),
+            Bind::Int(now),
+        ],
+    )
+    .execute(c)?;
+    let owned: Vec<Owned> = Prepared::new(
+        &CLAIM_SQLITE_OWNED,
+        vec![Bind::Int(campaign_id), Bind::Json(&ids), Bind::Int(token)],
+    )
+    .load(c)?;
+    Ok(owned.into_iter().map(|o| (o.rid, o.attempts)).collect())
 }
+
+/// [`claim_sqlite`]'s statements: fixed texts, so each connection prepares
+/// them once (see [`crate::store::prepared`]); the ids are one JSON array.
+static CLAIM_SQLITE_NEW: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT OR IGNORE INTO deliveries \
+           (campaign_id, recipient_id, state, attempts, claim_token, claimed_until, updated_at) \
+         SELECT ?, value, '{claimed}', 1, ?, ?, ? FROM json_each(?)",
+        claimed = DeliveryState::Claimed.as_str()
+    )
+});
+
+static CLAIM_SQLITE_TAKE_OVER: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE deliveries SET state = '{claimed}', attempts = attempts + 1, \
+           claim_token = ?, claimed_until = ?, updated_at = ? \
+         WHERE campaign_id = ? AND recipient_id IN (SELECT value FROM json_each(?)) \
+           AND (state = '{retry}' OR (state = '{claimed}' AND claimed_until < ?))",
+        claimed = DeliveryState::Claimed.as_str(),
+        retry = DeliveryState::Retry.as_str()
+    )
+});
+
+static CLAIM_SQLITE_OWNED: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT recipient_id AS rid, attempts FROM deliveries \
+         WHERE campaign_id = ? AND recipient_id IN (SELECT value FROM json_each(?)) \
+           AND claim_token = ? AND state = '{claimed}'",
+        claimed = DeliveryState::Claimed.as_str()
+    )
+});
 
 /// Complete a claim: when it did not get every one of `recipient_ids`
 /// (rare), say how many are finished and until when the others are held.

@@ -2,6 +2,8 @@
 //! they carry, as one SQL `SET` both record paths share (the portable one
 //! and PostgreSQL's single-statement one).
 
+use std::sync::LazyLock;
+
 use super::*;
 
 /// Per-campaign counter deltas gathered while recording a batch.
@@ -24,24 +26,41 @@ pub fn idle_gap_ms() -> i64 {
 }
 
 /// Move the counters and, every [`super::rate_window_ms`], the observed rate, in
-/// one statement (diesel prepares every UPDATE afresh, so one per batch, not
-/// three).
+/// one statement whose text never changes: each connection prepares it
+/// once (see [`crate::store::prepared`]); the batch's figures are bound.
 pub(super) fn bump_counters(
     conn: &mut Conn,
     campaign_id: i64,
     delta: &Delta,
     now: i64,
 ) -> Result<()> {
-    let set = counters_set(
-        &delta.sent.to_string(),
-        &delta.failed.to_string(),
-        &delta.skipped.to_string(),
-        &delta.trailing.to_string(),
-        &now.to_string(),
-    );
-    conn.execute_batch(&format!(
-        "UPDATE campaign_counters SET {set} WHERE campaign_id = {campaign_id}"
-    ))
+    static BUMP: LazyLock<String> = LazyLock::new(|| {
+        let set = counters_set(
+            "v.add_sent",
+            "v.add_failed",
+            "v.add_skipped",
+            "v.add_trailing",
+            "v.at_ms",
+        );
+        format!(
+            "UPDATE campaign_counters SET {set} \
+             FROM (SELECT ? AS add_sent, ? AS add_failed, ? AS add_skipped, \
+                          ? AS add_trailing, ? AS at_ms) AS v \
+             WHERE campaign_id = ?"
+        )
+    });
+    let binds = || {
+        vec![
+            Bind::Int(delta.sent),
+            Bind::Int(delta.failed),
+            Bind::Int(delta.skipped),
+            Bind::Int(delta.trailing),
+            Bind::Int(now),
+            Bind::Int(campaign_id),
+        ]
+    };
+    on!(conn, |c| Prepared::new(&BUMP, binds()).execute(c))?;
+    Ok(())
 }
 
 /// The `SET` clauses of the counters UPDATE for a batch that adds `sent`,

@@ -1,10 +1,13 @@
 //! Recording what became of claimed recipients: outcomes into the ledger
 //! and the counters in one transaction, moved by the rows actually changed.
 
+use std::sync::LazyLock;
+
 use super::counters::{bump_counters, Delta};
 use super::pg_fast::record_sent_pg;
 use super::*;
 use crate::store::outbox::{self, EventKind};
+use crate::store::prepared::ids_json;
 
 /// What happened to one claimed recipient.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,20 +123,7 @@ fn record_successes(
     }
     for ((campaign_id, token, version), idx) in sent {
         let ids: Vec<i64> = idx.iter().map(|&i| outcomes[i].recipient_id).collect();
-        let done: Vec<i64> = on!(conn, |c| diesel::update(owned_rows!(
-            campaign_id,
-            token,
-            &ids
-        ))
-        .set((
-            d::state.eq(DeliveryState::Sent),
-            d::claim_token.eq(None::<i64>),
-            d::last_error.eq(None::<String>),
-            d::updated_at.eq(now),
-            d::content_version.eq(version),
-        ))
-        .returning(d::recipient_id)
-        .get_results(c))?;
+        let done = mark_sent(conn, campaign_id, token, version, &ids, now)?;
         deltas.entry(campaign_id).or_default().sent += done.len() as i64;
         outbox::record_recipients(conn, EventKind::Sent, campaign_id, &done, now)?;
         for &i in &idx {
@@ -146,6 +136,63 @@ fn record_successes(
         }
     }
     Ok(())
+}
+
+/// Mark `ids` sent where this claim (`token`) still holds them; the ids
+/// marked. On SQLite one fixed statement (prepared once per connection,
+/// the ids as one JSON array), where diesel's UPDATE would be parsed anew
+/// for every batch.
+fn mark_sent(
+    conn: &mut Conn,
+    campaign_id: i64,
+    token: i64,
+    version: Option<i64>,
+    ids: &[i64],
+    now: i64,
+) -> Result<Vec<i64>> {
+    #[derive(QueryableByName)]
+    struct Marked {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        rid: i64,
+    }
+    static MARK_SENT_SQLITE: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "UPDATE deliveries SET state = '{sent}', claim_token = NULL, last_error = NULL, \
+               updated_at = ?, content_version = ? \
+             WHERE campaign_id = ? AND claim_token = ? AND state = '{claimed}' \
+               AND recipient_id IN (SELECT value FROM json_each(?)) \
+             RETURNING recipient_id AS rid",
+            sent = DeliveryState::Sent.as_str(),
+            claimed = DeliveryState::Claimed.as_str()
+        )
+    });
+    Ok(match conn.inner_mut() {
+        InnerMut::Sqlite(c) => {
+            let ids = ids_json(ids);
+            let marked: Vec<Marked> = Prepared::new(
+                &MARK_SENT_SQLITE,
+                vec![
+                    Bind::Int(now),
+                    Bind::OptInt(version),
+                    Bind::Int(campaign_id),
+                    Bind::Int(token),
+                    Bind::Json(&ids),
+                ],
+            )
+            .load(c)?;
+            marked.into_iter().map(|m| m.rid).collect()
+        }
+        InnerMut::Pg(c) => diesel::update(owned_rows!(campaign_id, token, ids))
+            .set((
+                d::state.eq(DeliveryState::Sent),
+                d::claim_token.eq(None::<i64>),
+                d::last_error.eq(None::<String>),
+                d::updated_at.eq(now),
+                d::content_version.eq(version),
+            ))
+            .returning(d::recipient_id)
+            .get_results(c)?,
+    })
 }
 
 /// One outcome that is not a success: what it makes of the row, and how
