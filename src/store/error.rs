@@ -2,6 +2,7 @@
 //! user typed (exit 2), what is worth retrying, and the rest.
 
 use std::time::Duration;
+
 /// Errors a caller of the store can tell apart.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
