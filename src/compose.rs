@@ -9,10 +9,12 @@
 
 pub mod align;
 pub mod content;
+mod envelope;
 pub mod fold;
 pub mod headers;
 pub mod html_scan;
 pub mod message;
+mod mime;
 pub mod sample;
 pub mod source;
 pub mod template_links;
@@ -20,13 +22,9 @@ pub mod tracking;
 pub mod tracking_urls;
 pub mod transfer;
 
-use std::str::FromStr;
 use std::sync::Arc;
 
-use lettre::address::Envelope;
-use lettre::message::header::{ContentType, HeaderValue};
-use lettre::message::{Mailbox, MultiPart, SinglePart};
-use lettre::{Address, Message};
+use lettre::message::Mailbox;
 
 use crate::dkim::{self, DkimError, SigningKey};
 use crate::mail::Composed;
@@ -38,8 +36,15 @@ use crate::store::{
 use crate::templates::{self, Context, Rendered};
 use crate::tokens::Identity;
 
+pub(crate) use self::mime::mime;
 pub use crate::mailbox::dns_name;
+use envelope::with_sender;
+pub use envelope::{
+    envelope_sender, from_domain, message_id_of, parse_from, parse_return_path, read_message_id,
+    Verp, MAX_RETURN_PATH_LOCAL,
+};
 pub use headers::safe_link;
+pub use mime::{header_line, MAX_DISPLAY_NAME};
 
 use content::{Cache, Compiled, TemplateProblem, Vars};
 
@@ -74,113 +79,6 @@ impl ComposeError {
             _ => true,
         }
     }
-}
-
-/// Parse `--from`: a bare address or `Name <address>`.
-pub fn parse_from(raw: &str) -> Result<Mailbox, ComposeError> {
-    if raw.chars().any(char::is_control) {
-        return Err(ComposeError::BadFrom(raw.to_string()));
-    }
-    let mailbox =
-        Mailbox::from_str(raw.trim()).map_err(|_| ComposeError::BadFrom(raw.to_string()))?;
-    // The domain must have an A-label: that is how it goes on the wire.
-    on_the_wire(mailbox.clone()).map_err(|_| ComposeError::BadFrom(raw.to_string()))?;
-    Ok(mailbox)
-}
-
-/// The From domain of a sender as DKIM keys are filed under and headers
-/// name it: lower case, A-labels.
-pub fn from_domain(from: &Mailbox) -> String {
-    let domain = from.email.domain();
-    dns_name(domain).unwrap_or_else(|| domain.to_ascii_lowercase())
-}
-
-/// Longest local part of a `--return-path`: the VERP token (up to 29
-/// characters for campaigns below 2 million and recipients below 34
-/// billion) and the `+` must still fit in 64 octets.
-pub const MAX_RETURN_PATH_LOCAL: usize = 32;
-
-/// Check `--return-path`: `local@domain`, the local part short enough for
-/// `local+TOKEN` and free of `+` (Postfix splits the extension at the
-/// first one). Returns the canonical spelling (domain folded).
-pub fn parse_return_path(raw: &str) -> Result<String, ComposeError> {
-    let bad = || ComposeError::BadReturnPath(raw.to_string());
-    let addr = Address::from_str(raw.trim()).map_err(|_| bad())?;
-    let local = addr.user();
-    if local.len() > MAX_RETURN_PATH_LOCAL
-        || local.contains('+')
-        || local.starts_with('"')
-        || raw.chars().any(char::is_control)
-    {
-        return Err(bad());
-    }
-    Ok(format!("{local}@{}", addr.domain().to_lowercase()))
-}
-
-/// A campaign's VERP return path, `local@domain`: each message's envelope
-/// sender is `local+TOKEN@domain`, TOKEN naming campaign and recipient
-/// under the database's secret (see [`envelope_sender`]).
-#[derive(Debug, Clone)]
-pub struct Verp {
-    local: String,
-    domain: String,
-}
-
-impl Verp {
-    fn parse(raw: &str) -> Result<Verp, ComposeError> {
-        let canonical = parse_return_path(raw)?;
-        let (local, domain) = canonical
-            .rsplit_once('@')
-            .ok_or_else(|| ComposeError::BadReturnPath(raw.to_string()))?;
-        Ok(Verp {
-            local: local.to_string(),
-            domain: domain.to_string(),
-        })
-    }
-}
-
-/// The envelope sender (MAIL FROM, where bounces go) of one recipient's
-/// message: the campaign's VERP address for this recipient, or the From
-/// address when the campaign has no return path. The From header is never
-/// changed.
-pub fn envelope_sender(campaign: &CampaignMail, recipient_id: i64) -> Address {
-    campaign
-        .verp
-        .as_ref()
-        .and_then(|v| {
-            let token = campaign
-                .identity
-                .signer
-                .verp_token(campaign.id, recipient_id);
-            Address::new(format!("{}+{token}", v.local), &v.domain).ok()
-        })
-        .unwrap_or_else(|| campaign.from.email.clone())
-}
-
-/// The message with `sender` as its envelope sender (the headers stay as
-/// they are: the From header is the campaign's).
-fn with_sender(mut message: Composed, sender: Address) -> Result<Composed, Unsendable> {
-    message.envelope = Envelope::new(Some(sender), message.envelope.to().to_vec())
-        .map_err(|e| Unsendable::Invalid(format!("cannot build the envelope: {e}")))?;
-    Ok(message)
-}
-
-/// The (campaign, recipient) a Message-ID of this database's messages
-/// names (see [`headers::message_id`]); `None` for anyone else's and for
-/// every made-up one: the token in it is an HMAC under the database's
-/// secret. The sequential ids of older versions (`<C.R.db-…@…>`) are not
-/// read: anybody could write one.
-pub fn read_message_id(id: &str, identity: &Identity) -> Option<(i64, i64)> {
-    let id = id.trim().trim_start_matches('<').trim_end_matches('>');
-    let (local, _) = id.rsplit_once('@')?;
-    let (token, _database) = local.split_once('.')?;
-    identity.signer.read_message_id_token(token)
-}
-
-/// The Message-ID of one campaign's message to one recipient.
-pub fn message_id_of(identity: &Identity, campaign: i64, recipient: i64, domain: &str) -> String {
-    let token = identity.signer.message_id_token(campaign, recipient);
-    headers::message_id(&token, &identity.database_id, domain)
 }
 
 /// What every message of one campaign shares.
@@ -500,96 +398,6 @@ fn unsubscribe(
         safe_link(&mail).unwrap_or(mail)
     });
     (link, false)
-}
-
-/// Build the MIME message (text + HTML alternative parts) with the `extra`
-/// headers. Header values go through lettre's encoder, so a name holding
-/// CR/LF or "Bcc:" stays inside its encoded-word and can never add a header
-/// or a recipient; the envelope names exactly one recipient.
-fn mime(
-    from: &Mailbox,
-    subject: &str,
-    message_id: String,
-    to_name: &str,
-    to_email: &str,
-    rendered: Rendered,
-    extra: Vec<HeaderValue>,
-) -> Result<Composed, Unsendable> {
-    let invalid = || Unsendable::Invalid(format!("invalid recipient address {to_email:?}"));
-    let address = Address::from_str(to_email).map_err(|_| invalid())?;
-    let address = crate::mailbox::for_transport(&address).map_err(|_| invalid())?;
-    let build_err =
-        |e: lettre::error::Error| Unsendable::Invalid(format!("cannot build the message: {e}"));
-    let name = display_name(to_name);
-    // The envelope is given, not derived from the headers: lettre's own
-    // derivation fails on a quoted local part ("john q. public"@…).
-    let envelope =
-        Envelope::new(Some(from.email.clone()), vec![address.clone()]).map_err(build_err)?;
-    let to = Mailbox::new((!name.is_empty()).then_some(name), address);
-    let mut builder = Message::builder()
-        .envelope(envelope)
-        .from(from.clone())
-        .to(to.clone())
-        .subject(header_line(subject))
-        .message_id(Some(message_id));
-    for header in extra {
-        builder = builder.raw_header(header);
-    }
-    let mut message = builder
-        .multipart(
-            MultiPart::alternative()
-                .singlepart(
-                    SinglePart::builder()
-                        .header(ContentType::TEXT_PLAIN)
-                        .body(transfer::text(rendered.text)),
-                )
-                .singlepart(
-                    SinglePart::builder()
-                        .header(ContentType::TEXT_HTML)
-                        .body(transfer::html(rendered.html)),
-                ),
-        )
-        .map_err(build_err)?;
-    // User text as fold.rs writes it: printable ASCII as itself (lettre
-    // base64-encodes `Linen & Co`), folded so that no line exceeds 998
-    // octets (lettre leaves a long word on one line).
-    let headers = message.headers_mut();
-    headers.insert_raw(fold::mailbox("From", from));
-    headers.insert_raw(fold::mailbox("To", &to));
-    headers.insert_raw(fold::unstructured("Subject", subject));
-    Ok(Composed {
-        envelope: message.envelope().clone(),
-        bytes: message.formatted(),
-    })
-}
-
-/// Longest display name put in a To: header, in characters.
-pub const MAX_DISPLAY_NAME: usize = 200;
-
-/// A recipient's name as it goes into the To: header: one line (lettre's
-/// encoder refuses, by panicking, a display name with CR/LF, and control
-/// characters have no business there), cut to [`MAX_DISPLAY_NAME`]
-/// characters. lettre folds a header only between words and encodes
-/// non-ASCII text in short encoded-words, but a long ASCII word stays on
-/// one line: a 2,000-character name made a 2,018-character To: line, over
-/// RFC 5322's limit of 998. At 200 characters (each quote escaped at
-/// worst) plus an address of at most 254, the line stays far below it.
-fn display_name(name: &str) -> String {
-    let line = header_line(name);
-    match line.char_indices().nth(MAX_DISPLAY_NAME) {
-        Some((cut, _)) => line[..cut].trim_end().to_string(),
-        None => line,
-    }
-}
-
-/// `text` with every control character (CR, LF, TAB, …) turned into a
-/// space, trimmed: safe for a header value.
-pub fn header_line(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect::<String>()
-        .trim()
-        .to_string()
 }
 
 /// The message a recipient of a campaign would get, exactly as a worker

@@ -1,5 +1,6 @@
 //! Unit tests of the compose stage.
 
+use super::mime::display_name;
 use super::*;
 
 #[test]
