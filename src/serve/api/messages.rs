@@ -143,7 +143,7 @@ async fn submit(
     responses((status = 200, description = "the message", body = MessageOut), Errors),
     security(("bearer" = [])))]
 async fn get_one(
-    _: Need<auth::Read>,
+    _: Need<auth::ReadOrSend>,
     Extract(state): Extract<State>,
     Path(id): Path<i64>,
 ) -> Result<Json<MessageOut>, Problem> {
