@@ -1,5 +1,6 @@
 //! Who calls `/api/v1` and what they may do: the bearer key, checked in
 //! the database on every request (a revoke holds from the next request),
+//! on the API's own few connections (`super::DbPool`),
 //! its scopes, and its rate.
 //!
 //! A handler states the scope it needs by taking [`Need<S>`] as its first
@@ -123,7 +124,12 @@ async fn authenticate(parts: &Parts, state: &State) -> Result<Caller, Problem> {
         }
     }
     let key = given.to_string();
-    match state.admin.db(move |c| keys::authenticate(c, &key)).await {
+    match state
+        .api
+        .dbs
+        .run(move |c| keys::authenticate(c, &key))
+        .await
+    {
         Ok(Some(k)) => Ok(Caller {
             name: k.name,
             scopes: k.scopes,
