@@ -118,7 +118,7 @@ pub fn run(settings: ServeSettings) -> Result<(), ServeError> {
             failures: guard::Failures::default(),
             timelines: campaign_page::Timelines::default(),
             tracking: tracking::TrackingRoutes::new(recorder),
-            api: api::ApiState::new(settings.api_rate, settings.api_burst),
+            api: api::ApiState::new(url, settings.api_rate, settings.api_burst),
         });
         let stop = CancellationToken::new();
         shutdown::on_signals(stop.clone()).context("cannot install signal handlers")?;

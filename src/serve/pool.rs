@@ -22,9 +22,12 @@ pub const HEALTH_THREADS: usize = 2;
 /// Campaigns `/api/v1` enqueues in the background at once, each on a
 /// blocking thread of its own.
 pub const API_ENQUEUES: usize = 4;
+/// Database connections `/api/v1` checks keys and stores messages on
+/// (see `api::DbPool`), each used from one blocking thread at a time.
+pub const API_CONNECTIONS: usize = 4;
 /// The runtime's ceiling on blocking threads: the pools' sum and a spare.
 pub const MAX_BLOCKING_THREADS: usize =
-    PUBLIC_THREADS + ADMIN_THREADS + HEALTH_THREADS + API_ENQUEUES + 2;
+    PUBLIC_THREADS + ADMIN_THREADS + HEALTH_THREADS + API_ENQUEUES + API_CONNECTIONS + 2;
 
 #[derive(Debug, thiserror::Error)]
 #[error("{pool} task failed: {why}")]

@@ -226,6 +226,26 @@ pub fn start_sending(conn: &mut Conn, id: i64, token: i64) -> Result<bool> {
     Ok(n == 1)
 }
 
+/// Push the lease of this token's claim (claimed or sending) to `now +
+/// lease`, while the worker is still at it. False when the claim is no
+/// longer this token's.
+pub fn extend_claim(
+    conn: &mut Conn,
+    (id, token): (i64, i64),
+    lease: i64,
+    now: i64,
+) -> Result<bool> {
+    let n = on!(conn, |c| diesel::update(
+        m::table
+            .find(id)
+            .filter(m::claim_token.eq(token))
+            .filter(m::status.eq_any([MessageStatus::Claimed, MessageStatus::Sending]))
+    )
+    .set(m::claimed_until.eq(now + lease))
+    .execute(c))?;
+    Ok(n == 1)
+}
+
 /// Record what became of a claimed message: a final status (with the
 /// webhook event in the same transaction), or `Queued` to try again. False
 /// when the claim was no longer this token's.

@@ -1,8 +1,12 @@
 //! The message stage: a transactional message's job (see
 //! [`crate::queue::message`]) is claimed in the `messages` ledger, checked
 //! against the suppressions again (an address may have bounced since the
-//! submit), composed and DKIM-signed on the blocking pool, sent under the
-//! shared rate limits, and recorded: `sent` / `failed` with the relay's
+//! submit), composed and DKIM-signed on the blocking pool, and handed, under
+//! the shared rate limits, to a sender (see [`super::send`]), which puts it
+//! ahead of every campaign message on one of its pooled sessions: within
+//! `--concurrency` and the relay's connection limit, with no connect of its
+//! own. While a slow relay holds it, its claim is extended and its job
+//! touched. Then it is recorded: `sent` / `failed` with the relay's
 //! reply; a 4xx goes back to `queued` and the job comes back later, with a
 //! growing delay, up to `--max-attempts`. Each message goes on the wire at
 //! most once: it is marked `sending` before, and a claim that lapses there
@@ -12,7 +16,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 
+use super::pipeline::{Delivered, Urgent};
 use super::reserve::{Cmd, Incoming};
 use super::shared::Shared;
 use crate::compose::message::{compose_message, TemplateMail, To};
@@ -21,7 +28,7 @@ use crate::mail::reply::Verdict;
 use crate::mail::Composed;
 use crate::messages::submit::parse_to;
 use crate::queue::message::{MessageJob, MESSAGE_PRIORITY};
-use crate::queue::{BadJob, JOB_TTR};
+use crate::queue::{job_ttr, BadJob};
 use crate::rate::limiter;
 use crate::store::messages::{self, Claim, Message, MessageStatus};
 use crate::store::{message_templates, now_ms, StoreError};
@@ -47,7 +54,7 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
         permit,
     } = job;
     let cmd = match MessageJob::decode(&body, &shared.identity) {
-        Ok(m) => run(&shared, id, m.message).await,
+        Ok(m) => run(&shared, (server, id), m.message).await,
         Err(BadJob::Foreign(db)) => super::job::foreign(&shared, id, db, &body),
         Err(e) => {
             tracing::warn!(job = id, "burying message job: {e}");
@@ -66,10 +73,11 @@ fn release(id: u64, delay: Duration) -> Fate {
     }
 }
 
-/// Claim, send and record message `message` of job `id`.
-async fn run(shared: &Arc<Shared>, id: u64, message: i64) -> Fate {
+/// Claim, send and record message `message` of job `id` (reserved on
+/// server `server`).
+async fn run(shared: &Arc<Shared>, (server, id): (usize, u64), message: i64) -> Fate {
     let token = rand::random_range(1..i64::MAX);
-    let lease = JOB_TTR.as_millis() as i64;
+    let lease = job_ttr().as_millis() as i64;
     let claimed = shared
         .db
         .run(move |c| messages::claim(c, message, token, lease, now_ms()))
@@ -90,6 +98,15 @@ async fn run(shared: &Arc<Shared>, id: u64, message: i64) -> Fate {
             return release(id, DB_RETRY_DELAY);
         }
     };
+    // A slow relay must not let the job's TTR run out under the claim.
+    let alive = CancellationToken::new();
+    tokio::spawn(keep_alive(
+        Arc::clone(shared),
+        (server, id),
+        (msg.id, token),
+        alive.clone(),
+    ));
+    let _alive = alive.drop_guard();
     match prepare(shared, &msg).await {
         Ok(Ok(composed)) => send(shared, id, (msg, token), composed).await,
         Ok(Err((status, why))) => {
@@ -187,13 +204,28 @@ async fn send(shared: &Arc<Shared>, id: u64, (msg, token): (Message, i64), m: Co
             return release(id, DB_RETRY_DELAY);
         }
     }
-    let verdict = match shared.relay.connect().await {
-        Ok(mut session) => {
-            let v = shared.relay.send(&mut session, &m).await;
-            session.quit().await;
-            v
+    // On a sender's pooled session, ahead of the campaigns' messages.
+    let (reply, answer) = oneshot::channel();
+    let urgent = Urgent { composed: m, reply };
+    if shared.urgent.send(urgent).await.is_err() {
+        finish(shared, (msg.id, token), MessageStatus::Queued, None).await;
+        return release(id, Duration::ZERO);
+    }
+    let (verdict, _unrecorded) = match answer.await {
+        Ok(Delivered {
+            verdict: Some(v),
+            unrecorded,
+        }) => (v, unrecorded),
+        Ok(Delivered { verdict: None, .. }) => {
+            finish(shared, (msg.id, token), MessageStatus::Queued, None).await;
+            return release(id, Duration::ZERO);
         }
-        Err(e) => Verdict::Transient(crate::mail::reply::Reply::local(format!("{e:#}"))),
+        Err(_) => {
+            // The sender ended with the message in hand: whether the relay
+            // took it is unknown; its claim lapses and it is failed as in
+            // doubt, never sent twice.
+            return release(id, Duration::ZERO);
+        }
     };
     match verdict {
         Verdict::Sent => {
@@ -233,6 +265,37 @@ async fn send(shared: &Arc<Shared>, id: u64, (msg, token): (Message, i64), m: Co
             )
             .await;
             release(id, retry_delay(msg.attempts))
+        }
+    }
+}
+
+/// Every third of the TTR, extend the message's claim and, once the
+/// database confirmed it, touch its job, until `done`. A claim that is no
+/// longer ours, or a database that does not answer, stops the touching: the
+/// job goes back when its TTR runs out, as its claim lapses.
+async fn keep_alive(
+    shared: Arc<Shared>,
+    (server, id): (usize, u64),
+    claim: (i64, i64),
+    done: CancellationToken,
+) {
+    let every = job_ttr() / 3;
+    loop {
+        tokio::select! {
+            _ = done.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        let lease = job_ttr().as_millis() as i64;
+        let extended = shared
+            .db
+            .run(move |c| messages::extend_claim(c, claim, lease, now_ms()))
+            .await;
+        match extended {
+            Ok(true) if !done.is_cancelled() => shared.cmd(server, Cmd::Touch(id)),
+            Ok(_) => return,
+            Err(e) => {
+                return tracing::warn!(job = id, error = %e, "cannot extend the message's claim; its job is no longer touched")
+            }
         }
     }
 }

@@ -158,8 +158,9 @@ async fn pipeline_run(
     let slots = Arc::new(Semaphore::new(slots_total));
     let (jobs_tx, mut jobs_rx) = mpsc::channel(1);
     let (send_tx, send_rx) = async_channel::bounded(settings.concurrency);
+    let (urgent_tx, urgent_rx) = async_channel::bounded(settings.concurrency);
     let scheduler = Arc::new(schedule::Scheduler::new(
-        send_rx,
+        (send_rx, urgent_rx),
         max_parked(settings.concurrency),
         abort.clone(),
     ));
@@ -203,7 +204,7 @@ async fn pipeline_run(
         max_attempts: settings.max_attempts,
         sent: Default::default(),
         deferrals: Default::default(),
-        relay: relay.clone(),
+        urgent: urgent_tx,
     });
     let heartbeat = heartbeat::Heartbeat::start(
         Arc::clone(&shared),
@@ -468,6 +469,7 @@ impl Tasks {
     /// threads end.
     async fn wind_down(self, shared: Arc<Shared>) -> Result<()> {
         shared.to_send.close();
+        shared.urgent.close();
         for s in self.senders {
             let _ = tokio::time::timeout(Duration::from_secs(3), s).await;
         }

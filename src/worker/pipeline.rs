@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use super::tracker::Tracker;
-use crate::mail::Composed;
+use crate::mail::{Composed, Verdict};
 use crate::store::OutcomeKind;
 
 /// One message on its way to a sender.
@@ -43,5 +43,26 @@ pub struct SendOutcome {
     /// `concurrency` "unrecorded" permits, held until the outcome is
     /// committed. So at any moment at most `concurrency` messages are on the
     /// wire or sent-but-unrecorded: all a `kill -9` can make us send twice.
+    pub unrecorded: Option<OwnedSemaphorePermit>,
+}
+
+/// A transactional message on its way to a sender: it goes ahead of every
+/// campaign message, on one of the senders' pooled sessions, so it takes a
+/// session within `--concurrency` and the relay's connection limits rather
+/// than a connect of its own. Its rate tokens are taken already.
+pub struct Urgent {
+    pub composed: Composed,
+    /// Where the sender answers.
+    pub reply: oneshot::Sender<Delivered>,
+}
+
+/// A sender's answer for an [`Urgent`] message.
+pub struct Delivered {
+    /// The relay's verdict; `None`: not handed to the relay (the worker is
+    /// aborting and its senders hold no session).
+    pub verdict: Option<Verdict>,
+    /// For a message that went to the relay: one of the `concurrency`
+    /// "unrecorded" permits (see [`SendOutcome::unrecorded`]), held by the
+    /// message's handler until its outcome is recorded.
     pub unrecorded: Option<OwnedSemaphorePermit>,
 }

@@ -30,7 +30,7 @@ use tokio::sync::{mpsc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 use super::flags::Campaigns;
-use super::pipeline::{Msg, SendOutcome};
+use super::pipeline::{Msg, SendOutcome, Urgent};
 use crate::rate::limiter::Limiter;
 use crate::store::OutcomeKind;
 
@@ -101,6 +101,8 @@ pub struct Usage {
 
 pub struct Scheduler {
     input: async_channel::Receiver<Msg>,
+    /// Transactional messages: handed out before any campaign message.
+    urgent: async_channel::Receiver<Urgent>,
     state: Mutex<State>,
     abort: CancellationToken,
     max_parked: usize,
@@ -124,10 +126,18 @@ struct Idle;
 pub enum Next {
     /// A message, its tokens taken (none after an abort).
     Msg(Msg),
+    /// A transactional message, its tokens taken by its handler.
+    Urgent(Urgent),
     /// Nothing within the sender's idle time.
     Idle,
     /// The job stage is gone and nothing is parked: no more work.
     Closed,
+}
+
+/// What [`Scheduler::next_locked`] found.
+enum Out {
+    Msg(Msg),
+    Urgent(Urgent),
 }
 
 enum Admit {
@@ -146,12 +156,16 @@ impl Scheduler {
     /// inside at once. After `abort`, messages are handed out without tokens
     /// (the sender hands them back unsent).
     pub fn new(
-        input: async_channel::Receiver<Msg>,
+        (input, urgent): (
+            async_channel::Receiver<Msg>,
+            async_channel::Receiver<Urgent>,
+        ),
         max_parked: usize,
         abort: CancellationToken,
     ) -> Scheduler {
         Scheduler {
             input,
+            urgent,
             state: Mutex::new(State::default()),
             abort,
             max_parked: max_parked.max(1),
@@ -176,20 +190,25 @@ impl Scheduler {
     /// cancelled midway (it may hold a message between two awaits): the
     /// idle time is its own way out.
     pub async fn next(&self, shared: &Context<'_>, idle: Option<Duration>) -> Next {
+        if let Ok(u) = self.urgent.try_recv() {
+            return Next::Urgent(u);
+        }
         self.waiting.fetch_add(1, Ordering::AcqRel);
         let deadline = idle.map(|d| Instant::now() + d);
         let out = self.next_locked(shared, deadline).await;
         self.waiting.fetch_sub(1, Ordering::AcqRel);
         match out {
-            Ok(Some(m)) => Next::Msg(m),
+            Ok(Some(Out::Msg(m))) => Next::Msg(m),
+            Ok(Some(Out::Urgent(u))) => Next::Urgent(u),
             Ok(None) => Next::Closed,
             Err(Idle) => Next::Idle,
         }
     }
 
-    /// Nothing waits: no message in the channel, parked or ready.
+    /// Nothing waits: no message in the channels, parked or ready.
     pub fn is_empty(&self) -> bool {
-        self.input.is_empty()
+        self.urgent.is_empty()
+            && self.input.is_empty()
             && self.parked_now.load(Ordering::Acquire) == 0
             && self
                 .ready
@@ -220,25 +239,29 @@ impl Scheduler {
         &self,
         shared: &Context<'_>,
         deadline: Option<Instant>,
-    ) -> Result<Option<Msg>, Idle> {
+    ) -> Result<Option<Out>, Idle> {
         if let Some(m) = self.pop_ready() {
-            return Ok(Some(m));
+            return Ok(Some(Out::Msg(m)));
         }
         let mut st = self.state.lock().await;
         if let Some(m) = self.pop_ready() {
-            return Ok(Some(m));
+            return Ok(Some(Out::Msg(m)));
         }
         loop {
             if self.abort.is_cancelled() {
                 if let Some(m) = st.pop_any() {
-                    return Ok(Some(m));
+                    return Ok(Some(Out::Msg(m)));
                 }
-                return Ok(self.input.recv().await.ok());
+                return Ok(tokio::select! {
+                    biased;
+                    Ok(u) = self.urgent.recv() => Some(Out::Urgent(u)),
+                    m = self.input.recv() => m.ok().map(Out::Msg),
+                });
             }
             st.follow_generation(shared.limiter.generation());
             if let Some(m) = self.release_parked(&mut st, shared).await {
                 self.publish(&st);
-                return Ok(Some(m));
+                return Ok(Some(Out::Msg(m)));
             }
             self.sweep(&mut st, shared).await;
             loop {
@@ -246,7 +269,7 @@ impl Scheduler {
                     Ok(m) => {
                         if let Admit::Go(m) = self.admit(&mut st, shared, m).await {
                             self.publish(&st);
-                            return Ok(Some(m));
+                            return Ok(Some(Out::Msg(m)));
                         }
                     }
                     Err(async_channel::TryRecvError::Empty) => break,
@@ -266,11 +289,13 @@ impl Scheduler {
             let wake = st.wake_at(now, deadline);
             let open = !self.input.is_closed();
             tokio::select! {
+                biased;
+                Ok(u) = self.urgent.recv() => return Ok(Some(Out::Urgent(u))),
                 m = self.input.recv(), if open => {
                     if let Ok(m) = m {
                         if let Admit::Go(m) = self.admit(&mut st, shared, m).await {
                             self.publish(&st);
-                            return Ok(Some(m));
+                            return Ok(Some(Out::Msg(m)));
                         }
                     }
                 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::pipeline::{Msg, SendOutcome};
+use super::pipeline::{Delivered, Msg, SendOutcome, Urgent};
 use super::schedule::{Next, Scheduler};
 use super::sessions::{Sessions, Slot};
 use super::shared::Shared;
@@ -88,6 +88,15 @@ pub async fn sender(
             let idle = session.is_some().then_some(IDLE_QUIT);
             let msg = match inbox.next(&shared.schedule(), idle).await {
                 Next::Msg(msg) => msg,
+                Next::Urgent(u) => {
+                    let conn = session.as_mut().map(|(c, _)| &mut **c);
+                    tried += usize::from(urgent(&shared, &relay, conn, u).await);
+                    if session.as_ref().is_some_and(|(c, _)| c.has_broken()) {
+                        session = None;
+                        break false;
+                    }
+                    continue;
+                }
                 Next::Idle => break false,
                 Next::Closed => break true,
             };
@@ -179,6 +188,36 @@ async fn open(
             Opened::Retry
         }
     }
+}
+
+/// A transactional message on `conn`, its verdict answered to its
+/// handler (none after an abort: the handler puts it back in the queue).
+/// Whether it went to the relay.
+async fn urgent(shared: &Shared, relay: &Relay, conn: Option<&mut Session>, u: Urgent) -> bool {
+    let Urgent { composed, reply } = u;
+    let Some(conn) = conn else {
+        let _ = reply.send(Delivered {
+            verdict: None,
+            unrecorded: None,
+        });
+        return false;
+    };
+    // Wait while `concurrency` messages are already out but unrecorded.
+    let Ok(permit) = Arc::clone(&shared.unrecorded).acquire_owned().await else {
+        let _ = reply.send(Delivered {
+            verdict: None,
+            unrecorded: None,
+        });
+        return false;
+    };
+    let verdict = relay.send(conn, &composed).await;
+    // A handler gone (its task ended) cannot record the outcome; its claim
+    // lapses and the message is failed as in doubt, never sent twice.
+    let _ = reply.send(Delivered {
+        verdict: Some(verdict),
+        unrecorded: Some(permit),
+    });
+    true
 }
 
 /// One message on `conn` (`None` after an abort: handed back). Returns the

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 
 use super::flags::Campaigns;
 use super::optout::Optouts;
-use super::pipeline::{Msg, SendOutcome};
+use super::pipeline::{Msg, SendOutcome, Urgent};
 use super::reserve::Cmd;
 use super::schedule::{self, Scheduler};
 use super::tracker::Deferrals;
@@ -50,9 +50,9 @@ pub struct Shared {
     pub sent: AtomicU64,
     /// Jobs that only deferred recipients, summed for the log.
     pub deferrals: Deferrals,
-    /// The relay, for transactional messages (see `message`), which go on
-    /// a session of their own rather than wait behind the senders' queue.
-    pub relay: crate::mail::Relay,
+    /// Transactional messages (see `message`) to the senders, which take
+    /// them before any campaign message, on their pooled sessions.
+    pub urgent: async_channel::Sender<Urgent>,
 }
 
 impl Shared {

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use crate::api::{assert_problem, call, json_of, key, serve_logged};
+use crate::dkim::unstuffed;
 use crate::util::*;
 use serde_json::{json, Value};
 
@@ -121,12 +122,20 @@ fn patch_and_forget_keep_refusals(kind: Kind) {
 fn campaign_end_to_end_through_the_api(kind: Kind) {
     let tmp = tempfile::tempdir().unwrap();
     let bs = Beanstalkd::start(tmp.path());
-    let peer = ScriptedSmtp::start(Script::default());
+    let peer = ScriptedSmtp::start(Script {
+        keep_data: true,
+        ..Script::default()
+    });
     let mut env = Env::new(kind, &bs.addr());
     env.smtp = peer.url();
     env.ok(&["migrate"]);
     let k = key(&env, "shop", "subscribers,campaigns,read");
-    let (s, _log) = serve_logged(&env, &[]);
+    // No `public_url` in the body: the API takes MAILSPLIT_PUBLIC_URL as
+    // `campaign create` does.
+    let (s, _log) = serve_logged(
+        &env,
+        &[("MAILSPLIT_PUBLIC_URL", "https://news.example.test")],
+    );
     let api = |method: &str, path: &str, body: Option<Value>| {
         call(
             s.admin,
@@ -175,6 +184,14 @@ fn campaign_end_to_end_through_the_api(kind: Kind) {
         (&json!(n), &json!(1))
     );
     assert_problem(&api("POST", "/campaigns/weekly-1/pause", None), 409, &k);
+    let m = unstuffed(&peer.messages.lock().unwrap()[0].1);
+    let unsub = header(&m, "List-Unsubscribe");
+    assert!(
+        unsub
+            .iter()
+            .any(|h| h.contains("https://news.example.test/")),
+        "{unsub:?}"
+    );
 }
 
 both!(

@@ -1,5 +1,6 @@
 //! Who calls `/api/v1` and what they may do: the bearer key, checked in
 //! the database on every request (a revoke holds from the next request),
+//! on the API's own few connections (`super::DbPool`),
 //! its scopes, and its rate.
 //!
 //! A handler states the scope it needs by taking [`Need<S>`] as its first
@@ -40,6 +41,8 @@ pub struct Caller {
 /// A scope a route needs, as a type: see [`Need`].
 pub trait Required {
     const SCOPE: Scope;
+    /// A second scope that serves as well.
+    const OR: Option<Scope> = None;
 }
 
 macro_rules! required {
@@ -53,6 +56,14 @@ macro_rules! required {
 }
 required!(Read => Read, Subscribers => Subscribers, Campaigns => Campaigns, Send => Send);
 
+/// The `read` scope or the `send` scope: what a message's status needs
+/// (the application that sent it asks how it went).
+pub struct ReadOrSend;
+impl Required for ReadOrSend {
+    const SCOPE: Scope = Scope::Read;
+    const OR: Option<Scope> = Some(Scope::Send);
+}
+
 /// An authenticated caller holding scope `S`, or the request is answered
 /// 401, 403 or 429 before its handler runs.
 pub struct Need<S: Required>(pub Caller, PhantomData<S>);
@@ -62,8 +73,15 @@ impl<S: Required> FromRequestParts<State> for Need<S> {
 
     async fn from_request_parts(parts: &mut Parts, state: &State) -> Result<Self, Problem> {
         let caller = authenticate(parts, state).await?;
-        if !caller.scopes.contains(&S::SCOPE) {
-            let detail = format!("this key lacks the `{}` scope this route needs", S::SCOPE);
+        let held = |s: Scope| caller.scopes.contains(&s);
+        if !held(S::SCOPE) && !S::OR.is_some_and(held) {
+            let detail = match S::OR {
+                Some(or) => format!(
+                    "this key lacks the `{}` or `{or}` scope this route needs",
+                    S::SCOPE
+                ),
+                None => format!("this key lacks the `{}` scope this route needs", S::SCOPE),
+            };
             return Err(Problem::new(StatusCode::FORBIDDEN, detail));
         }
         state.api.buckets.take(&caller.name)?;
@@ -106,7 +124,12 @@ async fn authenticate(parts: &Parts, state: &State) -> Result<Caller, Problem> {
         }
     }
     let key = given.to_string();
-    match state.admin.db(move |c| keys::authenticate(c, &key)).await {
+    match state
+        .api
+        .dbs
+        .run(move |c| keys::authenticate(c, &key))
+        .await
+    {
         Ok(Some(k)) => Ok(Caller {
             name: k.name,
             scopes: k.scopes,

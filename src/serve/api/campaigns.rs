@@ -144,7 +144,12 @@ fn create_blocking(url: &str, body: NewCampaign) -> Result<CampaignStatus, Probl
         subject: body.subject,
         from: body.from,
         priority: body.priority,
-        public_url: body.public_url,
+        // As `campaign create --public-url`, whose default it is.
+        public_url: body.public_url.or_else(|| {
+            std::env::var("MAILSPLIT_PUBLIC_URL")
+                .ok()
+                .filter(|u| !u.trim().is_empty())
+        }),
         return_path: body.return_path,
         max_failure_rate: body.max_failure_rate.unwrap_or_else(|| "20%".into()),
         send_at: body.send_at,

@@ -16,7 +16,6 @@ use super::subscribers::store_problem;
 use super::Input;
 use crate::messages::{self, MessageError, MessageView, Queue, Submit};
 use crate::serve::State;
-use crate::store::Conn;
 
 pub fn routes() -> OpenApiRouter<State> {
     OpenApiRouter::new()
@@ -107,7 +106,7 @@ async fn submit(
                 .to_string(),
         ),
     };
-    let (url, settings) = (state.settings.database_url.clone(), state.settings.clone());
+    let settings = state.settings.clone();
     let queue = Queue {
         servers: settings.servers.clone(),
         tube: settings.tube.clone(),
@@ -119,14 +118,12 @@ async fn submit(
         idempotency_key: key,
     };
     let done = state
-        .admin
-        .pool
-        .blocking(move || {
-            let mut conn = Conn::open(&url).map_err(|e| store_problem(&e))?;
-            messages::submit(&mut conn, &queue, s).map_err(problem)
-        })
+        .api
+        .dbs
+        .run(move |c| Ok(messages::submit(c, &queue, s)))
         .await
-        .map_err(|e| Problem::internal(&e))??;
+        .map_err(|e| store_problem(&e))?
+        .map_err(problem)?;
     let status = done.status.to_string();
     Ok((
         StatusCode::ACCEPTED,
@@ -143,7 +140,7 @@ async fn submit(
     responses((status = 200, description = "the message", body = MessageOut), Errors),
     security(("bearer" = [])))]
 async fn get_one(
-    _: Need<auth::Read>,
+    _: Need<auth::ReadOrSend>,
     Extract(state): Extract<State>,
     Path(id): Path<i64>,
 ) -> Result<Json<MessageOut>, Problem> {

@@ -44,6 +44,7 @@ use tokio::sync::Semaphore;
 use utoipa_axum::router::OpenApiRouter;
 
 use super::State;
+use crate::store::{Conn, Db, Plans, StoreError};
 pub use problem::Problem;
 
 /// Largest request body (413 beyond).
@@ -51,6 +52,10 @@ pub const MAX_BODY: usize = 1024 * 1024;
 
 /// What the API keeps between requests.
 pub struct ApiState {
+    /// The connections keys are checked and messages stored on: a few, so
+    /// an application's submits do not queue on the dashboard's one
+    /// connection, nor open a connection each.
+    pub dbs: DbPool,
     /// Per key: requests left at once.
     pub buckets: auth::Buckets,
     /// Background enqueue runs (one blocking thread and one database
@@ -59,11 +64,53 @@ pub struct ApiState {
 }
 
 impl ApiState {
-    pub fn new(rate: u32, burst: u32) -> ApiState {
+    pub fn new(url: &str, rate: u32, burst: u32) -> ApiState {
         ApiState {
+            dbs: DbPool::new(url, super::pool::API_CONNECTIONS),
             buckets: auth::Buckets::new(rate, burst),
             enqueues: Arc::new(Semaphore::new(super::pool::API_ENQUEUES)),
         }
+    }
+}
+
+/// A few database handles (each one connection, opened when first used
+/// and re-opened after a failure), lent one call at a time: a call waits
+/// for a free one rather than taking a blocking thread to wait on it.
+pub struct DbPool {
+    idle: std::sync::Mutex<Vec<Arc<Db>>>,
+    free: Semaphore,
+}
+
+impl DbPool {
+    fn new(url: &str, n: usize) -> DbPool {
+        let n = n.max(1);
+        DbPool {
+            idle: std::sync::Mutex::new(
+                (0..n).map(|_| Db::new(url, None, Plans::Custom)).collect(),
+            ),
+            free: Semaphore::new(n),
+        }
+    }
+
+    /// Run `f` on one of the connections.
+    pub async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Conn) -> Result<T, StoreError> + Send + 'static,
+    {
+        let _permit = self
+            .free
+            .acquire()
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))?;
+        let lent = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        // A permit is only ever held with a handle out of `idle`.
+        let Some(db) = lent else {
+            return Err(StoreError::Task("no free API connection".into()));
+        };
+        let out = db.run(f).await;
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).push(db);
+        out
     }
 }
 

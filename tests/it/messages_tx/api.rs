@@ -1,7 +1,8 @@
 //! `POST /api/v1/messages` and `GET /api/v1/messages/{id}`: scope `send`,
 //! 202 with the id, the same `Idempotency-Key` and body the same id under
 //! concurrent posts, 409 for the key with another body, 422 for an unknown
-//! template or a bad `to`, and the message read back once sent.
+//! template or a bad `to`, and the message read back once sent (with
+//! `read`, or `send` alone).
 
 use serde_json::json;
 
@@ -25,6 +26,8 @@ fn messages_through_the_api(kind: Kind) {
     templates(&env);
     let sender = key(&env, "shop", "send,read");
     let reader = key(&env, "audit", "read");
+    let send_only = key(&env, "app", "send");
+    let other_scope = key(&env, "crm", "subscribers");
     let (s, _log) = serve_logged(&env, &[]);
     let body =
         json!({"template": "order", "to": "Ada <ada@example.org>", "data": {"order_id": "A-9"}});
@@ -69,6 +72,16 @@ fn messages_through_the_api(kind: Kind) {
         "{v}"
     );
     assert_eq!(peer.total(), 1);
+    // The application that sent it may ask how it went with `send` alone;
+    // a key with neither `read` nor `send` may not.
+    let own = call(s.admin, "GET", &path, &send_only, None);
+    assert_eq!(own.status, 200, "{}", own.body);
+    assert_eq!(json_of(&own)["status"], "sent");
+    assert_problem(
+        &call(s.admin, "GET", &path, &other_scope, None),
+        403,
+        &other_scope,
+    );
     assert_problem(
         &call(s.admin, "GET", "/api/v1/messages/999999", &reader, None),
         404,
