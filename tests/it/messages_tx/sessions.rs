@@ -45,8 +45,7 @@ fn messages_share_the_sessions(kind: Kind) {
 
 /// The relay holds DATA's answer for longer than the job's TTR (a short
 /// lease here): the worker keeps the job and its claim alive, so the
-/// message is recorded `sent` once, not handed to another reserve and
-/// failed as in doubt.
+/// message is recorded `sent` once, and its job is never reserved again.
 fn a_slow_relay_keeps_the_job(kind: Kind) {
     let w = World::with_peer(
         kind,
@@ -60,6 +59,18 @@ fn a_slow_relay_keeps_the_job(kind: Kind) {
     let (id, _) = send(&w, "order", "ada@example.org", &[]);
     let worker = w.worker(&[]);
     let v = wait_status(&w, id, MessageStatus::Sent, 30);
+    // Its job was never handed out again: once the message is recorded the
+    // tube is empty (a second reserve would have found the claim busy and
+    // put the job back, delayed).
+    wait_for(5, "the message's job deleted", || {
+        [
+            "current-jobs-ready",
+            "current-jobs-delayed",
+            "current-jobs-reserved",
+        ]
+        .iter()
+        .all(|k| w.bs.tube_stat(&w.tube, k) == 0)
+    });
     stop_worker(worker);
     assert!(v.sent_at.is_some(), "{v:?}");
     assert_eq!(
