@@ -4,21 +4,24 @@ campaign sends at full speed (release build, SQLite, smtp-sink).
   1. the campaign alone (--n recipients, default 200,000; --workers W,
      --concurrency C): its rate;
   2. the same campaign on a fresh database and tube; once it is under way,
-     --tx-n messages (default 1,000) are submitted evenly over --tx-seconds
-     (default 10) through the library (target/release/tx-submit: one
-     process, one connection, what an HTTP handler would cost; the HTTP
-     route is not built yet), or with --tx-cli by `mailsplit send`
-     processes, 16 in flight at most; the campaign's rate over that window;
-  3. each message's latency: from the moment its `send` process was
+     --tx-n messages (default 1,000) are posted evenly over --tx-seconds
+     (default 10) to `POST /api/v1/messages` of a `mailsplit serve` with an
+     API key of scope `send` (16 keep-alive connections at most); with
+     --tx-cli by `mailsplit send` processes, 16 in flight at most; the
+     campaign's rate over that window;
+  3. each message's latency: from the moment its POST (or `send` process)
      started to the ledger's `sent_at` (recorded right after the relay's
      answer to the end of DATA): p50, p99, max;
-  4. accept rates with no worker running: `send`, 500 submits, 16 in
-     flight; the library, 2,000 submits, one thread; each the median of 3.
+  4. accept rates with no worker running, each the median of 3: the API,
+     4,000 POSTs over 16 keep-alive connections; `send`, 500 submits, 16
+     in flight; the library (target/release/tx-submit), 2,000 submits, one
+     thread.
 Nothing asserts a speed. Prints the figures and appends a row to
 BENCHMARKS.md.
 """
 import concurrent.futures
 import datetime
+import http.client
 import json
 import os
 import re
@@ -38,7 +41,7 @@ def add_arguments(ap):
     ap.add_argument("--tx-n", type=int, default=1000, help="--transactional: messages (default 1,000)")
     ap.add_argument("--tx-seconds", type=float, default=10, help="--transactional: over this long (default 10)")
     ap.add_argument("--tx-cli", action="store_true",
-                    help="--transactional: submit with `mailsplit send` processes instead of target/release/tx-submit")
+                    help="--transactional: submit with `mailsplit send` processes instead of POST /api/v1/messages")
 
 
 def template(b, env, tmp):
@@ -58,6 +61,62 @@ def submit(b, env, i, key):
 
 
 SUBMITTER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "target", "release", "tx-submit")
+
+
+class Api:
+    """A `mailsplit serve` whose admin listener takes /api/v1, and a key
+    of scope `send` for it; no per-key rate limit in the way."""
+
+    def __init__(self, b, env, svc):
+        self.port = b.free_port()
+        key = subprocess.run([b.BIN, "apikey", "create", f"bench{self.port}", "--scopes", "send"],
+                             env=env, check=True, capture_output=True, text=True).stdout
+        self.key = re.search(r"ms_[A-Za-z0-9_-]+", key).group(0)
+        senv = dict(env, MAILSPLIT_ADMIN_TOKEN="bench-admin-token-" + "x" * 32)
+        self.proc = subprocess.Popen([b.BIN, "serve", "--listen", f"127.0.0.1:{b.free_port()}",
+                                      "--admin-listen", f"127.0.0.1:{self.port}",
+                                      "--api-rate", "1000000", "--api-burst", "1000000"],
+                                     env=senv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        svc.procs.append(self.proc)
+        b.wait_port(self.port, "mailsplit serve")
+        self.local = __import__("threading").local()
+
+    def post(self, i, prefix):
+        """One message; (HTTP status, seconds)."""
+        t0 = time.time()
+        body = json.dumps({"template": "order", "to": f"buyer{i}@example.org", "data": {"order": i, "t0": t0}})
+        for attempt in range(2):
+            conn = getattr(self.local, "conn", None)
+            if conn is None:
+                conn = self.local.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+            try:
+                conn.request("POST", "/api/v1/messages", body, {
+                    "Authorization": f"Bearer {self.key}", "Content-Type": "application/json",
+                    "Idempotency-Key": f"{prefix}-{i}"})
+                resp = conn.getresponse()
+                resp.read()
+                return resp.status, time.time() - t0
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                self.local.conn = None
+                if attempt:
+                    raise
+        return 0, time.time() - t0
+
+
+def api_spread(api, n, seconds, prefix):
+    """n POSTs evenly over `seconds` (all at once when 0), IN_FLIGHT at
+    most; (failures, msg/s accepted)."""
+    start = time.time()
+    with concurrent.futures.ThreadPoolExecutor(IN_FLIGHT) as pool:
+        futures = []
+        for i in range(n):
+            if seconds:
+                time.sleep(max(0.0, start + i * seconds / n - time.time()))
+            futures.append(pool.submit(api.post, i, prefix))
+        codes = [f.result()[0] for f in futures]
+    failures = sum(c != 202 for c in codes)
+    return failures, (n - failures) / (time.time() - start)
 
 
 def library_submit(env, n, seconds, prefix):
@@ -108,7 +167,7 @@ def stop(procs):
         p.wait(60)
 
 
-def with_messages(b, env, tmp, args, smtp_url, db_path):
+def with_messages(b, env, tmp, args, smtp_url, db_path, svc):
     """The campaign with messages submitted meanwhile; the figures."""
     csv = os.path.join(tmp, "txc.csv")
     b.write_csv(csv, args.n)
@@ -118,14 +177,19 @@ def with_messages(b, env, tmp, args, smtp_url, db_path):
     subprocess.run([b.BIN, "campaign", "create", "txc", "--list", "txc", "--template", "newsletter",
                     "--subject", "Benchmark news", "--from", "news@example.test"], env=env, check=True, capture_output=True)
     subprocess.run([b.BIN, "enqueue", "txc"], env=env, check=True, capture_output=True)
+    api = None if args.tx_cli else Api(b, env, svc)
     procs = workers(b, env, args, smtp_url)
     while b.status(env, "txc")["sent"] < args.n // 10:
         time.sleep(0.2)
+    # The same length of sending just before the messages: the rate to
+    # compare with, in the same run and the same stretch of the campaign.
+    quiet, tq = b.status(env, "txc")["sent"], time.time()
+    time.sleep(args.tx_seconds)
     before, t = b.status(env, "txc")["sent"], time.time()
     if args.tx_cli:
         failures, elapsed = submit_spread(b, env, args.tx_n, args.tx_seconds)
     else:
-        failures, _ = library_submit(env, args.tx_n, args.tx_seconds, "tx")
+        failures, _ = api_spread(api, args.tx_n, args.tx_seconds, "tx")
         elapsed = time.time() - t
     after, t2 = b.status(env, "txc")["sent"], time.time()
     deadline = time.time() + 300
@@ -133,22 +197,28 @@ def with_messages(b, env, tmp, args, smtp_url, db_path):
         time.sleep(0.5)
     stop(procs)
     lat, sent = latencies(db_path)
-    return {"campaign_rate_with": (after - before) / (t2 - t), "submit_failures": failures,
+    return {"campaign_rate_with": (after - before) / (t2 - t), "campaign_rate_before": (before - quiet) / (t - tq),
+            "submit_failures": failures,
             "submit_seconds": elapsed, "messages_sent": sent, "p50": pct(lat, 50), "p99": pct(lat, 99),
             "max": lat[-1] if lat else float("nan"), "campaign_sent_at_window_end": after}
 
 
-def accept_rate(b, base_env, tmp, run):
+def accept_rate(b, base_env, tmp, run, svc):
     env = dict(base_env, DATABASE_URL=f"sqlite://{tmp}/accept-{run}.db", MAILSPLIT_TUBE=f"bench-accept-{run}")
     subprocess.run([b.BIN, "migrate"], env=env, check=True, capture_output=True)
     template(b, env, tmp)
+    api = Api(b, env, svc)
+    api_failures, api_rate = api_spread(api, 4000, 0, f"api{run}")
+    svc.stop(api.proc)
+    if api_failures:
+        print(f"    {api_failures} of 4000 POSTs not accepted", flush=True)
     n = 500
     cli_start = time.time()
     with concurrent.futures.ThreadPoolExecutor(IN_FLIGHT) as pool:
         codes = list(pool.map(lambda i: submit(b, env, i, f"a{run}")[0], range(n)))
     cli = (n - sum(c != 0 for c in codes)) / (time.time() - cli_start)
-    _, library = library_submit(env, 2000, 0, f"l{run}")
-    return cli, library
+    _, library = library_submit(env, 2000, 0, f"l{run}") if os.path.exists(SUBMITTER) else (0, float("nan"))
+    return api_rate, cli, library
 
 
 def run(args, b):
@@ -165,15 +235,16 @@ def run(args, b):
         print(f"==> the same campaign with {args.tx_n} messages over {args.tx_seconds} s", flush=True)
         db_path = f"{tmp}/with.db"
         env = dict(base, DATABASE_URL=f"sqlite://{db_path}", MAILSPLIT_TUBE="bench-tx-with")
-        w = with_messages(b, env, tmp, args, smtp, db_path)
-        print("==> accept rate of `mailsplit send`, no worker (3 runs)", flush=True)
-        rates = [accept_rate(b, base, tmp, r) for r in range(3)]
+        w = with_messages(b, env, tmp, args, smtp, db_path, svc)
+        print("==> accept rates of the API, `mailsplit send` and the library, no worker (3 runs)", flush=True)
+        rates = [accept_rate(b, base, tmp, r, svc) for r in range(3)]
     finally:
         svc.stop()
     r = dict(w, campaign_rate_alone=alone["sending_msg_per_s"] or alone["msg_per_s"],
-             accept_median=statistics.median(x for x, _ in rates), accept_all=[x for x, _ in rates],
-             library_median=statistics.median(y for _, y in rates), library_all=[y for _, y in rates],
-             path="`mailsplit send` processes" if args.tx_cli else "the library (tx-submit)")
+             api_median=statistics.median(a for a, _, _ in rates), api_all=[a for a, _, _ in rates],
+             accept_median=statistics.median(x for _, x, _ in rates), accept_all=[x for _, x, _ in rates],
+             library_median=statistics.median(y for _, _, y in rates), library_all=[y for _, _, y in rates],
+             path="`mailsplit send` processes" if args.tx_cli else "POST /api/v1/messages")
     report(args, r)
 
 
@@ -182,18 +253,26 @@ def report(args, r):
         f"messages: {args.tx_n} over {args.tx_seconds:g} s via {r['path']}, "
         f"{r['messages_sent']} sent, {r['submit_failures']} submits failed",
         f"latency submit -> ledger sent_at: p50 {r['p50'] * 1000:.0f} ms, p99 {r['p99'] * 1000:.0f} ms, max {r['max'] * 1000:.0f} ms",
-        f"campaign rate: alone {r['campaign_rate_alone']:.0f} msg/s, during the messages {r['campaign_rate_with']:.0f} msg/s",
+        f"campaign rate: alone {r['campaign_rate_alone']:.0f} msg/s; in the same run, {args.tx_seconds:g} s before the "
+        f"messages {r['campaign_rate_before']:.0f} msg/s, during them {r['campaign_rate_with']:.0f} msg/s "
+        f"({(r['campaign_rate_with'] / r['campaign_rate_before'] - 1) * 100:+.1f} %; the messages are "
+        f"{args.tx_n / args.tx_seconds / r['campaign_rate_before'] * 100:.1f} % of the traffic)",
+        f"accept rate of the API (16 keep-alive connections, no worker): median {r['api_median']:.0f} msg/s "
+        f"({', '.join(f'{x:.0f}' for x in r['api_all'])})",
         f"accept rate of send (16 in flight, no worker): median {r['accept_median']:.0f} msg/s "
         f"({', '.join(f'{x:.0f}' for x in r['accept_all'])})",
-        f"accept rate of the library (one thread, one connection): median {r['library_median']:.0f} msg/s "
-        f"({', '.join(f'{x:.0f}' for x in r['library_all'])})",
     ]
+    if r["library_median"] == r["library_median"]:  # not NaN: tx-submit was built
+        lines.append(f"accept rate of the library (one thread, one connection): median {r['library_median']:.0f} msg/s "
+                     f"({', '.join(f'{x:.0f}' for x in r['library_all'])})")
     print("\n" + "\n".join(lines))
     day = datetime.date.today().isoformat()
     row = (f"| {day} | transactional (SQLite, smtp-sink, {args.n:,} campaign, {args.workers}x{args.concurrency}) "
            f"| {args.tx_n} msgs/{args.tx_seconds:g} s via {r['path']}: p50 {r['p50'] * 1000:.0f} ms, p99 {r['p99'] * 1000:.0f} ms "
            f"(submit start to ledger sent_at); campaign {r['campaign_rate_alone']:.0f} msg/s alone, "
-           f"{r['campaign_rate_with']:.0f} msg/s meanwhile; accepted: `send` {r['accept_median']:.0f} msg/s (16 processes), "
+           f"{r['campaign_rate_before']:.0f} msg/s in the {args.tx_seconds:g} s before the messages, "
+           f"{r['campaign_rate_with']:.0f} msg/s meanwhile; accepted: API {r['api_median']:.0f} msg/s (16 connections), "
+           f"`send` {r['accept_median']:.0f} msg/s (16 processes), "
            f"library {r['library_median']:.0f} msg/s (one thread), medians of 3 |\n")
     head = ("\n## Transactional messages beside a campaign (`scripts/bench.sh --transactional`)\n\n"
             "| date | setting | figures |\n|---|---|---|\n")
