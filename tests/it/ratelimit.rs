@@ -627,6 +627,7 @@ fn rate_commands_validate_their_input() {
 /// once; clean replies bring it back step by step. In-process limiters
 /// (two workers) against the real database.
 fn a_throttle_halves_the_shared_rate_for_every_worker_and_it_recovers(kind: Kind) {
+    let _alone = crate::util::alone();
     use mailsplit::rate::limiter::Limiter;
     use mailsplit::store::{rates, Conn};
     use mailsplit::store::{Db, Plans};
