@@ -307,7 +307,27 @@ pub fn rate_line(g: &RateGroup, usage: &[Usage]) -> String {
         u.map_or(0, |u| u.parked),
         u.map_or(0, |u| u.deferred),
         g.leased
-    )
+    ) + &adapted_note(g)
+}
+
+/// `  adapted 150.0/s since 2026-01-02T12:00:01Z (454 Throttling failure: …)` for a
+/// group a throttle cut, `  last throttled …` once it recovered fully;
+/// nothing for a group never throttled.
+fn adapted_note(g: &RateGroup) -> String {
+    if g.cut_at == 0 {
+        return String::new();
+    }
+    let when = |ms: i64| crate::clock::rfc3339(ms, crate::clock::Precision::Seconds);
+    let reason = g.adapted_reason.as_deref().unwrap_or("throttled");
+    if g.factor < 1.0 {
+        format!(
+            "  adapted {:.1}/s since {} ({reason})",
+            g.adapted_rate(),
+            when(g.adapted_at)
+        )
+    } else {
+        format!("  last throttled {} ({reason})", when(g.cut_at))
+    }
 }
 
 /// One relay's shared connection limit and the sessions leased under it.

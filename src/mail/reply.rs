@@ -85,22 +85,50 @@ impl Reply {
         )
     }
 
-    /// Whether the relay asks us to send less: 421 (service closing, too
-    /// many connections), or a temporary policy refusal (4.7.x: rate
-    /// limited, e.g. Gmail's 4.7.28, Outlook's 4.7.500).
-    pub fn asks_to_slow_down(&self) -> bool {
-        self.code == Some(421)
-            || matches!(
-                (self.code, self.enhanced),
-                (
-                    Some(400..=499),
-                    Some(Enhanced {
-                        class: 4,
-                        subject: 7,
-                        ..
-                    })
-                )
-            )
+    /// Whether the relay or the mailbox provider throttles us (asks us to
+    /// send less), so the recipient is deferred, not failed: 421 (closing,
+    /// too many connections; Gmail's 421 4.7.28), a temporary policy
+    /// refusal 4.7.x (Microsoft's 451 4.7.650; not 454), 450–452 naming a rate,
+    /// "too many" or throttling, and 454 naming throttling (Amazon SES's
+    /// `454 Throttling failure: Maximum sending rate exceeded`). The text
+    /// is read for the 45x codes only, as whole words, because SES and
+    /// others say it in no code; "too many recipients" (4.5.3) is about
+    /// the message, not the rate.
+    pub fn throttles(&self) -> bool {
+        let Some(code) = self.code else {
+            return false;
+        };
+        if code == 421 {
+            return true;
+        }
+        if !(400..=499).contains(&code) {
+            return false;
+        }
+        match self.enhanced {
+            // 454 4.7.0 is also "TLS not available": judged by its text.
+            Some(Enhanced { class: 4, subject: 7, .. }) if code != 454 => return true,
+            Some(Enhanced {
+                class: 4,
+                subject: 5,
+                detail: 3,
+            }) => return false,
+            _ => {}
+        }
+        let text = self.text.to_ascii_lowercase();
+        let words: Vec<&str> = text
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .collect();
+        let throttling = words.iter().any(|w| w.starts_with("throttl"));
+        let rate = words
+            .iter()
+            .any(|w| matches!(*w, "rate" | "ratelimit" | "ratelimited" | "ratelimiting"));
+        let too_many = words.windows(2).any(|p| p == ["too", "many"]);
+        match code {
+            450..=452 => throttling || rate || too_many,
+            454 => throttling,
+            _ => false,
+        }
     }
 }
 
@@ -160,14 +188,34 @@ mod tests {
     }
 
     #[test]
-    fn slow_down_is_read_from_the_codes_not_the_text() {
-        assert!(Reply::from_relay(421, "4.7.0 too many connections").asks_to_slow_down());
-        assert!(Reply::from_relay(421, "closing").asks_to_slow_down());
-        assert!(Reply::from_relay(450, "4.7.28 rate limited").asks_to_slow_down());
-        // A mailbox that happens to contain "421" or "slow down" is no signal.
-        assert!(!Reply::from_relay(451, "4.3.0 user421@x: slow down later").asks_to_slow_down());
-        assert!(!Reply::from_relay(550, "5.7.1 rate limit policy").asks_to_slow_down());
-        assert!(!Reply::local("no reply within 30s").asks_to_slow_down());
+    fn throttling_replies_of_real_relays() {
+        let throttles = |code, text| Reply::from_relay(code, text).throttles();
+        assert!(throttles(454, "Throttling failure: Maximum sending rate exceeded."));
+        assert!(throttles(454, "4.7.0 Throttling failure: Daily message quota exceeded."));
+        assert!(throttles(
+            421,
+            "4.7.28 Gmail has detected an unusual rate of unsolicited mail originating from your IP address."
+        ));
+        assert!(throttles(
+            451,
+            "4.7.650 The mail server [192.0.2.1] has been temporarily rate limited due to IP reputation."
+        ));
+        assert!(throttles(421, "4.7.0 too many connections"));
+        assert!(throttles(421, "closing"));
+        assert!(throttles(450, "4.2.1 The user you are trying to contact is receiving mail at a rate that prevents additional messages from being delivered."));
+        assert!(throttles(452, "Too many messages, slow down"));
+        assert!(throttles(451, "Ratelimit exceeded for sender"));
+        // A mailbox that happens to contain "421" or "rate" is no signal,
+        // nor a refusal that is not about the rate.
+        assert!(!throttles(451, "4.3.0 user421@x: slow down later"));
+        assert!(!throttles(451, "4.3.0 generate@example.test: try later"));
+        assert!(!throttles(452, "4.5.3 Error: too many recipients"));
+        assert!(!throttles(452, "4.2.2 mailbox full"));
+        assert!(!throttles(454, "4.7.0 TLS not available due to local problem"));
+        assert!(!throttles(454, "4.3.0 temporary authentication failure"));
+        assert!(!throttles(550, "5.7.1 rate limit policy"));
+        assert!(!throttles(554, "Throttling failure"));
+        assert!(!Reply::local("no reply within 30s").throttles());
     }
 
     #[test]

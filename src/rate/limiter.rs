@@ -1,8 +1,9 @@
 //! The worker's side of the shared rate limits (see `store::rates`): which
 //! groups a message counts against, a small local stock of leased tokens per
-//! group (each with the time it conforms), and an adaptive factor that
-//! halves a relay's or domain's local rate when it says "slow down" and lets
-//! it recover step by step.
+//! group (each with the time it conforms), and the adapted rate: a
+//! throttling reply from a relay or domain halves that group's shared rate
+//! in the database (every worker leases at it), and clean replies bring it
+//! back step by step (see `store::rates::throttle`).
 //!
 //! Nobody waits here: [`Limiter::try_take`] either takes the tokens of every
 //! group of a message at once, or takes none and says which group is short
@@ -42,10 +43,9 @@ const LEASE_HORIZON: Duration = Duration::from_millis(50);
 /// to any window of a second, inside the 5 % that pacing keeps in hand for
 /// jitter (see `store::rates`).
 const TOKEN_EXPIRY: Duration = Duration::from_millis(25);
-/// Slowest the adaptive factor goes (1/32 of the configured rate).
-const MIN_FACTOR: f64 = 1.0 / 32.0;
-/// The factor grows back by a quarter per second without a slow-down reply.
-const RECOVERY_STEP: Duration = Duration::from_secs(1);
+/// How often a worker that knows a group is adapted asks the database
+/// for a recovery step (the database allows one per step for all).
+const RECOVERY_STEP: Duration = Duration::from_millis(rates::RECOVERY_STEP_MS as u64);
 /// After a failed lease (database unreachable), ask again after this long.
 const LEASE_ERROR_PAUSE: Duration = Duration::from_secs(1);
 
@@ -55,11 +55,11 @@ struct Local {
     tokens: stock::Stock,
     /// The database said no token conforms before this: no lease until then.
     wait_until: Instant,
-    /// Adaptive share of the configured rate this worker uses (≤ 1).
-    factor: f64,
-    /// Earliest next spend under the adaptive factor.
-    paced_until: Instant,
-    last_change: Instant,
+    /// The shared rate is below the configured one (a throttle): clean
+    /// replies ask for recovery steps.
+    adapted: bool,
+    /// Earliest next recovery request.
+    next_recovery: Instant,
 }
 
 struct Group {
@@ -109,9 +109,8 @@ fn fresh_local() -> Local {
     Local {
         tokens: stock::Stock::default(),
         wait_until: now,
-        factor: 1.0,
-        paced_until: now,
-        last_change: now,
+        adapted: false,
+        next_recovery: now,
     }
 }
 
@@ -277,13 +276,10 @@ impl Limiter {
         for (i, local) in locals.iter_mut().enumerate() {
             expire(local, now, w);
             let at = match local.tokens.nth(w as u64 - 1) {
-                Some(t) => t.max(local.paced_until),
+                Some(t) => t,
                 // A lease is needed first: due when the database said, or
                 // at once (the next call leases).
-                None => local
-                    .wait_until
-                    .max(local.paced_until)
-                    .max(now + Duration::from_millis(1)),
+                None => local.wait_until.max(now + Duration::from_millis(1)),
             };
             if at > now && short.is_none_or(|(_, s)| at > s) {
                 short = Some((i, at));
@@ -298,10 +294,6 @@ impl Limiter {
         for (g, local) in groups.iter().zip(locals.iter_mut()) {
             local.tokens.take(w as u64);
             g.spent.fetch_add(w as u64, Ordering::Relaxed);
-            if local.factor < 1.0 {
-                let step = Duration::from_micros(g.config.interval_us().max(1) as u64);
-                local.paced_until = now + step.div_f64(local.factor);
-            }
         }
         Ok(())
     }
@@ -339,6 +331,8 @@ impl Limiter {
                     at
                 };
                 let step = Duration::from_micros(interval_us.max(0) as u64);
+                // Spaced wider than the configured rate: a throttle cut it.
+                local.adapted = interval_us > group.config.interval_us();
                 // Tokens of an earlier lease still held come first.
                 local.tokens.push(first, step, u64::from(count));
             }
@@ -370,27 +364,63 @@ impl Limiter {
         }
     }
 
-    /// The relay or a domain said "slow down": halve this worker's share.
-    pub async fn slow_down(&self, names: &[String]) {
+    /// The relay or a domain throttled us (`reason`: its reply): halve
+    /// the shared rate of each of `names` but campaign groups, for every
+    /// worker (at most once per interval, see `store::rates::throttle`),
+    /// and drop the tokens this worker leased at the old rate.
+    pub async fn slow_down(&self, names: &[String], reason: &str) {
         for name in names.iter().filter(|n| !GroupName::is_campaign_name(n)) {
-            if let Some(group) = self.group(name) {
+            let Some(group) = self.group(name) else {
+                continue;
+            };
+            {
                 let mut local = group.local.lock().await;
-                local.factor = (local.factor / 2.0).max(MIN_FACTOR);
-                local.last_change = Instant::now();
-                tracing::warn!(group = %name, factor = local.factor, "slowing down");
+                local.tokens = stock::Stock::default();
+                local.adapted = true;
+                local.next_recovery = Instant::now() + RECOVERY_STEP;
+            }
+            let (n, why) = (name.clone(), reason.to_string());
+            match self
+                .db
+                .run(move |c| rates::throttle(c, &n, &why, crate::store::now_ms()))
+                .await
+            {
+                Ok(Some(factor)) => {
+                    let rate = rates::rate_in_force(group.config.rate) * factor;
+                    tracing::warn!(group = %name, rate = %format!("{rate:.1}/s"), reason, "throttled: shared rate halved");
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, group = %name, "cannot halve the shared rate"),
             }
         }
     }
 
-    /// A message went through: recover a step if the last change is old.
+    /// A message went through: ask for a recovery step of each adapted
+    /// group (at most once per step from this worker).
     pub async fn success(&self, names: &[String]) {
         for name in names {
-            if let Some(group) = self.group(name) {
+            let Some(group) = self.group(name) else {
+                continue;
+            };
+            {
                 let mut local = group.local.lock().await;
-                if local.factor < 1.0 && local.last_change.elapsed() >= RECOVERY_STEP {
-                    local.factor = (local.factor * 1.25).min(1.0);
-                    local.last_change = Instant::now();
+                let now = Instant::now();
+                if !local.adapted || now < local.next_recovery {
+                    continue;
                 }
+                local.next_recovery = now + RECOVERY_STEP;
+            }
+            // The database is asked without holding the group: senders
+            // take tokens meanwhile.
+            let n = name.clone();
+            let recovered = self
+                .db
+                .run(move |c| rates::recover(c, &n, crate::store::now_ms()))
+                .await;
+            match recovered {
+                Ok(Some(factor)) => group.local.lock().await.adapted = factor < 1.0,
+                Ok(None) => group.local.lock().await.adapted = false,
+                Err(e) => tracing::warn!(error = %e, group = %name, "cannot recover the shared rate"),
             }
         }
     }

@@ -28,14 +28,131 @@ pub struct RateGroup {
     /// Tokens granted per second over the last window.
     pub observed: f64,
     pub updated_at: i64,
+    /// Share of `rate` every worker leases at (see [`throttle`]).
+    pub factor: f64,
+    /// The rate (tokens/s) the last throttle came at; 0 before any.
+    pub ceiling: f64,
+    /// When the last throttle cut the rate (ms since the epoch; 0: never).
+    pub cut_at: i64,
+    /// When the factor last changed (ms since the epoch; 0: never).
+    pub adapted_at: i64,
+    /// The reply that caused the last cut.
+    pub adapted_reason: Option<String>,
 }
 
 impl RateGroup {
-    /// Microseconds between two tokens (rounded up, and paced slightly under
-    /// the limit: never faster than asked).
+    /// Microseconds between two tokens at the configured rate (rounded up,
+    /// and paced slightly under the limit: never faster than asked).
     pub fn interval_us(&self) -> i64 {
         interval_us(self.rate)
     }
+
+    /// The rate in force after throttling replies (tokens/s).
+    pub fn adapted_rate(&self) -> f64 {
+        adapted(self.rate, self.factor)
+    }
+}
+
+/// A throttle cuts a group's rate at most this often: the replies to
+/// messages already leased at the old rate arrive after the cut and must
+/// not cut it again.
+pub const CUT_INTERVAL_MS: i64 = 1_000;
+/// A group recovers one step per this long without a throttle.
+pub const RECOVERY_STEP_MS: i64 = 1_000;
+/// Lowest share of the configured rate a throttle goes down to.
+const MIN_FACTOR: f64 = 1.0 / 1024.0;
+/// Recovery steps: a quarter more while the rate is well under the one the
+/// last throttle came at (below `NEAR_CEILING` of it), a twentieth close
+/// under it, so the rate spends its time just under the relay's quota
+/// instead of swinging between half and over it; a quarter again past it
+/// (the quota was raised).
+const FAST_STEP: f64 = 1.25;
+const SLOW_STEP: f64 = 1.05;
+const NEAR_CEILING: f64 = 0.9;
+
+/// The rate a factor gives (within what the limiter accepts).
+fn adapted(rate: f64, factor: f64) -> f64 {
+    let f = if factor.is_finite() {
+        factor.clamp(MIN_FACTOR, 1.0)
+    } else {
+        1.0
+    };
+    rate_in_force(rate) * f
+}
+
+/// The factor after one recovery step from `factor`, for a group of
+/// `rate` whose last throttle came at `ceiling` tokens/s.
+pub fn recovered_factor(rate: f64, factor: f64, ceiling: f64) -> f64 {
+    let rate = rate_in_force(rate);
+    let now = adapted(rate, factor);
+    let near = ceiling * NEAR_CEILING;
+    let next = if ceiling > 0.0 && now < near {
+        (now * FAST_STEP).min(near)
+    } else if now < ceiling {
+        now * SLOW_STEP
+    } else {
+        now * FAST_STEP
+    };
+    (next / rate).min(1.0)
+}
+
+/// A throttling reply for group `name`: halve its rate for every worker,
+/// unless it was cut less than [`CUT_INTERVAL_MS`] ago. Returns the new
+/// factor, or `None` when nothing changed (cut lately, or no such group).
+pub fn throttle(conn: &mut Conn, name: &str, reason: &str, now_ms: i64) -> Result<Option<f64>> {
+    let row: Option<(f64, f64, i64)> = on!(conn, |c| g::table
+        .find(name)
+        .select((g::rate, g::factor, g::cut_at))
+        .first(c)
+        .optional())?;
+    let Some((rate, factor, cut_at)) = row else {
+        return Ok(None);
+    };
+    if now_ms - cut_at < CUT_INTERVAL_MS {
+        return Ok(None);
+    }
+    let next = (factor.clamp(MIN_FACTOR, 1.0) / 2.0).max(MIN_FACTOR);
+    // Conditional on the cut time read: of workers throttled at once,
+    // one cuts.
+    let updated = on!(conn, |c| diesel::update(
+        g::table.find(name).filter(g::cut_at.eq(cut_at))
+    )
+    .set((
+        g::factor.eq(next),
+        g::ceiling.eq(adapted(rate, factor)),
+        g::cut_at.eq(now_ms),
+        g::adapted_at.eq(now_ms),
+        g::adapted_reason.eq(reason),
+    ))
+    .execute(c))?;
+    Ok((updated == 1).then_some(next))
+}
+
+/// Clean replies for group `name`: one recovery step, if the last change
+/// is at least [`RECOVERY_STEP_MS`] old. Returns the factor now (1 when
+/// the group is not adapted), or `None` for no such group.
+pub fn recover(conn: &mut Conn, name: &str, now_ms: i64) -> Result<Option<f64>> {
+    let row: Option<(f64, f64, f64, i64)> = on!(conn, |c| g::table
+        .find(name)
+        .select((g::rate, g::factor, g::ceiling, g::adapted_at))
+        .first(c)
+        .optional())?;
+    let Some((rate, factor, ceiling, adapted_at)) = row else {
+        return Ok(None);
+    };
+    if factor >= 1.0 || now_ms - adapted_at < RECOVERY_STEP_MS {
+        return Ok(Some(factor.min(1.0)));
+    }
+    let next = recovered_factor(rate, factor, ceiling);
+    let updated = on!(conn, |c| diesel::update(
+        g::table
+            .find(name)
+            .filter(g::adapted_at.eq(adapted_at))
+            .filter(g::factor.eq(factor))
+    )
+    .set((g::factor.eq(next), g::adapted_at.eq(now_ms)))
+    .execute(c))?;
+    Ok(Some(if updated == 1 { next } else { factor }))
 }
 
 /// Fastest rate a group may have, tokens per second: `rate set` refuses
@@ -96,7 +213,9 @@ pub fn check_name(name: &str) -> Result<String> {
     Ok(name.parse::<Group>()?.to_string())
 }
 
-/// Create or change a group; its position in time (`tat`) is kept.
+/// Create or change a group; its position in time (`tat`) is kept, and a
+/// new rate starts unadapted (the operator's word stands until the relay
+/// throttles again).
 pub fn set(conn: &mut Conn, name: &str, rate: f64, burst: i64) -> Result<()> {
     let name = &check_name(name)?;
     let now = now_ms();
@@ -109,7 +228,13 @@ pub fn set(conn: &mut Conn, name: &str, rate: f64, burst: i64) -> Result<()> {
         ))
         .on_conflict(g::name)
         .do_update()
-        .set((g::rate.eq(rate), g::burst.eq(burst), g::updated_at.eq(now)))
+        .set((
+            g::rate.eq(rate),
+            g::burst.eq(burst),
+            g::updated_at.eq(now),
+            g::factor.eq(1.0),
+            g::ceiling.eq(0.0),
+        ))
         .execute(c))?;
     Ok(())
 }
@@ -266,15 +391,15 @@ pub fn lease(
     horizon_us: i64,
 ) -> Result<Lease> {
     for _ in 0..8 {
-        let row: Option<(f64, i64, i64)> = on!(conn, |c| g::table
+        let row: Option<(f64, f64, i64, i64)> = on!(conn, |c| g::table
             .find(name)
-            .select((g::rate, g::burst, g::tat))
+            .select((g::rate, g::factor, g::burst, g::tat))
             .first(c)
             .optional())?;
-        let Some((rate, burst, tat)) = row else {
+        let Some((rate, factor, burst, tat)) = row else {
             return Ok(Lease::NoGroup);
         };
-        let t = interval_us(rate);
+        let t = interval_us(adapted(rate, factor));
         let base = tat.max(now_us);
         // Token i is conforming at base + (i+1)·T − burst·T.
         let burst_us = burst_in_force(burst) * t;
@@ -327,4 +452,28 @@ fn observe(conn: &mut Conn, name: &str, now_us: i64) -> Result<()> {
     .set((g::window_leased.eq(g::leased), g::window_at.eq(now_us)))
     .execute(c))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recovery_is_quick_far_under_the_last_throttle_and_slow_near_it() {
+        // Configured 3000/s, cut to 150/s after a throttle at 300/s.
+        let f = recovered_factor(3000.0, 0.05, 300.0);
+        assert!((f * 3000.0 - 187.5).abs() < 1e-6, "{}", f * 3000.0);
+        // Never past 90 % of the throttle's rate in a quick step...
+        let f = recovered_factor(3000.0, 260.0 / 3000.0, 300.0);
+        assert!((f * 3000.0 - 270.0).abs() < 1e-6, "{}", f * 3000.0);
+        // ...then small steps, so a raised quota is found again.
+        let f = recovered_factor(3000.0, 0.09, 300.0);
+        assert!((f * 3000.0 - 283.5).abs() < 1e-6, "{}", f * 3000.0);
+        // Past it, quick again: the quota may have been raised.
+        let f = recovered_factor(3000.0, 0.1, 300.0);
+        assert!((f * 3000.0 - 375.0).abs() < 1e-6, "{}", f * 3000.0);
+        // Never above the configured rate.
+        assert_eq!(recovered_factor(3000.0, 0.99, 300.0), 1.0);
+        assert_eq!(recovered_factor(100.0, 0.5, 0.0), 0.625);
+    }
 }

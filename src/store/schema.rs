@@ -179,6 +179,11 @@ diesel::table! {
         window_leased -> BigInt,
         observed -> Double,
         updated_at -> BigInt,
+        factor -> Double,
+        ceiling -> Double,
+        cut_at -> BigInt,
+        adapted_at -> BigInt,
+        adapted_reason -> Nullable<Text>,
     }
 }
 

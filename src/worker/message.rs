@@ -244,8 +244,8 @@ async fn send(shared: &Arc<Shared>, id: u64, (msg, token): (Message, i64), m: Co
             Cmd::Delete(id)
         }
         Verdict::Transient(reply) => {
-            if reply.asks_to_slow_down() {
-                shared.limiter.slow_down(&groups).await;
+            if reply.throttles() {
+                shared.limiter.slow_down(&groups, &reply.text).await;
             }
             if msg.attempts >= i64::from(shared.max_attempts) {
                 finish(

@@ -21,6 +21,9 @@ use crate::mail::{MailError, Relay, Session, Verdict};
 use crate::store::OutcomeKind;
 
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// A throttled recipient's new job is due after this long (beanstalkd
+/// counts delays in whole seconds); by then the shared rate is cut.
+const THROTTLE_DEFER_DELAY: Duration = Duration::from_secs(1);
 /// A session with no message for this long is closed (relays drop idle
 /// sessions after a while; a message must not find it dead).
 /// Short: an idle session holds one of the relay's processes that a busy
@@ -259,13 +262,21 @@ async fn deliver(
         }
         Verdict::Permanent(reply) if reply.says_bad_address() => OutcomeKind::Bounced(reply.text),
         Verdict::Permanent(reply) => OutcomeKind::Failed(reply.text),
-        Verdict::Transient(reply) => {
-            if reply.asks_to_slow_down() {
-                tracing::warn!(%reply, "relay asks to slow down");
-                shared.limiter.slow_down(&msg.rate_groups).await;
-            }
-            OutcomeKind::Retry(reply.text)
+        // A throttle says nothing about the recipient: it is deferred (no
+        // attempt counted, never failed) while the shared rate is cut.
+        Verdict::Transient(reply) if reply.throttles() => {
+            tracing::warn!(%reply, "relay throttles: recipient deferred");
+            shared.limiter.slow_down(&msg.rate_groups, &reply.text).await;
+            let group = msg
+                .rate_groups
+                .iter()
+                .find(|g| !crate::rate_group::Group::is_campaign_name(g))
+                .map_or("throttled", String::as_str);
+            msg.tracker
+                .defer(msg.recipient_id, group, THROTTLE_DEFER_DELAY);
+            OutcomeKind::Unclaim
         }
+        Verdict::Transient(reply) => OutcomeKind::Retry(reply.text),
     };
     (kind, true)
 }

@@ -626,61 +626,77 @@ fn rate_commands_validate_their_input() {
     );
 }
 
-/// A "slow down" reply halves this worker's share of the group's rate; it
-/// grows back after quiet seconds. Timed in-process against a real SQLite
-/// bucket.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn slow_down_halves_the_local_rate_and_recovers() {
+/// A throttling reply seen by one worker halves the group's shared rate
+/// for every worker, once per interval however many workers saw it at
+/// once; clean replies bring it back step by step. In-process limiters
+/// (two workers) against the real database.
+fn a_throttle_halves_the_shared_rate_for_every_worker_and_it_recovers(kind: Kind) {
+    let _alone = crate::util::alone();
     use mailsplit::rate::limiter::Limiter;
     use mailsplit::store::{rates, Conn};
     use mailsplit::store::{Db, Plans};
 
-    let db = TestDb::new(Kind::Sqlite);
-    let mut conn = Conn::open(&db.url).unwrap();
-    conn.migrate().unwrap();
-    rates::set(&mut conn, "relay:127.0.0.1:25", 400.0, 1).unwrap();
-    let limiter = Limiter::new(Db::new(&db.url, Some(conn), Plans::Custom), "127.0.0.1:25");
-    limiter.refresh().await.unwrap();
-    let groups = limiter.groups_for("news", "example.test");
-    assert_eq!(groups, vec!["relay:127.0.0.1:25".to_string()]);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let db = TestDb::new(kind);
+        let mut conn = Conn::open(&db.url).unwrap();
+        conn.migrate().unwrap();
+        rates::set(&mut conn, "relay:127.0.0.1:25", 400.0, 1).unwrap();
+        let worker = || {
+            let c = Conn::open(&db.url).unwrap();
+            Limiter::new(Db::new(&db.url, Some(c), Plans::Custom), "127.0.0.1:25")
+        };
+        let (a, b) = (worker(), worker());
+        a.refresh().await.unwrap();
+        b.refresh().await.unwrap();
+        let groups = a.groups_for("news", "example.test");
+        assert_eq!(groups, vec!["relay:127.0.0.1:25".to_string()]);
+        let factor = |conn: &mut Conn| rates::list(conn).unwrap()[0].factor;
 
-    let timed = |n: usize| {
-        let (limiter, groups) = (&limiter, &groups);
-        async move {
-            let t = Instant::now();
-            for _ in 0..n {
-                limiter
-                    .acquire(groups, 1, Duration::from_secs(5))
-                    .await
-                    .unwrap();
+        let timed = |l: &'static Limiter, n: usize| {
+            let groups = groups.clone();
+            async move {
+                let t = Instant::now();
+                for _ in 0..n {
+                    l.acquire(&groups, 1, Duration::from_secs(5)).await.unwrap();
+                }
+                t.elapsed()
             }
-            t.elapsed()
+        };
+        let (a, b): (&'static Limiter, &'static Limiter) =
+            (Box::leak(Box::new(a)), Box::leak(Box::new(b)));
+        let full = timed(b, 80).await;
+        // Worker a is throttled three times at once: one cut.
+        for _ in 0..3 {
+            a.slow_down(&groups, "454 Throttling failure").await;
         }
-    };
-    let full = timed(80).await;
-    limiter.slow_down(&groups).await;
-    limiter.slow_down(&groups).await;
-    let quarter = timed(80).await;
-    eprintln!("80 tokens at 400/s: {full:?} at full rate, {quarter:?} after two slow-downs");
-    assert!(
-        full < Duration::from_millis(400),
-        "full rate too slow: {full:?}"
-    );
-    assert!(
-        quarter > full * 3,
-        "slow-down did not slow: {full:?} vs {quarter:?}"
-    );
+        assert_eq!(factor(&mut conn), 0.5);
+        let half = timed(b, 80).await;
+        eprintln!("80 tokens at 400/s on the other worker: {full:?}, then {half:?} after the throttle");
+        assert!(half > full * 3 / 2, "the other worker did not slow: {full:?} vs {half:?}");
+        let list = rates::list(&mut conn).unwrap();
+        assert_eq!(list[0].adapted_reason.as_deref(), Some("454 Throttling failure"));
 
-    // Quiet seconds with successes bring the rate back step by step.
-    for _ in 0..6 {
+        // A throttle after the interval cuts again.
         tokio::time::sleep(Duration::from_millis(1_050)).await;
-        limiter.success(&groups).await;
-    }
-    let recovered = timed(80).await;
-    assert!(
-        recovered < quarter / 2,
-        "no recovery: {recovered:?} vs {quarter:?}"
-    );
+        b.slow_down(&groups, "421 4.7.28 unusual rate").await;
+        assert_eq!(factor(&mut conn), 0.25);
+
+        // Clean replies, on either worker, step it back up to the full rate.
+        for _ in 0..30 {
+            tokio::time::sleep(Duration::from_millis(1_010)).await;
+            a.success(&groups).await;
+            b.success(&groups).await;
+            if factor(&mut conn) >= 1.0 {
+                break;
+            }
+        }
+        assert_eq!(factor(&mut conn), 1.0, "no recovery");
+    });
 }
 
 /// A rate or burst written into the table by hand, out of what `rate set`
@@ -732,6 +748,7 @@ fn out_of_range_stored_values_are_listed_as_not_in_force(kind: Kind) {
 }
 
 both!(
+    a_throttle_halves_the_shared_rate_for_every_worker_and_it_recovers,
     out_of_range_stored_values_are_listed_as_not_in_force,
     three_workers_hold_a_relay_limit,
 );
