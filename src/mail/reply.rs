@@ -106,7 +106,11 @@ impl Reply {
         }
         match self.enhanced {
             // 454 4.7.0 is also "TLS not available": judged by its text.
-            Some(Enhanced { class: 4, subject: 7, .. }) if code != 454 => return true,
+            Some(Enhanced {
+                class: 4,
+                subject: 7,
+                ..
+            }) if code != 454 => return true,
             Some(Enhanced {
                 class: 4,
                 subject: 5,
@@ -190,8 +194,14 @@ mod tests {
     #[test]
     fn throttling_replies_of_real_relays() {
         let throttles = |code, text| Reply::from_relay(code, text).throttles();
-        assert!(throttles(454, "Throttling failure: Maximum sending rate exceeded."));
-        assert!(throttles(454, "4.7.0 Throttling failure: Daily message quota exceeded."));
+        assert!(throttles(
+            454,
+            "Throttling failure: Maximum sending rate exceeded."
+        ));
+        assert!(throttles(
+            454,
+            "4.7.0 Throttling failure: Daily message quota exceeded."
+        ));
         assert!(throttles(
             421,
             "4.7.28 Gmail has detected an unusual rate of unsolicited mail originating from your IP address."
@@ -211,7 +221,10 @@ mod tests {
         assert!(!throttles(451, "4.3.0 generate@example.test: try later"));
         assert!(!throttles(452, "4.5.3 Error: too many recipients"));
         assert!(!throttles(452, "4.2.2 mailbox full"));
-        assert!(!throttles(454, "4.7.0 TLS not available due to local problem"));
+        assert!(!throttles(
+            454,
+            "4.7.0 TLS not available due to local problem"
+        ));
         assert!(!throttles(454, "4.3.0 temporary authentication failure"));
         assert!(!throttles(550, "5.7.1 rate limit policy"));
         assert!(!throttles(554, "Throttling failure"));

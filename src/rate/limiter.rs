@@ -420,7 +420,9 @@ impl Limiter {
             match recovered {
                 Ok(Some(factor)) => group.local.lock().await.adapted = factor < 1.0,
                 Ok(None) => group.local.lock().await.adapted = false,
-                Err(e) => tracing::warn!(error = %e, group = %name, "cannot recover the shared rate"),
+                Err(e) => {
+                    tracing::warn!(error = %e, group = %name, "cannot recover the shared rate")
+                }
             }
         }
     }

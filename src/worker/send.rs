@@ -266,7 +266,10 @@ async fn deliver(
         // attempt counted, never failed) while the shared rate is cut.
         Verdict::Transient(reply) if reply.throttles() => {
             tracing::warn!(%reply, "relay throttles: recipient deferred");
-            shared.limiter.slow_down(&msg.rate_groups, &reply.text).await;
+            shared
+                .limiter
+                .slow_down(&msg.rate_groups, &reply.text)
+                .await;
             let group = msg
                 .rate_groups
                 .iter()

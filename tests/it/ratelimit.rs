@@ -676,10 +676,18 @@ fn a_throttle_halves_the_shared_rate_for_every_worker_and_it_recovers(kind: Kind
         }
         assert_eq!(factor(&mut conn), 0.5);
         let half = timed(b, 80).await;
-        eprintln!("80 tokens at 400/s on the other worker: {full:?}, then {half:?} after the throttle");
-        assert!(half > full * 3 / 2, "the other worker did not slow: {full:?} vs {half:?}");
+        eprintln!(
+            "80 tokens at 400/s on the other worker: {full:?}, then {half:?} after the throttle"
+        );
+        assert!(
+            half > full * 3 / 2,
+            "the other worker did not slow: {full:?} vs {half:?}"
+        );
         let list = rates::list(&mut conn).unwrap();
-        assert_eq!(list[0].adapted_reason.as_deref(), Some("454 Throttling failure"));
+        assert_eq!(
+            list[0].adapted_reason.as_deref(),
+            Some("454 Throttling failure")
+        );
 
         // A throttle after the interval cuts again.
         tokio::time::sleep(Duration::from_millis(1_050)).await;
