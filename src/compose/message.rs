@@ -9,7 +9,7 @@ use std::sync::Arc;
 use lettre::message::Mailbox;
 use serde_json::{Map, Value};
 
-use super::content::{Compiled, Sources, Vars};
+use super::content::{Cache, Compiled, Sources, Vars};
 use super::{dkim, headers, mime, on_the_wire, parse_from, ComposeError, Unsendable};
 use crate::dkim::SigningKey;
 use crate::mail::Composed;
@@ -38,17 +38,31 @@ impl TemplateMail {
         template: MessageTemplate,
         identity: &Identity,
     ) -> Result<TemplateMail, ComposeError> {
-        let compiled = Compiled::with_vars(
-            &Sources {
-                subject: ("subject", &template.subject),
-                body: Some([
-                    ("HTML part", &template.html),
-                    ("text part", &template.text_body),
-                ]),
-            },
-            &template.name,
-            MESSAGE_VARIABLES,
-        )?;
+        Self::load_cached(conn, template, identity, &Cache::default())
+    }
+
+    /// [`TemplateMail::load`], taking the compiled template from `cache`
+    /// (by template id and version: an edit makes a new version), so a
+    /// worker compiles each version once, not once per message.
+    pub fn load_cached(
+        conn: &mut Conn,
+        template: MessageTemplate,
+        identity: &Identity,
+        cache: &Cache,
+    ) -> Result<TemplateMail, ComposeError> {
+        let compiled = cache.get_or_compile((template.id, template.version), || {
+            Compiled::with_vars(
+                &Sources {
+                    subject: ("subject", &template.subject),
+                    body: Some([
+                        ("HTML part", &template.html),
+                        ("text part", &template.text_body),
+                    ]),
+                },
+                &template.name,
+                MESSAGE_VARIABLES,
+            )
+        })?;
         let from = parse_from(&template.from_addr)?;
         let domain = super::from_domain(&from);
         let keys = dkim_keys::for_domain(conn, &domain)?
@@ -61,7 +75,7 @@ impl TemplateMail {
             domain,
             dkim: keys.into(),
             identity: identity.clone(),
-            compiled: Arc::new(compiled),
+            compiled,
             template,
         })
     }

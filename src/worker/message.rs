@@ -137,6 +137,7 @@ async fn prepare(
     };
     let key = crate::mailbox::key(to.email.as_ref()).unwrap_or_default();
     let (template_id, identity) = (msg.template_id, shared.identity.clone());
+    let cache = Arc::clone(&shared.templates);
     let loaded = shared
         .db
         .run(move |c| {
@@ -151,7 +152,10 @@ async fn prepare(
                 return Ok(Err((MessageStatus::Suppressed, why.to_string())));
             }
             let attributes = messages::attributes_of_key(c, &key)?;
-            Ok(Ok((TemplateMail::load(c, t, &identity), attributes)))
+            Ok(Ok((
+                TemplateMail::load_cached(c, t, &identity, &cache),
+                attributes,
+            )))
         })
         .await?;
     let (mail, attributes) = match loaded {

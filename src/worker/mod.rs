@@ -205,6 +205,9 @@ async fn pipeline_run(
         sent: Default::default(),
         deferrals: Default::default(),
         urgent: urgent_tx,
+        templates: Arc::new(crate::compose::content::Cache::with_max_message(
+            settings.max_message,
+        )),
     });
     let heartbeat = heartbeat::Heartbeat::start(
         Arc::clone(&shared),

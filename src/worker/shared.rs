@@ -53,6 +53,9 @@ pub struct Shared {
     /// Transactional messages (see `message`) to the senders, which take
     /// them before any campaign message, on their pooled sessions.
     pub urgent: async_channel::Sender<Urgent>,
+    /// Message templates compiled, by (template id, version): once per
+    /// version, not per message.
+    pub templates: Arc<crate::compose::content::Cache>,
 }
 
 impl Shared {

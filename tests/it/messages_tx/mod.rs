@@ -426,8 +426,47 @@ fn worker_killed_mid_send_never_sends_twice(kind: Kind) {
     assert_eq!(peer.tries.lock().unwrap().get("ada@example.org"), Some(&1));
 }
 
+/// A running worker compiles a template once per version: after `template
+/// edit`, its next message carries the new subject, not the compiled copy
+/// of the old one.
+fn an_edit_reaches_a_running_worker(kind: Kind) {
+    let (_tmp, _bs, peer, env) = setup(
+        kind,
+        Script {
+            keep_data: true,
+            ..Script::default()
+        },
+    );
+    templates(&env);
+    let w = env.worker(&[]);
+    let data = ["--data", r#"{"order_id":"E-1"}"#];
+    let (first, _) = send(&env, "order", "ada@example.org", &data);
+    wait_status(&env, first, MessageStatus::Sent, 30);
+    env.ok(&[
+        "template",
+        "edit",
+        "order",
+        "--subject",
+        "Shipped {{ data.order_id }}",
+    ]);
+    let (second, _) = send(&env, "order", "bob@example.org", &data);
+    wait_status(&env, second, MessageStatus::Sent, 30);
+    stop_worker(w);
+    let kept = peer.messages.lock().unwrap().clone();
+    let subject = |addr: &str| {
+        let (_, text) = kept
+            .iter()
+            .find(|(rcpts, _)| rcpts.iter().any(|r| r == addr))
+            .unwrap_or_else(|| panic!("nothing reached {addr}"));
+        parts(&unstuffed(text)).subject
+    };
+    assert_eq!(subject("ada@example.org"), "Order E-1");
+    assert_eq!(subject("bob@example.org"), "Shipped E-1");
+}
+
 both!(
     exactly_once_per_key,
+    an_edit_reaches_a_running_worker,
     suppressions_per_stream,
     message_overtakes_a_big_campaign,
     temporary_then_sent_permanent_failed,
