@@ -30,6 +30,7 @@ import sqlite3
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 
 IN_FLIGHT = 16
@@ -40,6 +41,9 @@ def add_arguments(ap):
                     help="messages submitted while a campaign sends (see scripts/bench_tx.py)")
     ap.add_argument("--tx-n", type=int, default=1000, help="--transactional: messages (default 1,000)")
     ap.add_argument("--tx-seconds", type=float, default=10, help="--transactional: over this long (default 10)")
+    ap.add_argument("--tx-client-nice", type=int, default=19,
+                    help="--transactional: niceness of the posting threads (default 19: the shop's application "
+                         "runs on its own machine, not on the campaign's two cores; 0 to let it compete)")
     ap.add_argument("--tx-cli", action="store_true",
                     help="--transactional: submit with `mailsplit send` processes instead of POST /api/v1/messages")
 
@@ -81,9 +85,11 @@ class Api:
         b.wait_port(self.port, "mailsplit serve")
         self.local = __import__("threading").local()
 
-    def post(self, i, prefix):
-        """One message; (HTTP status, seconds)."""
-        t0 = time.time()
+    def post(self, i, prefix, due=None):
+        """One message; (HTTP status, seconds). `due`: when it was meant
+        to go, the start of its latency (a client slow to get to it counts
+        against the figure)."""
+        t0 = due or time.time()
         body = json.dumps({"template": "order", "to": f"buyer{i}@example.org", "data": {"order": i, "t0": t0}})
         for attempt in range(2):
             conn = getattr(self.local, "conn", None)
@@ -104,16 +110,28 @@ class Api:
         return 0, time.time() - t0
 
 
-def api_spread(api, n, seconds, prefix):
+def niced(level):
+    """A thread initializer: this thread at niceness `level` (Linux sets
+    it per thread)."""
+    def init():
+        if level:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), level)
+    return init
+
+
+def api_spread(api, n, seconds, prefix, nice=0):
     """n POSTs evenly over `seconds` (all at once when 0), IN_FLIGHT at
-    most; (failures, msg/s accepted)."""
+    most, the posting threads at niceness `nice`; (failures, msg/s
+    accepted)."""
     start = time.time()
-    with concurrent.futures.ThreadPoolExecutor(IN_FLIGHT) as pool:
+    with concurrent.futures.ThreadPoolExecutor(IN_FLIGHT, initializer=niced(nice)) as pool:
         futures = []
         for i in range(n):
+            due = None
             if seconds:
-                time.sleep(max(0.0, start + i * seconds / n - time.time()))
-            futures.append(pool.submit(api.post, i, prefix))
+                due = start + i * seconds / n
+                time.sleep(max(0.0, due - time.time()))
+            futures.append(pool.submit(api.post, i, prefix, due))
         codes = [f.result()[0] for f in futures]
     failures = sum(c != 202 for c in codes)
     return failures, (n - failures) / (time.time() - start)
@@ -167,8 +185,10 @@ def stop(procs):
         p.wait(60)
 
 
-def with_messages(b, env, tmp, args, smtp_url, db_path, svc):
-    """The campaign with messages submitted meanwhile; the figures."""
+def with_messages(b, env, tmp, args, smtp_url, db_path, svc, sink):
+    """The campaign with messages submitted meanwhile; the figures, with
+    the CPU time each party spent in the window before the messages and
+    in the window with them (from /proc, not wall time)."""
     csv = os.path.join(tmp, "txc.csv")
     b.write_csv(csv, args.n)
     subprocess.run([b.BIN, "migrate"], env=env, check=True, capture_output=True)
@@ -183,15 +203,21 @@ def with_messages(b, env, tmp, args, smtp_url, db_path, svc):
         time.sleep(0.2)
     # The same length of sending just before the messages: the rate to
     # compare with, in the same run and the same stretch of the campaign.
-    quiet, tq = b.status(env, "txc")["sent"], time.time()
+    def cpu():
+        return {"workers": sum(b.cpu_s(p.pid) or 0.0 for p in procs),
+                "serve": b.cpu_s(api.proc.pid) or 0.0 if api else 0.0,
+                "sink": b.cpu_s(sink.pid) or 0.0, "client": time.process_time()}
+    quiet, tq, c0 = b.status(env, "txc")["sent"], time.time(), cpu()
     time.sleep(args.tx_seconds)
-    before, t = b.status(env, "txc")["sent"], time.time()
+    before, t, c1 = b.status(env, "txc")["sent"], time.time(), cpu()
     if args.tx_cli:
         failures, elapsed = submit_spread(b, env, args.tx_n, args.tx_seconds)
     else:
-        failures, _ = api_spread(api, args.tx_n, args.tx_seconds, "tx")
+        failures, _ = api_spread(api, args.tx_n, args.tx_seconds, "tx", args.tx_client_nice)
         elapsed = time.time() - t
-    after, t2 = b.status(env, "txc")["sent"], time.time()
+    after, t2, c2 = b.status(env, "txc")["sent"], time.time(), cpu()
+    quiet_cpu = {k: c1[k] - c0[k] for k in c0}
+    with_cpu = {k: c2[k] - c1[k] for k in c0}
     deadline = time.time() + 300
     while latencies(db_path)[1] < args.tx_n - failures and time.time() < deadline:
         time.sleep(0.5)
@@ -200,7 +226,25 @@ def with_messages(b, env, tmp, args, smtp_url, db_path, svc):
     return {"campaign_rate_with": (after - before) / (t2 - t), "campaign_rate_before": (before - quiet) / (t - tq),
             "submit_failures": failures,
             "submit_seconds": elapsed, "messages_sent": sent, "p50": pct(lat, 50), "p99": pct(lat, 99),
-            "max": lat[-1] if lat else float("nan"), "campaign_sent_at_window_end": after}
+            "max": lat[-1] if lat else float("nan"), "campaign_sent_at_window_end": after,
+            "cpu": cost_per_message(quiet_cpu, before - quiet, with_cpu, after - before, args.tx_n - failures)}
+
+
+def cost_per_message(quiet, campaign_quiet, with_, campaign_with, messages):
+    """CPU microseconds: a campaign message's (workers, before the
+    messages); a transactional message's to mailsplit (workers and serve in
+    the window with the messages, less what its campaign messages and an
+    idle serve cost at the rate before); the client's per POST (the test
+    rig, not mailsplit); the sink's per message in each window."""
+    per_campaign = quiet["workers"] / campaign_quiet if campaign_quiet else float("nan")
+    extra = with_["workers"] + with_["serve"] - campaign_with * per_campaign - quiet["serve"]
+    return {
+        "campaign_us": per_campaign * 1e6,
+        "message_us": extra / messages * 1e6 if messages else float("nan"),
+        "client_us": with_["client"] / messages * 1e6 if messages else float("nan"),
+        "client_share": with_["client"] / (with_["workers"] + with_["serve"] + with_["sink"] + with_["client"]),
+        "sink_quiet_us": quiet["sink"] / campaign_quiet * 1e6 if campaign_quiet else float("nan"),
+    }
 
 
 def accept_rate(b, base_env, tmp, run, svc):
@@ -227,7 +271,7 @@ def run(args, b):
     try:
         bs = svc.beanstalkd()
         base = dict(os.environ, BEANSTALKD=f"127.0.0.1:{bs}", MAILSPLIT_LOG="warn")
-        sink_port, _ = svc.smtp_sink()
+        sink_port, sink = svc.smtp_sink()
         smtp = f"smtp://127.0.0.1:{sink_port}"
         print(f"==> campaign alone: {args.n:,} recipients, {args.workers} workers x {args.concurrency}", flush=True)
         env = dict(base, DATABASE_URL=f"sqlite://{tmp}/alone.db", MAILSPLIT_TUBE="bench-tx-alone")
@@ -235,7 +279,7 @@ def run(args, b):
         print(f"==> the same campaign with {args.tx_n} messages over {args.tx_seconds} s", flush=True)
         db_path = f"{tmp}/with.db"
         env = dict(base, DATABASE_URL=f"sqlite://{db_path}", MAILSPLIT_TUBE="bench-tx-with")
-        w = with_messages(b, env, tmp, args, smtp, db_path, svc)
+        w = with_messages(b, env, tmp, args, smtp, db_path, svc, sink)
         print("==> accept rates of the API, `mailsplit send` and the library, no worker (3 runs)", flush=True)
         rates = [accept_rate(b, base, tmp, r, svc) for r in range(3)]
     finally:
@@ -257,6 +301,10 @@ def report(args, r):
         f"messages {r['campaign_rate_before']:.0f} msg/s, during them {r['campaign_rate_with']:.0f} msg/s "
         f"({(r['campaign_rate_with'] / r['campaign_rate_before'] - 1) * 100:+.1f} %; the messages are "
         f"{args.tx_n / args.tx_seconds / r['campaign_rate_before'] * 100:.1f} % of the traffic)",
+        f"CPU: a campaign message {r['cpu']['campaign_us']:.0f} us of the workers'; a transactional message "
+        f"{r['cpu']['message_us']:.0f} us of mailsplit's (serve + workers, beyond the campaign's own); the client "
+        f"{r['cpu']['client_us']:.0f} us per POST ({r['cpu']['client_share'] * 100:.1f} % of the window's CPU, "
+        f"at nice {args.tx_client_nice})",
         f"accept rate of the API (16 keep-alive connections, no worker): median {r['api_median']:.0f} msg/s "
         f"({', '.join(f'{x:.0f}' for x in r['api_all'])})",
         f"accept rate of send (16 in flight, no worker): median {r['accept_median']:.0f} msg/s "
@@ -271,7 +319,11 @@ def report(args, r):
            f"| {args.tx_n} msgs/{args.tx_seconds:g} s via {r['path']}: p50 {r['p50'] * 1000:.0f} ms, p99 {r['p99'] * 1000:.0f} ms "
            f"(submit start to ledger sent_at); campaign {r['campaign_rate_alone']:.0f} msg/s alone, "
            f"{r['campaign_rate_before']:.0f} msg/s in the {args.tx_seconds:g} s before the messages, "
-           f"{r['campaign_rate_with']:.0f} msg/s meanwhile; accepted: API {r['api_median']:.0f} msg/s (16 connections), "
+           f"{r['campaign_rate_with']:.0f} msg/s meanwhile "
+           f"({(r['campaign_rate_with'] / r['campaign_rate_before'] - 1) * 100:+.1f} % against a "
+           f"{args.tx_n / args.tx_seconds / r['campaign_rate_before'] * 100:.1f} % share); CPU per message: campaign "
+           f"{r['cpu']['campaign_us']:.0f} us, transactional {r['cpu']['message_us']:.0f} us (serve + workers), "
+           f"client {r['cpu']['client_us']:.0f} us per POST at nice {args.tx_client_nice}; accepted: API {r['api_median']:.0f} msg/s (16 connections), "
            f"`send` {r['accept_median']:.0f} msg/s (16 processes), "
            f"library {r['library_median']:.0f} msg/s (one thread), medians of 3 |\n")
     head = ("\n## Transactional messages beside a campaign (`scripts/bench.sh --transactional`)\n\n"

@@ -108,9 +108,28 @@ pub struct CampaignMail {
     pub content: Option<Arc<Compiled>>,
     /// Its version number (0: none stored).
     pub content_version: i64,
+    /// The header lines every message of the campaign shares (From,
+    /// List-Id, Feedback-ID), encoded on first use, not per message.
+    pub head: std::sync::OnceLock<String>,
 }
 
 impl CampaignMail {
+    /// The header lines every message of the campaign shares.
+    fn head(&self) -> &str {
+        self.head.get_or_init(|| {
+            mime::header_lines([
+                fold::mailbox("From", &self.from),
+                headers::list_id(&self.list_name, self.list_id, &self.domain),
+                headers::feedback_id(
+                    &self.name,
+                    &self.list_name,
+                    &self.template,
+                    &self.identity.database_id,
+                ),
+            ])
+        })
+    }
+
     /// Read what the campaign's messages share: its list's name and its
     /// From domain's DKIM keys.
     pub fn load(
@@ -164,6 +183,7 @@ impl CampaignMail {
             verp: c.return_path.as_deref().map(Verp::parse).transpose()?,
             content: compiled,
             content_version,
+            head: std::sync::OnceLock::new(),
         })
     }
 }
@@ -287,26 +307,14 @@ fn build_for(
         }
         _ => &r.email,
     };
-    let database = &campaign.identity.database_id;
     let message_id = message_id_of(&campaign.identity, campaign.id, rid, &campaign.domain);
-    let mut extra = vec![
-        headers::list_id(&campaign.list_name, campaign.list_id, &campaign.domain),
-        headers::feedback_id(
-            &campaign.name,
-            &campaign.list_name,
-            &campaign.template,
-            database,
-        ),
-    ];
-    extra.extend(headers::list_unsubscribe(&unsubscribe_url, one_click));
-    let mut message = mime(
-        &campaign.from,
+    let mut message = mime::mime_under(
+        (&campaign.from, campaign.head()),
         &subject,
-        message_id,
-        &r.name,
-        to,
+        &message_id,
+        (&r.name, to),
         rendered,
-        extra,
+        headers::list_unsubscribe(&unsubscribe_url, one_click),
     )?;
     // The encodings add to what the render's cap counted.
     if let Some(cap) = campaign.content.as_ref().map(|c| c.max_message()) {

@@ -69,6 +69,7 @@ fn return_paths_and_verp_senders() {
         verp: None,
         content: None,
         content_version: 0,
+        head: Default::default(),
     };
     assert_eq!(
         envelope_sender(&campaign, 5).to_string(),
