@@ -146,6 +146,19 @@ if ! python3 -c 'import dkim, nacl.signing' >/dev/null 2>&1; then
     python3 -c 'import dkim, nacl.signing' || { say "dkimpy is still missing for $(command -v python3)" >&2; exit 1; }
 fi
 
+# why: tests/it/doctor.rs answers `mailsplit doctor`'s DNS questions with a dnslib server
+if ! python3 -c 'import dnslib' >/dev/null 2>&1; then
+    say "installing dnslib for python3 (the doctor tests' DNS server)"
+    if ! python3 -m pip install --quiet dnslib 2>/dev/null &&
+        ! python3 -m pip install --quiet --break-system-packages dnslib 2>/dev/null; then
+        SUDO=()
+        ((EUID == 0)) || SUDO=(sudo)
+        "${SUDO[@]}" apt-get update
+        "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-dnslib
+    fi
+    python3 -c 'import dnslib' || { say "dnslib is still missing for $(command -v python3)" >&2; exit 1; }
+fi
+
 if ! command -v cargo >/dev/null 2>&1; then
     cat >&2 <<'EOF'
 install-deps: cargo (Rust) is not on PATH. Install a current Rust toolchain with rustup

@@ -26,6 +26,7 @@ pub mod clock;
 pub mod compose;
 pub mod config;
 pub mod dkim;
+pub mod doctor;
 pub mod enqueue;
 pub mod logging;
 pub mod mail;

@@ -9,10 +9,12 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::{self, DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY};
 
 mod apikey;
+mod doctor;
 mod messages;
 mod webhook;
 use crate::redact;
 pub use apikey::{ApikeyCommand, ScopeArg};
+pub use doctor::DoctorArgs;
 pub use messages::{MessageCommand, SendArgs, TemplateCommand, TemplateContent};
 pub use webhook::WebhookCommand;
 
@@ -133,6 +135,14 @@ pub enum Command {
     /// DKIM keys: workers sign every message whose From domain has one
     #[command(subcommand)]
     Dkim(DkimCommand),
+    /// Check a sending domain's DNS before the first send: one line each
+    ///
+    /// DKIM (each active key's TXT record matches the key), SPF (and the
+    /// relay's address), DMARC, From aligned with DKIM and the return
+    /// path, the return path domain's MX, the one-click unsubscribe URL
+    /// over https. Each line says pass, warn or FAIL and the fix; exits 1
+    /// when a check fails.
+    Doctor(DoctorArgs),
     /// Signed event webhooks out (delivered by workers and `serve`): add, ls, rm
     #[command(subcommand)]
     Webhook(WebhookCommand),

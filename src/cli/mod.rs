@@ -79,6 +79,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         } => c::campaign::preview(g, &campaign, recipient.as_deref(), real_links)?,
         Command::Rate(cmd) => c::rate::rate(g, cmd)?,
         Command::Dkim(cmd) => c::dkim::dkim(g, cmd)?,
+        Command::Doctor(args) => return c::doctor::doctor(g, &args),
         Command::Webhook(cmd) => c::webhook::webhook(g, cmd)?,
         Command::Template(cmd) => c::messages::template(g, cmd)?,
         Command::Send(args) => c::messages::send(g, args)?,

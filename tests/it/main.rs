@@ -36,6 +36,7 @@ mod dashboard;
 mod delay_proxy;
 mod dkim;
 mod dkim_rotate;
+mod doctor;
 mod edit;
 mod eta;
 mod fencing;
