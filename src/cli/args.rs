@@ -10,10 +10,12 @@ use crate::config::{self, DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY};
 
 mod apikey;
 mod messages;
+mod people;
 mod webhook;
 use crate::redact;
 pub use apikey::{ApikeyCommand, ScopeArg};
 pub use messages::{MessageCommand, SendArgs, TemplateCommand, TemplateContent};
+pub use people::SuppressCommand;
 pub use webhook::WebhookCommand;
 
 #[derive(Parser, Debug)]
@@ -147,6 +149,9 @@ pub enum Command {
     /// Keys for the HTTP API (/api/v1): create, ls, revoke
     #[command(subcommand)]
     Apikey(ApikeyCommand),
+    /// The suppression list: addresses and @domains never mailed (add, import, ls, rm)
+    #[command(subcommand)]
+    Suppress(SuppressCommand),
     /// Outcomes by domain, bounce reasons, unsubscribes, versions, rate per minute
     Report {
         /// Campaign name or id

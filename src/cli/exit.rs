@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use crate::audience::import::ImportError;
 use crate::audience::lists::ListError;
 use crate::audience::optouts::OptoutError;
+use crate::audience::suppress::SuppressError;
 use crate::campaign::CampaignError;
 use crate::compose::ComposeError;
 use crate::config::ConfigError;
@@ -106,6 +107,8 @@ pub enum CliError {
     #[error(transparent)]
     Optout(#[from] OptoutError),
     #[error(transparent)]
+    Suppress(#[from] SuppressError),
+    #[error(transparent)]
     Worker(#[from] WorkerError),
     #[error(transparent)]
     Serve(#[from] ServeError),
@@ -138,6 +141,7 @@ impl ExitKind for CliError {
             CliError::Import(e) => e.exit_kind(),
             CliError::List(e) => e.exit_kind(),
             CliError::Optout(e) => e.exit_kind(),
+            CliError::Suppress(e) => e.exit_kind(),
             CliError::Worker(e) => e.exit_kind(),
             CliError::Serve(e) => e.exit_kind(),
             CliError::Webhook(e) => e.exit_kind(),
@@ -266,6 +270,12 @@ impl ExitKind for MessageError {
 }
 
 impl ExitKind for ListError {
+    fn exit_kind(&self) -> Exit {
+        usage_if(self.is_usage())
+    }
+}
+
+impl ExitKind for SuppressError {
     fn exit_kind(&self) -> Exit {
         usage_if(self.is_usage())
     }

@@ -44,6 +44,7 @@ pub mod report;
 pub mod schema;
 pub mod sessions;
 pub mod subscribers;
+pub mod suppressions;
 pub mod template_links;
 pub mod timeline;
 pub mod unverified;
