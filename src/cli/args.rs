@@ -15,7 +15,7 @@ mod webhook;
 use crate::redact;
 pub use apikey::{ApikeyCommand, ScopeArg};
 pub use messages::{MessageCommand, SendArgs, TemplateCommand, TemplateContent};
-pub use people::SuppressCommand;
+pub use people::{SubscriberCommand, SuppressCommand};
 pub use webhook::WebhookCommand;
 
 #[derive(Parser, Debug)]
@@ -152,6 +152,9 @@ pub enum Command {
     /// The suppression list: addresses and @domains never mailed (add, import, ls, rm)
     #[command(subcommand)]
     Suppress(SuppressCommand),
+    /// What is held about one person: show, export (every row, JSON)
+    #[command(subcommand)]
+    Subscriber(SubscriberCommand),
     /// Outcomes by domain, bounce reasons, unsubscribes, versions, rate per minute
     Report {
         /// Campaign name or id

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use crate::audience::import::ImportError;
 use crate::audience::lists::ListError;
 use crate::audience::optouts::OptoutError;
+use crate::audience::subscriber::SubscriberError;
 use crate::audience::suppress::SuppressError;
 use crate::campaign::CampaignError;
 use crate::compose::ComposeError;
@@ -109,6 +110,8 @@ pub enum CliError {
     #[error(transparent)]
     Suppress(#[from] SuppressError),
     #[error(transparent)]
+    Subscriber(#[from] SubscriberError),
+    #[error(transparent)]
     Worker(#[from] WorkerError),
     #[error(transparent)]
     Serve(#[from] ServeError),
@@ -142,6 +145,7 @@ impl ExitKind for CliError {
             CliError::List(e) => e.exit_kind(),
             CliError::Optout(e) => e.exit_kind(),
             CliError::Suppress(e) => e.exit_kind(),
+            CliError::Subscriber(e) => e.exit_kind(),
             CliError::Worker(e) => e.exit_kind(),
             CliError::Serve(e) => e.exit_kind(),
             CliError::Webhook(e) => e.exit_kind(),
@@ -270,6 +274,12 @@ impl ExitKind for MessageError {
 }
 
 impl ExitKind for ListError {
+    fn exit_kind(&self) -> Exit {
+        usage_if(self.is_usage())
+    }
+}
+
+impl ExitKind for SubscriberError {
     fn exit_kind(&self) -> Exit {
         usage_if(self.is_usage())
     }

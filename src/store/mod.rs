@@ -36,6 +36,7 @@ pub mod message_templates;
 pub mod messages;
 pub mod optouts;
 pub mod outbox;
+pub mod person;
 mod plans;
 mod prepared;
 pub mod rates;

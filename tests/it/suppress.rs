@@ -224,7 +224,68 @@ fn import_names_bad_lines_and_adds_the_rest(kind: Kind) {
     assert!(stderr(&out).contains("@example.com"), "{}", stderr(&out));
 }
 
+/// `subscriber export`: the recipient, lists, the ledger row of each
+/// campaign, transactional messages and the suppression entry, found by
+/// any spelling; `show` summarises; an unknown address is exit 2.
+fn export_holds_every_row_about_the_person(kind: Kind) {
+    let (_tmp, _bs, _peer, env) = setup(kind, Script::default());
+    templates(&env);
+    let path = env.dir.path().join("news.csv");
+    std::fs::write(
+        &path,
+        "email,name,city\nAda@Example.org,Ada Lovelace,Derby\nbob@example.org,Bob,Leeds\n",
+    )
+    .unwrap();
+    env.ok(&["import", path.to_str().unwrap(), "--list", "news"]);
+    env.create_campaign("news", "news", &[]);
+    env.ok(&["enqueue", "news"]);
+    let (mid, _) = send(
+        &env,
+        "order",
+        "Ada <ada@example.org>",
+        &["--data", r#"{"order_id":"A-7"}"#],
+    );
+    let w = env.worker(&[]);
+    wait_done(&env, "news", 60);
+    wait_status(&env, mid, MessageStatus::Sent, 30);
+    stop_worker(w);
+    env.ok(&["suppress", "add", "@example.org", "--reason", "test"]);
+    let all: serde_json::Value =
+        serde_json::from_str(&env.ok(&["subscriber", "export", "ADA@example.ORG"])).unwrap();
+    assert_eq!(all["recipient"]["name"], "Ada Lovelace", "{all}");
+    assert_eq!(all["recipient"]["attributes"]["city"], "Derby", "{all}");
+    assert_eq!(all["lists"], serde_json::json!(["news"]), "{all}");
+    let d = all["deliveries"].as_array().unwrap();
+    assert_eq!(d.len(), 1, "{all}");
+    assert_eq!(
+        (d[0]["campaign"].as_str(), d[0]["state"].as_str()),
+        (Some("news"), Some("sent"))
+    );
+    let m = all["messages"].as_array().unwrap();
+    assert_eq!(m.len(), 1, "{all}");
+    assert_eq!(m[0]["id"].as_i64(), Some(mid));
+    assert_eq!(m[0]["data"]["order_id"], "A-7");
+    assert_eq!(all["suppressed"], "suppressed: test", "{all}");
+    // Bob's rows are not Ada's.
+    assert!(!all.to_string().contains("bob@"), "{all}");
+    let show = env.ok(&["subscriber", "show", "ada@example.org"]);
+    assert!(
+        show.contains("Ada Lovelace")
+            && show.contains("1 deliveries")
+            && show.contains("1 messages"),
+        "{show}"
+    );
+    let out = env.run(&["subscriber", "export", "nobody@example.net"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("nothing is held about"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 both!(
+    export_holds_every_row_about_the_person,
     a_campaign_never_mails_suppressed_addresses_or_domains,
     a_message_to_a_suppressed_address_is_suppressed,
     import_names_bad_lines_and_adds_the_rest,

@@ -51,3 +51,24 @@ pub enum SuppressCommand {
         entries: Vec<String>,
     },
 }
+
+#[derive(Subcommand, Debug)]
+pub enum SubscriberCommand {
+    /// One person: address, name, status, lists, attributes, and how many rows mention them
+    Show {
+        /// The address, any spelling (case does not matter)
+        email: String,
+        /// The recipient as JSON (what `export` holds under `recipient`, plus `lists`)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every row held about one person, as one JSON object (GDPR art. 15)
+    ///
+    /// recipient, lists, deliveries (per campaign), engagement, bounces,
+    /// webhook events not yet delivered, transactional messages, and the
+    /// suppression entry that covers the address, if any.
+    Export {
+        /// The address, any spelling (case does not matter)
+        email: String,
+    },
+}

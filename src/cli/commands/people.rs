@@ -1,9 +1,11 @@
-//! `mailsplit suppress add | import | ls | rm`: the suppression list.
+//! `mailsplit suppress add | import | ls | rm`: the suppression list;
+//! `mailsplit subscriber show | export`: what is held about one person.
 
 use serde_json::json;
 
+use crate::audience::subscriber;
 use crate::audience::suppress::{self, BAD_LINES_SHOWN};
-use crate::cli::args::{Global, SuppressCommand};
+use crate::cli::args::{Global, SubscriberCommand, SuppressCommand};
 use crate::cli::out::outln;
 use crate::clock::{self, Precision};
 
@@ -63,6 +65,55 @@ pub fn suppress(g: &Global, cmd: SuppressCommand) -> Result {
                 "removed {gone} of {} entries from the suppression list",
                 entries.len()
             )?;
+        }
+    }
+    Ok(())
+}
+
+/// `subscriber show | export`.
+pub fn subscriber(g: &Global, cmd: SubscriberCommand) -> Result {
+    match cmd {
+        SubscriberCommand::Export { email } => {
+            let all = subscriber::export(&mut open_read_only(g)?, &email)?;
+            outln!("{}", serde_json::to_string_pretty(&all)?)?;
+        }
+        SubscriberCommand::Show { email, json } => {
+            let all = subscriber::export(&mut open_read_only(g)?, &email)?;
+            let r = &all["recipient"];
+            if json {
+                let mut shown = r.clone();
+                if let Some(o) = shown.as_object_mut() {
+                    o.remove("id");
+                    o.insert("lists".into(), all["lists"].clone());
+                    o.insert("suppressed".into(), all["suppressed"].clone());
+                }
+                outln!("{shown}")?;
+                return Ok(());
+            }
+            let count = |k: &str| all[k].as_array().map_or(0, Vec::len);
+            let lists: Vec<&str> = all["lists"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+                .unwrap_or_default();
+            outln!("email       {}", all["email"].as_str().unwrap_or_default())?;
+            if r.is_null() {
+                outln!("recipient   none (only messages or a suppression entry)")?;
+            } else {
+                outln!("name        {}", r["name"].as_str().unwrap_or_default())?;
+                outln!("status      {}", r["status"].as_str().unwrap_or_default())?;
+                outln!("attributes  {}", r["attributes"])?;
+            }
+            outln!("lists       {}", lists.join(", "))?;
+            outln!("suppressed  {}", all["suppressed"].as_str().unwrap_or("no"))?;
+            outln!(
+                "rows        {} deliveries, {} engagement, {} bounces, {} webhook events, {} messages",
+                count("deliveries"),
+                count("engagement"),
+                count("bounces"),
+                count("webhook_events"),
+                count("messages")
+            )?;
+            outln!("(`mailsplit subscriber export EMAIL` prints every row as JSON)")?;
         }
     }
     Ok(())
