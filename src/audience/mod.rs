@@ -6,3 +6,5 @@ pub mod import;
 pub mod lists;
 pub mod optouts;
 pub mod source;
+pub mod subscriber;
+pub mod suppress;

@@ -36,6 +36,9 @@ pub struct Report {
     pub unsubscribed: i64,
     pub domains: Vec<DomainOutcomes>,
     pub bounce_reasons: Vec<Reason>,
+    /// Why recipients were skipped (unsubscribed, bounced, suppressed
+    /// with the suppression's reason), most frequent first.
+    pub skipped_reasons: Vec<SkipReason>,
     /// Recipients sent each content version, oldest version first.
     pub versions_sent: Vec<VersionSent>,
     /// Finished outcomes per minute, oldest first (minutes without any
@@ -109,6 +112,13 @@ pub struct Reason {
     pub source: &'static str,
 }
 
+/// One reason recipients were skipped, and how many.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SkipReason {
+    pub reason: String,
+    pub count: i64,
+}
+
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct VersionSent {
     pub version: i64,
@@ -151,6 +161,13 @@ pub fn build(conn: &mut Conn, name_or_id: &str, top: usize) -> Result<Report, St
         unsubscribed,
         domains,
         bounce_reasons: reasons,
+        skipped_reasons: q::skip_reasons(conn, campaign.id, TOP_REASONS as i64)?
+            .into_iter()
+            .map(|r| SkipReason {
+                reason: r.reason.unwrap_or_else(|| "skipped".into()),
+                count: r.n,
+            })
+            .collect(),
         versions_sent,
         rate_per_minute: minutes(q::per_minute(conn, campaign.id)?),
         tracking,

@@ -11,11 +11,13 @@ use crate::config::{self, DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY};
 mod apikey;
 mod doctor;
 mod messages;
+mod people;
 mod webhook;
 use crate::redact;
 pub use apikey::{ApikeyCommand, ScopeArg};
 pub use doctor::DoctorArgs;
 pub use messages::{MessageCommand, SendArgs, TemplateCommand, TemplateContent};
+pub use people::{SubscriberCommand, SuppressCommand};
 pub use webhook::WebhookCommand;
 
 #[derive(Parser, Debug)]
@@ -157,6 +159,12 @@ pub enum Command {
     /// Keys for the HTTP API (/api/v1): create, ls, revoke
     #[command(subcommand)]
     Apikey(ApikeyCommand),
+    /// The suppression list: addresses and @domains never mailed (add, import, ls, rm)
+    #[command(subcommand)]
+    Suppress(SuppressCommand),
+    /// What is held about one person: show, export (every row, JSON)
+    #[command(subcommand)]
+    Subscriber(SubscriberCommand),
     /// Outcomes by domain, bounce reasons, unsubscribes, versions, rate per minute
     Report {
         /// Campaign name or id

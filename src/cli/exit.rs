@@ -11,6 +11,8 @@ use std::process::ExitCode;
 use crate::audience::import::ImportError;
 use crate::audience::lists::ListError;
 use crate::audience::optouts::OptoutError;
+use crate::audience::subscriber::SubscriberError;
+use crate::audience::suppress::SuppressError;
 use crate::campaign::CampaignError;
 use crate::compose::ComposeError;
 use crate::config::ConfigError;
@@ -106,6 +108,10 @@ pub enum CliError {
     #[error(transparent)]
     Optout(#[from] OptoutError),
     #[error(transparent)]
+    Suppress(#[from] SuppressError),
+    #[error(transparent)]
+    Subscriber(#[from] SubscriberError),
+    #[error(transparent)]
     Worker(#[from] WorkerError),
     #[error(transparent)]
     Serve(#[from] ServeError),
@@ -138,6 +144,8 @@ impl ExitKind for CliError {
             CliError::Import(e) => e.exit_kind(),
             CliError::List(e) => e.exit_kind(),
             CliError::Optout(e) => e.exit_kind(),
+            CliError::Suppress(e) => e.exit_kind(),
+            CliError::Subscriber(e) => e.exit_kind(),
             CliError::Worker(e) => e.exit_kind(),
             CliError::Serve(e) => e.exit_kind(),
             CliError::Webhook(e) => e.exit_kind(),
@@ -266,6 +274,18 @@ impl ExitKind for MessageError {
 }
 
 impl ExitKind for ListError {
+    fn exit_kind(&self) -> Exit {
+        usage_if(self.is_usage())
+    }
+}
+
+impl ExitKind for SubscriberError {
+    fn exit_kind(&self) -> Exit {
+        usage_if(self.is_usage())
+    }
+}
+
+impl ExitKind for SuppressError {
     fn exit_kind(&self) -> Exit {
         usage_if(self.is_usage())
     }

@@ -85,6 +85,8 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Send(args) => c::messages::send(g, args)?,
         Command::Message(cmd) => c::messages::message(g, cmd)?,
         Command::Apikey(cmd) => c::apikey::apikey(g, cmd)?,
+        Command::Suppress(cmd) => c::people::suppress(g, cmd)?,
+        Command::Subscriber(cmd) => c::people::subscriber(g, cmd)?,
         Command::Report {
             campaign,
             json,

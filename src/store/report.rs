@@ -111,6 +111,21 @@ pub fn failure_replies(conn: &mut Conn, campaign_id: i64, limit: i64) -> Result<
         .load(c))?)
 }
 
+/// Why the campaign's skipped deliveries were skipped (`unsubscribed`,
+/// `suppressed: REASON`, …), most frequent first, at most `limit` texts.
+pub fn skip_reasons(conn: &mut Conn, campaign_id: i64, limit: i64) -> Result<Vec<ReasonRow>> {
+    let sql = format!(
+        "SELECT CAST(NULL AS TEXT) AS status, last_error AS reason, count(*) AS n FROM deliveries \
+         WHERE campaign_id = ? AND state = '{}' GROUP BY last_error ORDER BY n DESC, last_error LIMIT ?",
+        DeliveryState::Skipped.as_str()
+    );
+    let sql = placeholders(conn, &sql);
+    Ok(on!(conn, |c| diesel::sql_query(&sql)
+        .bind::<BigInt, _>(campaign_id)
+        .bind::<BigInt, _>(limit)
+        .load(c))?)
+}
+
 /// Bounce reports received later (not the send-time refusals the ledger
 /// already has), by status and reason, most frequent first.
 pub fn reported_bounces(conn: &mut Conn, campaign_id: i64, limit: i64) -> Result<Vec<ReasonRow>> {

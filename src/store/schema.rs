@@ -437,3 +437,12 @@ diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, messages);
 diesel::allow_tables_to_appear_in_same_query!(messages, campaigns);
 diesel::allow_tables_to_appear_in_same_query!(messages, recipients);
 diesel::allow_tables_to_appear_in_same_query!(messages, campaign_links);
+
+diesel::table! {
+    /// The global suppression list (see `store::suppressions`).
+    suppressions (entry) {
+        entry -> Text,
+        reason -> Text,
+        created_at -> BigInt,
+    }
+}

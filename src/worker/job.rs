@@ -28,7 +28,7 @@ use crate::compose::{self, Unsendable};
 use crate::queue::{job_ttr, BadJob, JobBody};
 use crate::rate::limiter;
 use crate::store::deliveries::{self, OutcomeKind};
-use crate::store::{recipients, StoreError};
+use crate::store::{recipients, suppressions, StoreError};
 
 /// Priority given to buried jobs (they are inspected by hand anyway).
 const BURY_PRIORITY: u32 = 0;
@@ -60,6 +60,8 @@ struct Claimed {
     asked: Instant,
     claim: deliveries::Claim,
     people: Vec<recipients::Recipient>,
+    /// Of `people`, those on the suppression list, with the reason.
+    suppressed: HashMap<i64, String>,
 }
 
 /// Check a job and claim its recipients, or say what to do with the job
@@ -101,17 +103,20 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
     let named = body.recipients.len();
     let keep = crate::compose::attributes_needed(&info.mail);
     let asked = Instant::now();
-    let deliveries::JobClaim {
-        claim,
-        people,
-        members,
-    } = shared
+    let (
+        deliveries::JobClaim {
+            claim,
+            people,
+            members,
+        },
+        suppressed,
+    ) = shared
         .db
         .run(move |c| {
             // Only members of the campaign's list are claimed, whatever the
             // job names: an id that does not exist or belongs to another
             // list is neither sent nor counted.
-            deliveries::claim_job(
+            let claimed = deliveries::claim_job(
                 c,
                 campaign_id,
                 list_id,
@@ -119,7 +124,11 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
                 token,
                 lease,
                 keep.as_deref(),
-            )
+            )?;
+            // The suppression list as of now (an entry added after
+            // enqueue still applies): one lookup for the whole batch.
+            let suppressed = suppressed_among(c, &claimed.people)?;
+            Ok::<_, StoreError>((claimed, suppressed))
         })
         .await
         .map_err(|e| retry_later("cannot claim recipients", e))?;
@@ -137,7 +146,29 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
         asked,
         claim,
         people,
+        suppressed,
     })
+}
+
+/// Which of `people` the suppression list names (address or domain), by
+/// recipient id, with the reason.
+fn suppressed_among(
+    c: &mut crate::store::Conn,
+    people: &[recipients::Recipient],
+) -> Result<HashMap<i64, String>, StoreError> {
+    let keys: Vec<(i64, String)> = people
+        .iter()
+        .map(|r| {
+            let key = crate::mailbox::key(&r.email).unwrap_or_else(|_| r.email.to_lowercase());
+            (r.id, key)
+        })
+        .collect();
+    let all: Vec<String> = keys.iter().map(|(_, k)| k.clone()).collect();
+    let found = suppressions::matching(c, &all)?;
+    Ok(keys
+        .into_iter()
+        .filter_map(|(rid, k)| found.get(&k).map(|why| (rid, why.clone())))
+        .collect())
 }
 
 /// Process one reserved job up to handing its messages to the senders.
@@ -154,6 +185,7 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
         asked,
         claim,
         people,
+        suppressed,
     } = match prepare(&shared, id, &body).await {
         Ok(c) => c,
         Err(cmd) => {
@@ -187,6 +219,25 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
     // `people` holds exactly the owned recipients that exist, and the job's
     // count is theirs, so each gets one outcome and the count closes.
     let attempts: HashMap<i64, i32> = claim.owned.iter().copied().collect();
+    // Suppressed recipients get their outcome now, and no message.
+    let (people, held): (Vec<_>, Vec<_>) = people
+        .into_iter()
+        .partition(|r| !suppressed.contains_key(&r.id));
+    for r in held {
+        let why = suppressed.get(&r.id).cloned().unwrap_or_default();
+        let attempt = attempts.get(&r.id).copied().unwrap_or(1);
+        let outcome = SendOutcome {
+            tracker: Arc::clone(&tracker),
+            recipient_id: r.id,
+            attempt,
+            kind: OutcomeKind::Skipped(why),
+            content_version: None,
+            unrecorded: None,
+        };
+        if shared.to_report.send(outcome).await.is_err() {
+            return;
+        }
+    }
     let mut people = people.into_iter().peekable();
     while people.peek().is_some() {
         if shared.scheduler.abort().is_cancelled() {

@@ -151,6 +151,9 @@ async fn prepare(
             if let Some(why) = messages::suppression(c, &key, marketing)? {
                 return Ok(Err((MessageStatus::Suppressed, why.to_string())));
             }
+            if let Some(why) = crate::store::suppressions::reason_for(c, &key)? {
+                return Ok(Err((MessageStatus::Suppressed, why)));
+            }
             let attributes = messages::attributes_of_key(c, &key)?;
             Ok(Ok((
                 TemplateMail::load_cached(c, t, &identity, &cache),

@@ -59,6 +59,7 @@ mod smtp_wire;
 mod source_safety;
 mod store_contract;
 mod supervisord;
+mod suppress;
 mod template_links;
 mod tracking;
 mod webhooks;

@@ -12,6 +12,7 @@ pub mod import;
 pub mod lists;
 pub mod messages;
 pub mod migrate;
+pub mod people;
 pub mod queue;
 pub mod rate;
 pub mod report;

@@ -131,6 +131,12 @@ fn print_domains(r: &Report) -> Result {
 }
 
 fn print_reasons(r: &Report) -> Result {
+    if !r.skipped_reasons.is_empty() {
+        outln!("\nskipped:")?;
+        for s in &r.skipped_reasons {
+            outln!("  {:>7}  {}", s.count, s.reason)?;
+        }
+    }
     if r.bounce_reasons.is_empty() {
         return Ok(());
     }
