@@ -8,6 +8,12 @@ diesel::table! {
         created_at -> BigInt,
         /// The latest import's generation.
         import_gen -> BigInt,
+        /// What the subscribers' pages call the list (`list create --title`).
+        title -> Nullable<Text>,
+        /// Offered by `/subscribe` and the preference centre.
+        is_public -> Bool,
+        /// Joining through `/subscribe` waits for a confirmed mail.
+        double_opt_in -> Bool,
     }
 }
 

@@ -57,6 +57,7 @@ mod serve;
 mod smtp_wire;
 mod source_safety;
 mod store_contract;
+mod subscribe;
 mod supervisord;
 mod template_links;
 mod tracking;
