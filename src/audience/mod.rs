@@ -6,3 +6,4 @@ pub mod import;
 pub mod lists;
 pub mod optouts;
 pub mod source;
+pub mod subscribe;

@@ -43,6 +43,7 @@ pub mod recipients;
 pub mod report;
 pub mod schema;
 pub mod sessions;
+pub mod signups;
 pub mod subscribers;
 pub mod template_links;
 pub mod timeline;

@@ -149,6 +149,20 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    /// Sign-ups through `/subscribe` waiting for their confirmation
+    /// (see `store::signups`).
+    signups (id) {
+        id -> BigInt,
+        email -> Text,
+        email_key -> Text,
+        name -> Text,
+        list_ids -> Text,
+        created_at -> BigInt,
+        confirmed_at -> Nullable<BigInt>,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     lists,
     recipients,
