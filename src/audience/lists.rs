@@ -31,6 +31,10 @@ pub enum ListError {
         "nothing to change: give --title, --public/--private or --double-opt-in/--single-opt-in"
     )]
     NothingToSet,
+    #[error("list {0:?} is private, and /subscribe takes only public lists: `mailsplit list set {0} --public` first")]
+    NotPublic(String),
+    #[error("the form posts to MAILSPLIT_PUBLIC_URL/subscribe: set MAILSPLIT_PUBLIC_URL (or --public-url) to where `mailsplit serve`'s public listener is reached")]
+    NoPublicUrl,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -48,7 +52,9 @@ impl ListError {
             | ListError::Exists(_)
             | ListError::BadName(_)
             | ListError::BadTitle(_)
-            | ListError::NothingToSet => true,
+            | ListError::NothingToSet
+            | ListError::NotPublic(_)
+            | ListError::NoPublicUrl => true,
             ListError::Store(e) => e.is_usage(),
         }
     }
@@ -92,6 +98,18 @@ pub fn set(conn: &mut Conn, name: &str, face: &Face) -> Result<(), ListError> {
     let list_id = recipients::find_list(conn, name)?;
     lists::set(conn, list_id, face)?;
     Ok(())
+}
+
+/// `list form`: the public list the embeddable form joins.
+pub fn for_form(conn: &mut Conn, name: &str) -> Result<lists::PublicList, ListError> {
+    match lists::by_name(conn, name)? {
+        Some((list, true)) => Ok(list),
+        Some((_, false)) => Err(ListError::NotPublic(name.to_string())),
+        // The error that names the lists there are.
+        None => Err(recipients::find_list(conn, name)
+            .err()
+            .map_or_else(|| ListError::NotPublic(name.to_string()), ListError::Store)),
+    }
 }
 
 /// Every list: name, members, active members.

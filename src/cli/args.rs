@@ -321,6 +321,17 @@ pub enum ListCommand {
         #[command(flatten)]
         face: ListFaceArgs,
     },
+    /// Print an HTML form to paste into a web page: it posts to
+    /// MAILSPLIT_PUBLIC_URL/subscribe (served by `mailsplit serve`) and
+    /// joins the list, with its double opt-in if it has one. The list
+    /// must be public.
+    Form {
+        name: String,
+        /// Where `serve`'s public listener is reached (default:
+        /// MAILSPLIT_PUBLIC_URL)
+        #[arg(long, env = "MAILSPLIT_PUBLIC_URL", value_name = "URL")]
+        public_url: Option<String>,
+    },
     /// Change a list's title, public or double opt-in
     Set {
         name: String,

@@ -268,3 +268,39 @@ fn lists_with_a_face(kind: Kind) {
 }
 
 both!(lists_with_a_face, double_opt_in);
+
+#[test]
+fn list_form_prints_an_embeddable_form() {
+    let env = World::new(Kind::Sqlite);
+    env.ok(&["migrate"]);
+    env.ok(&["list", "create", "weekly", "--public", "--title", "Weekly"]);
+    env.ok(&["list", "create", "private"]);
+    let out = env
+        .cmd(&["list", "form", "weekly"])
+        .env("MAILSPLIT_PUBLIC_URL", "https://news.example.test/")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let form = stdout(&out);
+    assert!(
+        form.contains("action=\"https://news.example.test/subscribe\""),
+        "{form}"
+    );
+    assert!(form.contains("name=\"list\"") && form.contains("value=\"weekly\""));
+    assert!(form.contains("name=\"website\""), "{form}");
+    // A private list, or no public URL: refused, naming the fix.
+    let out = env
+        .cmd(&["list", "form", "private"])
+        .env("MAILSPLIT_PUBLIC_URL", "https://news.example.test")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--public"), "{}", stderr(&out));
+    let out = env.run(&["list", "form", "weekly"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("MAILSPLIT_PUBLIC_URL"),
+        "{}",
+        stderr(&out)
+    );
+}

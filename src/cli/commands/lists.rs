@@ -20,6 +20,21 @@ pub fn lists(g: &Global, cmd: ListCommand) -> Result {
             lists::set(&mut conn, &name, &face_of(face))?;
             outln!("list {name:?} changed")?;
         }
+        ListCommand::Form { name, public_url } => {
+            let base = public_url
+                .filter(|u| !u.trim().is_empty())
+                .ok_or(lists::ListError::NoPublicUrl)?;
+            let base = crate::config::parse_public_url(&base)?;
+            let mut conn = open_read_only(g)?;
+            let list = lists::for_form(&mut conn, &name)?;
+            let form = crate::serve::subscribe::form_html(
+                &format!("{base}/subscribe"),
+                &[list],
+                &Default::default(),
+                &[],
+            );
+            outln!("{form}")?;
+        }
         ListCommand::Ls => {
             let mut conn = open_read_only(g)?;
             let all = lists::overview(&mut conn)?;
