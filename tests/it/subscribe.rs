@@ -53,7 +53,8 @@ fn members(env: &Env, list: &str) -> String {
 }
 
 fn double_opt_in(kind: Kind) {
-    let env = World::new(kind).var("MAILSPLIT_PUBLIC_URL", "http://127.0.0.1:9");
+    let env =
+        World::with_peer(kind, Script::default()).var("MAILSPLIT_PUBLIC_URL", "http://127.0.0.1:9");
     env.ok(&["migrate"]);
     let html = env.dir.path().join("confirm.html");
     std::fs::write(
@@ -190,6 +191,17 @@ fn double_opt_in(kind: Kind) {
     assert_eq!(post(port, &path, &[]).0, 200);
     assert_eq!(members(&env, "weekly"), "1");
     drop(served);
+
+    // A campaign of the list reaches the confirmed member only: the
+    // unconfirmed victim and user1 get nothing.
+    env.create_campaign("letter", "weekly", &[]);
+    env.ok(&["enqueue", "letter"]);
+    let w = env.worker(&[]);
+    wait_done(&env, "letter", 60);
+    stop_worker(w);
+    let status = env.status("letter");
+    assert_eq!(status["recipients"], 1, "{status}");
+    assert_eq!(status["sent"], 1, "{status}");
 }
 
 /// The `list ls` line of `list`, split on blanks.
