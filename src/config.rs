@@ -152,6 +152,10 @@ pub struct ServeSettings {
     pub api_rate: u32,
     /// Requests a key may make at once above its rate.
     pub api_burst: u32,
+    /// `MAILSPLIT_PUBLIC_URL`: the base of the links the subscribers'
+    /// pages mail (`/confirm/TOKEN`); `None`: `/subscribe` takes no
+    /// double-opt-in sign-ups.
+    pub public_url: Option<String>,
 }
 
 /// `serve --api-rate`'s default.
@@ -380,6 +384,7 @@ mod tests {
             trusted_proxies: vec![],
             api_rate: DEFAULT_API_RATE,
             api_burst: DEFAULT_API_BURST,
+            public_url: None,
         };
         for shown in [
             format!("{smtp:?}"),

@@ -62,6 +62,7 @@ enum Purpose {
     Open,
     Click,
     TemplateLink,
+    Confirm,
 }
 
 impl Purpose {
@@ -74,6 +75,7 @@ impl Purpose {
             Purpose::Open => b"mailsplit open\0",
             Purpose::Click => b"mailsplit click\0",
             Purpose::TemplateLink => b"mailsplit template link\0",
+            Purpose::Confirm => b"mailsplit confirm\0",
         }
     }
 }
@@ -138,6 +140,24 @@ impl Signer {
             recipient,
             UNSUBSCRIBE_MAC_BYTES,
         ))
+    }
+
+    /// The token of a sign-up's confirmation link (`/confirm/TOKEN`):
+    /// the sign-up's id and when it was made (ms), so an old link is
+    /// known without the database.
+    pub fn confirm_token(&self, signup: i64, created_at: i64) -> String {
+        BASE64URL_NOPAD.encode(&self.pair_token(
+            Purpose::Confirm,
+            signup,
+            created_at,
+            UNSUBSCRIBE_MAC_BYTES,
+        ))
+    }
+
+    /// The (sign-up, created at) of a genuine confirmation token.
+    pub fn read_confirm(&self, token: &str) -> Option<(i64, i64)> {
+        let raw = BASE64URL_NOPAD.decode(token.as_bytes()).ok()?;
+        self.read_pair(Purpose::Confirm, &raw, UNSUBSCRIBE_MAC_BYTES)
     }
 
     /// The (campaign, recipient) of a genuine unsubscribe token.

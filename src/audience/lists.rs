@@ -1,9 +1,12 @@
-//! `mailsplit list ls|rm|delete`: the lists an import builds, managed.
+//! `mailsplit list create|set|ls|rm|delete`: lists made by hand with a
+//! face (a title, offered on `/subscribe` or not, double opt-in or not)
+//! and the lists an import builds, managed.
 //! Taking members off a list or deleting it never touches the recipients
 //! themselves (their status, history and other lists stay); a list is not
 //! deleted while one of its campaigns may still send.
 
 use crate::campaign::status::{CampaignStatus, Phase};
+pub use crate::store::lists::Face;
 use crate::store::lists::{self, ListSummary};
 use crate::store::{campaigns, recipients, Conn, StoreError};
 
@@ -16,17 +19,96 @@ pub enum ListError {
         campaign: String,
         phase: Phase,
     },
+    #[error("list {0:?} already exists; `mailsplit list set {0} …` changes its title, public or double opt-in")]
+    Exists(String),
+    #[error(
+        "bad list name {0:?}: use 1 to {MAX_NAME} characters, no spaces or control characters"
+    )]
+    BadName(String),
+    #[error("bad title: {0}")]
+    BadTitle(String),
+    #[error(
+        "nothing to change: give --title, --public/--private or --double-opt-in/--single-opt-in"
+    )]
+    NothingToSet,
+    #[error("list {0:?} is private, and /subscribe takes only public lists: `mailsplit list set {0} --public` first")]
+    NotPublic(String),
+    #[error("the form posts to MAILSPLIT_PUBLIC_URL/subscribe: set MAILSPLIT_PUBLIC_URL (or --public-url) to where `mailsplit serve`'s public listener is reached")]
+    NoPublicUrl,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
+
+/// Longest list name.
+pub const MAX_NAME: usize = 100;
+/// Longest list title.
+pub const MAX_TITLE: usize = 200;
 
 impl ListError {
     /// The user's mistake (exit 2) rather than the environment's.
     pub fn is_usage(&self) -> bool {
         match self {
-            ListError::InUse { .. } => true,
+            ListError::InUse { .. }
+            | ListError::Exists(_)
+            | ListError::BadName(_)
+            | ListError::BadTitle(_)
+            | ListError::NothingToSet
+            | ListError::NotPublic(_)
+            | ListError::NoPublicUrl => true,
             ListError::Store(e) => e.is_usage(),
         }
+    }
+}
+
+fn check_face(face: &Face) -> Result<(), ListError> {
+    if let Some(t) = &face.title {
+        if t.trim().is_empty() {
+            return Err(ListError::BadTitle("it is empty".into()));
+        }
+        if t.chars().count() > MAX_TITLE || t.chars().any(char::is_control) {
+            return Err(ListError::BadTitle(format!(
+                "use 1 to {MAX_TITLE} characters on one line"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `list create`: a new, empty list with its face.
+pub fn create(conn: &mut Conn, name: &str, face: &Face) -> Result<(), ListError> {
+    if name.is_empty()
+        || name.chars().count() > MAX_NAME
+        || name.chars().any(|c| c.is_control() || c.is_whitespace())
+    {
+        return Err(ListError::BadName(name.to_string()));
+    }
+    check_face(face)?;
+    if !lists::create(conn, name, face)? {
+        return Err(ListError::Exists(name.to_string()));
+    }
+    Ok(())
+}
+
+/// `list set`: change a list's title, public or double opt-in.
+pub fn set(conn: &mut Conn, name: &str, face: &Face) -> Result<(), ListError> {
+    if face == &Face::default() {
+        return Err(ListError::NothingToSet);
+    }
+    check_face(face)?;
+    let list_id = recipients::find_list(conn, name)?;
+    lists::set(conn, list_id, face)?;
+    Ok(())
+}
+
+/// `list form`: the public list the embeddable form joins.
+pub fn for_form(conn: &mut Conn, name: &str) -> Result<lists::PublicList, ListError> {
+    match lists::by_name(conn, name)? {
+        Some((list, true)) => Ok(list),
+        Some((_, false)) => Err(ListError::NotPublic(name.to_string())),
+        // The error that names the lists there are.
+        None => Err(recipients::find_list(conn, name)
+            .err()
+            .map_or_else(|| ListError::NotPublic(name.to_string()), ListError::Store)),
     }
 }
 

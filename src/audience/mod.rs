@@ -6,5 +6,6 @@ pub mod import;
 pub mod lists;
 pub mod optouts;
 pub mod source;
+pub mod subscribe;
 pub mod subscriber;
 pub mod suppress;

@@ -329,7 +329,35 @@ impl std::fmt::Debug for ImportArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum ListCommand {
-    /// Every list: name, members, active members (who may be mailed)
+    /// Make an empty list by hand, with the face subscribers see: its
+    /// title, whether `/subscribe` offers it (`--public`) and whether
+    /// joining there needs a confirmed mail (`--double-opt-in`). Lists
+    /// made by `import` stay private and single opt-in until `list set`.
+    Create {
+        /// The list's name (what `--list` and `campaign create` use)
+        name: String,
+        #[command(flatten)]
+        face: ListFaceArgs,
+    },
+    /// Print an HTML form to paste into a web page: it posts to
+    /// MAILSPLIT_PUBLIC_URL/subscribe (served by `mailsplit serve`) and
+    /// joins the list, with its double opt-in if it has one. The list
+    /// must be public.
+    Form {
+        name: String,
+        /// Where `serve`'s public listener is reached (default:
+        /// MAILSPLIT_PUBLIC_URL)
+        #[arg(long, env = "MAILSPLIT_PUBLIC_URL", value_name = "URL")]
+        public_url: Option<String>,
+    },
+    /// Change a list's title, public or double opt-in
+    Set {
+        name: String,
+        #[command(flatten)]
+        face: ListFaceArgs,
+    },
+    /// Every list: name, members, active members (who may be mailed),
+    /// public and double opt-in, title
     Ls,
     /// Take recipients off a list (they stay on file, with their history
     /// and other lists)
@@ -342,6 +370,29 @@ pub enum ListCommand {
     /// Delete a list (its recipients stay on file); refused while one of
     /// its campaigns is enqueuing, sending or paused
     Delete { list: String },
+}
+
+/// A list's face, for `list create` and `list set`.
+#[derive(clap::Args, Debug, Default)]
+pub struct ListFaceArgs {
+    /// What the sign-up form and preference centre call the list
+    /// (default: its name)
+    #[arg(long, value_name = "T")]
+    pub title: Option<String>,
+    /// Offer the list on the public `/subscribe` form and the preference
+    /// centre
+    #[arg(long, conflicts_with = "private")]
+    pub public: bool,
+    /// Take the list off `/subscribe` (its members stay)
+    #[arg(long)]
+    pub private: bool,
+    /// Sign-ups through `/subscribe` join only after clicking the
+    /// confirmation mail's link and its button
+    #[arg(long, conflicts_with = "single_opt_in")]
+    pub double_opt_in: bool,
+    /// Sign-ups through `/subscribe` join at once
+    #[arg(long)]
+    pub single_opt_in: bool,
 }
 
 #[derive(Subcommand, Debug)]

@@ -89,6 +89,11 @@ pub fn serve_settings(g: &Global, args: &ServeArgs) -> Result<ServeSettings, Con
             .collect::<Result<_, _>>()?,
         api_rate: args.api_rate,
         api_burst: args.api_burst,
+        public_url: std::env::var("MAILSPLIT_PUBLIC_URL")
+            .ok()
+            .filter(|u| !u.trim().is_empty())
+            .map(|u| config::parse_public_url(&u))
+            .transpose()?,
     })
 }
 

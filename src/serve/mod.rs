@@ -33,6 +33,7 @@ pub mod page;
 pub mod pool;
 pub mod public;
 pub mod snapshot;
+pub mod subscribe;
 pub mod template_link;
 pub mod tracking;
 pub mod webhook;

@@ -32,6 +32,7 @@ pub fn router(state: State) -> Router {
         .route("/c/{token}/{n}", get(super::tracking::click))
         .route("/l/{token}", get(super::template_link::follow))
         .merge(super::webhook::router(state.clone()))
+        .merge(super::subscribe::router())
         .with_state(state)
 }
 

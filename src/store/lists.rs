@@ -1,9 +1,10 @@
-//! Lists as `mailsplit list` manages them: an overview, members taken off,
-//! a list deleted. Recipients themselves, their history and their other
-//! lists are never touched here.
+//! Lists as `mailsplit list` manages them: an overview, a list created
+//! with its face (title, public, double opt-in) or changed, members taken
+//! off, a list deleted. Recipients themselves, their history and their
+//! other lists are never touched here.
 
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Text};
+use diesel::sql_types::{BigInt, Bool, Nullable, Text};
 
 use super::recipients::RecipientStatus;
 use super::schema::{campaigns, list_members as m, lists as l, recipients as r};
@@ -19,6 +20,105 @@ pub struct ListSummary {
     /// Members who may be mailed.
     #[diesel(sql_type = BigInt)]
     pub active: i64,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub title: Option<String>,
+    #[diesel(sql_type = Bool)]
+    pub is_public: bool,
+    #[diesel(sql_type = Bool)]
+    pub double_opt_in: bool,
+}
+
+/// How a list shows itself to subscribers. `None` fields of a change
+/// leave the stored value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Face {
+    pub title: Option<String>,
+    pub is_public: Option<bool>,
+    pub double_opt_in: Option<bool>,
+}
+
+/// A list the subscribers' pages may show.
+#[derive(Debug, Clone, PartialEq, Eq, Queryable)]
+pub struct PublicList {
+    pub id: i64,
+    pub name: String,
+    pub title: Option<String>,
+    pub double_opt_in: bool,
+}
+
+impl PublicList {
+    /// The title, or the name when the list has none.
+    pub fn label(&self) -> &str {
+        self.title.as_deref().unwrap_or(&self.name)
+    }
+}
+
+/// Create list `name` with its face; false when a list of that name
+/// already exists (nothing changed).
+pub fn create(conn: &mut Conn, name: &str, face: &Face) -> Result<bool> {
+    let made = on!(conn, |c| diesel::insert_into(l::table)
+        .values((
+            l::name.eq(name),
+            l::created_at.eq(super::now_ms()),
+            l::title.eq(face.title.as_deref()),
+            l::is_public.eq(face.is_public.unwrap_or(false)),
+            l::double_opt_in.eq(face.double_opt_in.unwrap_or(false)),
+        ))
+        .on_conflict(l::name)
+        .do_nothing()
+        .execute(c))?;
+    Ok(made == 1)
+}
+
+/// Change what `face` names of list `list_id`.
+pub fn set(conn: &mut Conn, list_id: i64, face: &Face) -> Result<()> {
+    conn.transaction(|conn| {
+        if let Some(title) = &face.title {
+            on!(conn, |c| diesel::update(l::table.find(list_id))
+                .set(l::title.eq(title))
+                .execute(c))?;
+        }
+        if let Some(p) = face.is_public {
+            on!(conn, |c| diesel::update(l::table.find(list_id))
+                .set(l::is_public.eq(p))
+                .execute(c))?;
+        }
+        if let Some(d) = face.double_opt_in {
+            on!(conn, |c| diesel::update(l::table.find(list_id))
+                .set(l::double_opt_in.eq(d))
+                .execute(c))?;
+        }
+        Ok(())
+    })
+}
+
+/// Every public list, by name.
+pub fn public(conn: &mut Conn) -> Result<Vec<PublicList>> {
+    Ok(on!(conn, |c| l::table
+        .filter(l::is_public.eq(true))
+        .order(l::name)
+        .select((l::id, l::name, l::title, l::double_opt_in))
+        .load(c))?)
+}
+
+/// List `name` with its face, public or not.
+pub fn by_name(conn: &mut Conn, name: &str) -> Result<Option<(PublicList, bool)>> {
+    let row: Option<(i64, String, Option<String>, bool, bool)> = on!(conn, |c| l::table
+        .filter(l::name.eq(name))
+        .select((l::id, l::name, l::title, l::double_opt_in, l::is_public))
+        .first(c)
+        .optional())?;
+    Ok(row.map(|(id, name, title, double_opt_in, is_public)| {
+        (
+            PublicList {
+                id,
+                name,
+                title,
+                double_opt_in,
+            },
+            is_public,
+        )
+    }))
 }
 
 /// Every list with its member counts, by name.
@@ -27,7 +127,8 @@ pub fn overview(conn: &mut Conn) -> Result<Vec<ListSummary>> {
         "SELECT l.name AS name, \
          (SELECT COUNT(*) FROM list_members m WHERE m.list_id = l.id) AS members, \
          (SELECT COUNT(*) FROM list_members m JOIN recipients r ON r.id = m.recipient_id \
-          WHERE m.list_id = l.id AND r.status = '{}') AS active \
+          WHERE m.list_id = l.id AND r.status = '{}') AS active, \
+         l.title AS title, l.is_public AS is_public, l.double_opt_in AS double_opt_in \
          FROM lists l ORDER BY l.name",
         RecipientStatus::Active.as_str()
     );

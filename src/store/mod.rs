@@ -44,6 +44,7 @@ pub mod recipients;
 pub mod report;
 pub mod schema;
 pub mod sessions;
+pub mod signups;
 pub mod subscribers;
 pub mod suppressions;
 pub mod template_links;

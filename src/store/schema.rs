@@ -8,6 +8,12 @@ diesel::table! {
         created_at -> BigInt,
         /// The latest import's generation.
         import_gen -> BigInt,
+        /// What the subscribers' pages call the list (`list create --title`).
+        title -> Nullable<Text>,
+        /// Offered by `/subscribe` and the preference centre.
+        is_public -> Bool,
+        /// Joining through `/subscribe` waits for a confirmed mail.
+        double_opt_in -> Bool,
     }
 }
 
@@ -140,6 +146,20 @@ diesel::table! {
         token_fp -> Text,
         created_at -> BigInt,
         expires_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    /// Sign-ups through `/subscribe` waiting for their confirmation
+    /// (see `store::signups`).
+    signups (id) {
+        id -> BigInt,
+        email -> Text,
+        email_key -> Text,
+        name -> Text,
+        list_ids -> Text,
+        created_at -> BigInt,
+        confirmed_at -> Nullable<BigInt>,
     }
 }
 

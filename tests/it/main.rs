@@ -58,6 +58,7 @@ mod serve;
 mod smtp_wire;
 mod source_safety;
 mod store_contract;
+mod subscribe;
 mod supervisord;
 mod suppress;
 mod template_links;

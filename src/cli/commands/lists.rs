@@ -1,8 +1,8 @@
-//! `mailsplit list ls|rm|delete` and `mailsplit optouts`.
+//! `mailsplit list create|set|ls|rm|delete` and `mailsplit optouts`.
 
-use crate::audience::lists;
+use crate::audience::lists::{self, Face};
 use crate::audience::optouts::{self, OptOut};
-use crate::cli::args::{Global, ListCommand};
+use crate::cli::args::{Global, ListCommand, ListFaceArgs};
 use crate::cli::exit::CliError;
 use crate::cli::out::{self, error_line, outln};
 
@@ -10,12 +10,52 @@ use super::{open_migrated, open_read_only, Result};
 
 pub fn lists(g: &Global, cmd: ListCommand) -> Result {
     match cmd {
+        ListCommand::Create { name, face } => {
+            let mut conn = open_migrated(g)?;
+            lists::create(&mut conn, &name, &face_of(face))?;
+            outln!("list {name:?} created")?;
+        }
+        ListCommand::Set { name, face } => {
+            let mut conn = open_migrated(g)?;
+            lists::set(&mut conn, &name, &face_of(face))?;
+            outln!("list {name:?} changed")?;
+        }
+        ListCommand::Form { name, public_url } => {
+            let base = public_url
+                .filter(|u| !u.trim().is_empty())
+                .ok_or(lists::ListError::NoPublicUrl)?;
+            let base = crate::config::parse_public_url(&base)?;
+            let mut conn = open_read_only(g)?;
+            let list = lists::for_form(&mut conn, &name)?;
+            let form = crate::serve::subscribe::form_html(
+                &format!("{base}/subscribe"),
+                &[list],
+                &Default::default(),
+                &[],
+            );
+            outln!("{form}")?;
+        }
         ListCommand::Ls => {
             let mut conn = open_read_only(g)?;
             let all = lists::overview(&mut conn)?;
-            outln!("{:<32} {:>10} {:>10}", "LIST", "MEMBERS", "ACTIVE")?;
+            outln!(
+                "{:<32} {:>10} {:>10} {:<8} {:<6} TITLE",
+                "LIST",
+                "MEMBERS",
+                "ACTIVE",
+                "SHOWN",
+                "OPT-IN"
+            )?;
             for l in all {
-                outln!("{:<32} {:>10} {:>10}", l.name, l.members, l.active)?;
+                outln!(
+                    "{:<32} {:>10} {:>10} {:<8} {:<6} {}",
+                    l.name,
+                    l.members,
+                    l.active,
+                    if l.is_public { "public" } else { "private" },
+                    if l.double_opt_in { "double" } else { "single" },
+                    l.title.as_deref().unwrap_or("-")
+                )?;
             }
         }
         ListCommand::Rm { list, emails } => {
@@ -45,6 +85,23 @@ pub fn lists(g: &Global, cmd: ListCommand) -> Result {
         }
     }
     Ok(())
+}
+
+/// The flags as a change: what was not given stays.
+fn face_of(a: ListFaceArgs) -> Face {
+    Face {
+        title: a.title,
+        is_public: match (a.public, a.private) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        },
+        double_opt_in: match (a.double_opt_in, a.single_opt_in) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        },
+    }
 }
 
 /// Print every opt-out as CSV (header row first) or JSON lines, a page at
