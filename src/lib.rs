@@ -27,6 +27,7 @@ pub mod compose;
 pub mod config;
 pub mod dkim;
 pub mod enqueue;
+pub mod flows;
 pub mod logging;
 pub mod mail;
 pub mod mailbox;

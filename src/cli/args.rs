@@ -9,10 +9,12 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::{self, DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY};
 
 mod apikey;
+mod flow;
 mod messages;
 mod webhook;
 use crate::redact;
 pub use apikey::{ApikeyCommand, ScopeArg};
+pub use flow::FlowCommand;
 pub use messages::{MessageCommand, SendArgs, TemplateCommand, TemplateContent};
 pub use webhook::WebhookCommand;
 
@@ -144,6 +146,9 @@ pub enum Command {
     /// Transactional messages: show
     #[command(subcommand)]
     Message(MessageCommand),
+    /// Flows: mail sent by itself when a member joins (create, ls, pause, resume)
+    #[command(subcommand)]
+    Flow(FlowCommand),
     /// Keys for the HTTP API (/api/v1): create, ls, revoke
     #[command(subcommand)]
     Apikey(ApikeyCommand),

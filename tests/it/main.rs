@@ -40,6 +40,7 @@ mod edit;
 mod eta;
 mod fencing;
 mod fleet;
+mod flows;
 mod headers;
 mod messages;
 mod messages_tx;

@@ -7,6 +7,7 @@ pub mod bounce;
 pub mod campaign;
 pub mod control;
 pub mod dkim;
+pub mod flow;
 pub mod import;
 pub mod lists;
 pub mod messages;
