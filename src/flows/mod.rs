@@ -278,6 +278,82 @@ pub fn show_delay(ms: i64) -> String {
     }
 }
 
+/// `flow report`: entries, each step's messages, leavers by reason.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub name: String,
+    pub state: String,
+    pub entered: i64,
+    pub active: i64,
+    pub done: i64,
+    pub steps: Vec<StepReport>,
+    /// Reason → entries that left for it.
+    pub left: std::collections::BTreeMap<String, i64>,
+}
+
+/// One step's messages by outcome.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StepReport {
+    pub template: String,
+    pub delay_ms: i64,
+    /// Messages made for the step (queued or with an outcome).
+    pub queued: i64,
+    pub sent: i64,
+    pub failed: i64,
+    pub suppressed: i64,
+}
+
+/// The report of flow `name`.
+pub fn report(conn: &mut Conn, name: &str) -> Result<Report, FlowError> {
+    let flow = find(conn, name)?;
+    let mut steps: Vec<StepReport> = store::steps(conn, flow.id)?
+        .into_iter()
+        .map(|s| StepReport {
+            template: s.template,
+            delay_ms: s.delay_ms,
+            ..StepReport::default()
+        })
+        .collect();
+    for (key, status) in store::step_messages(conn, flow.id)? {
+        let n = key
+            .as_deref()
+            .and_then(|k| k.rsplit(':').next())
+            .and_then(|n| n.parse::<usize>().ok());
+        let Some(step) = n.and_then(|n| steps.get_mut(n)) else {
+            continue;
+        };
+        step.queued += 1;
+        match status.as_str() {
+            "sent" => step.sent += 1,
+            "failed" | "bounced" => step.failed += 1,
+            "suppressed" => step.suppressed += 1,
+            _ => {}
+        }
+    }
+    let (mut active, mut done) = (0, 0);
+    let mut left = std::collections::BTreeMap::new();
+    for (state, reason, n) in store::entry_counts(conn, flow.id)? {
+        match state {
+            EntryState::Active => active += n,
+            EntryState::Done => done += n,
+            EntryState::Left => {
+                *left
+                    .entry(reason.unwrap_or_else(|| "unknown".into()))
+                    .or_insert(0) += n
+            }
+        }
+    }
+    Ok(Report {
+        entered: active + done + left.values().sum::<i64>(),
+        name: flow.name,
+        state: flow.state.as_str().to_string(),
+        active,
+        done,
+        steps,
+        left,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

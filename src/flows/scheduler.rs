@@ -109,7 +109,7 @@ pub fn batch(conn: &mut Conn, queue: &Queue, now: i64) -> Result<usize, FlowErro
     let due = store::due(conn, now, BATCH)?;
     let mut flows: HashMap<i64, Option<(Flow, Vec<Step>)>> = HashMap::new();
     for d in &due {
-        if !flows.contains_key(&d.flow_id) {
+        if let std::collections::hash_map::Entry::Vacant(slot) = flows.entry(d.flow_id) {
             let f = store::by_id(conn, d.flow_id)?;
             let loaded = match f {
                 Some(f) => {
@@ -118,7 +118,7 @@ pub fn batch(conn: &mut Conn, queue: &Queue, now: i64) -> Result<usize, FlowErro
                 }
                 None => None,
             };
-            flows.insert(d.flow_id, loaded);
+            slot.insert(loaded);
         }
         let Some(Some((flow, steps))) = flows.get(&d.flow_id) else {
             continue;

@@ -494,3 +494,14 @@ pub fn postpone(conn: &mut Conn, id: i64, at: i64, due_at: i64) -> Result<()> {
     .execute(c))?;
     Ok(())
 }
+
+/// The step messages of flow `flow_id`: (idempotency key, status), read
+/// by the key's prefix `flow:ID:`.
+pub fn step_messages(conn: &mut Conn, flow_id: i64) -> Result<Vec<(Option<String>, String)>> {
+    use super::schema::messages as m;
+    let prefix = format!("flow:{flow_id}:%");
+    Ok(on!(conn, |c| m::table
+        .filter(m::idempotency_key.like(prefix))
+        .select((m::idempotency_key, m::status))
+        .load(c))?)
+}

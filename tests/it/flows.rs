@@ -183,6 +183,18 @@ fn welcome_series(kind: Kind) {
     }
     // Six step-1 messages and four step-2 ones, nothing else.
     assert_eq!(peer.total(), 6 + 4);
+    // The report: entered, each step's messages, leavers by reason.
+    let r: serde_json::Value =
+        serde_json::from_str(env.ok(&["flow", "report", "welcome", "--json"]).trim()).unwrap();
+    assert_eq!(
+        (r["entered"].as_i64(), r["done"].as_i64()),
+        (Some(6), Some(4)),
+        "{r}"
+    );
+    assert_eq!(r["steps"][0]["sent"], 6, "{r}");
+    assert_eq!(r["steps"][1]["sent"], 4, "{r}");
+    assert_eq!(r["left"]["unsubscribed"], 1, "{r}");
+    assert_eq!(r["left"]["removed"], 1, "{r}");
     // Why each leaver left.
     let mut c = env.conn();
     let flow = mailsplit::store::flows::find(&mut c, "welcome")

@@ -38,6 +38,12 @@ pub enum FlowCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Entered, active, done; per step: messages queued, sent, failed, suppressed; left by reason
+    Report {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Stop sending a flow's steps (members still enter; due steps wait)
     Pause { name: String },
     /// Send a paused flow's steps again, the due ones first

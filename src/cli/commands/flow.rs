@@ -67,6 +67,36 @@ pub fn flow(g: &Global, cmd: FlowCommand) -> Result {
                 }
             }
         }
+        FlowCommand::Report { name, json } => {
+            let r = flows::report(&mut open_read_only(g)?, &name)?;
+            if json {
+                outln!("{}", serde_json::to_string(&r)?)?;
+            } else {
+                outln!(
+                    "flow {:?} ({}): entered {}, active {}, done {}",
+                    r.name,
+                    r.state,
+                    r.entered,
+                    r.active,
+                    r.done
+                )?;
+                for (i, s) in r.steps.iter().enumerate() {
+                    outln!(
+                        "  step {} ({} {}): queued {}, sent {}, failed {}, suppressed {}",
+                        i + 1,
+                        show_delay(s.delay_ms),
+                        s.template,
+                        s.queued,
+                        s.sent,
+                        s.failed,
+                        s.suppressed
+                    )?;
+                }
+                for (reason, n) in &r.left {
+                    outln!("  left ({reason}): {n}")?;
+                }
+            }
+        }
         FlowCommand::Pause { name } => {
             flows::set_paused(&mut open_migrated(g)?, &name, true)?;
             outln!("paused flow {name:?}: no step goes out until `mailsplit flow resume {name}`")?;
