@@ -28,6 +28,7 @@ pub mod config;
 pub mod dkim;
 pub mod doctor;
 pub mod enqueue;
+pub mod flows;
 pub mod logging;
 pub mod mail;
 pub mod mailbox;

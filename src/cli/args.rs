@@ -10,12 +10,14 @@ use crate::config::{self, DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY};
 
 mod apikey;
 mod doctor;
+mod flow;
 mod messages;
 mod people;
 mod webhook;
 use crate::redact;
 pub use apikey::{ApikeyCommand, ScopeArg};
 pub use doctor::DoctorArgs;
+pub use flow::FlowCommand;
 pub use messages::{MessageCommand, SendArgs, TemplateCommand, TemplateContent};
 pub use people::{SubscriberCommand, SuppressCommand};
 pub use webhook::WebhookCommand;
@@ -156,6 +158,9 @@ pub enum Command {
     /// Transactional messages: show
     #[command(subcommand)]
     Message(MessageCommand),
+    /// Flows: mail sent by itself when a member joins (create, ls, pause, resume)
+    #[command(subcommand)]
+    Flow(FlowCommand),
     /// Keys for the HTTP API (/api/v1): create, ls, revoke
     #[command(subcommand)]
     Apikey(ApikeyCommand),

@@ -19,6 +19,7 @@ use crate::config::ConfigError;
 use crate::dkim::{DkimError, KeygenError};
 use crate::enqueue::requeue::RequeueError;
 use crate::enqueue::EnqueueError;
+use crate::flows::FlowError;
 use crate::messages::MessageError;
 use crate::rate::LimitError;
 use crate::redact;
@@ -122,6 +123,8 @@ pub enum CliError {
     #[error(transparent)]
     ApiKey(#[from] KeyError),
     #[error(transparent)]
+    Flow(#[from] FlowError),
+    #[error(transparent)]
     Output(#[from] OutputError),
     #[error(transparent)]
     Json(#[from] serde_json::Error),
@@ -151,9 +154,16 @@ impl ExitKind for CliError {
             CliError::Webhook(e) => e.exit_kind(),
             CliError::Message(e) => e.exit_kind(),
             CliError::ApiKey(e) => e.exit_kind(),
+            CliError::Flow(e) => e.exit_kind(),
             CliError::Output(e) => e.exit_kind(),
             CliError::Json(e) => e.exit_kind(),
         }
+    }
+}
+
+impl ExitKind for FlowError {
+    fn exit_kind(&self) -> Exit {
+        usage_if(self.is_usage())
     }
 }
 

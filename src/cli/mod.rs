@@ -84,6 +84,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Template(cmd) => c::messages::template(g, cmd)?,
         Command::Send(args) => c::messages::send(g, args)?,
         Command::Message(cmd) => c::messages::message(g, cmd)?,
+        Command::Flow(cmd) => c::flow::flow(g, cmd)?,
         Command::Apikey(cmd) => c::apikey::apikey(g, cmd)?,
         Command::Suppress(cmd) => c::people::suppress(g, cmd)?,
         Command::Subscriber(cmd) => c::people::subscriber(g, cmd)?,

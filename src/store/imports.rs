@@ -190,12 +190,15 @@ pub fn write_batch(conn: &mut Conn, run: Run, rows: &[Row], resubscribe: bool) -
     // Per write: the id a new recipient gets (an existing one keeps its own).
     let mut new_ids = Vec::new();
     let mut marked = Vec::new();
+    // Mailboxes that were not members of the list: they join its flows.
+    let mut joined = Vec::new();
     for row in rows {
         let Some(f) = found.get(&row.email_key) else {
             done.added += 1;
             writes.push(new_recipient(row, now));
             new_ids.push(row.new_id);
             marked.push(row.email_key.as_str());
+            joined.push(row.email_key.as_str());
             continue;
         };
         let mark = marks.get(&f.0);
@@ -205,6 +208,9 @@ pub fn write_batch(conn: &mut Conn, run: Run, rows: &[Row], resubscribe: bool) -
         }
         let (write, kept) = merge(row, f, resubscribe, now);
         done.kept_unsubscribed += u64::from(kept);
+        if mark.is_none() {
+            joined.push(row.email_key.as_str());
+        }
         match (mark.is_some(), write.is_some()) {
             (false, _) => done.added += 1,
             (true, true) => done.updated += 1,
@@ -237,6 +243,7 @@ pub fn write_batch(conn: &mut Conn, run: Run, rows: &[Row], resubscribe: bool) -
             mark_members_pg(c, run, &ids)?;
         }
     }
+    super::flows::joined(conn, run.list_id, &joined)?;
     Ok(done)
 }
 

@@ -28,6 +28,7 @@ pub mod deliveries;
 pub mod dkim_keys;
 pub mod drafts;
 pub mod engagement;
+pub mod flows;
 pub mod import_lock;
 pub mod imports;
 pub mod installation;

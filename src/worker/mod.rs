@@ -256,6 +256,15 @@ async fn pipeline_run(
         settings.webhooks,
         stop.clone(),
     ));
+    // Flow steps: one worker at a time holds the scheduler's lease.
+    let flows = tokio::spawn(crate::flows::scheduler::run(
+        Db::bounded(&settings.database_url, None, Plans::Custom, db_call_limit())?,
+        crate::messages::Queue {
+            servers: settings.servers.clone(),
+            tube: settings.tube.clone(),
+        },
+        stop.clone(),
+    ));
     log_started(&settings, &relay);
     stop.cancelled().await;
 
@@ -275,6 +284,7 @@ async fn pipeline_run(
     .await?;
     // It stops with `stop`, giving up its leases.
     let _ = tokio::time::timeout(Duration::from_secs(5), deliverer).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), flows).await;
     if let Some(e) = fatal {
         return Err(e.into());
     }

@@ -41,6 +41,7 @@ mod edit;
 mod eta;
 mod fencing;
 mod fleet;
+mod flows;
 mod headers;
 mod messages;
 mod messages_tx;

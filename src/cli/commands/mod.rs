@@ -8,6 +8,7 @@ pub mod campaign;
 pub mod control;
 pub mod dkim;
 pub mod doctor;
+pub mod flow;
 pub mod import;
 pub mod lists;
 pub mod messages;

@@ -1,0 +1,110 @@
+//! `mailsplit flow create|ls|pause|resume`.
+
+use crate::cli::args::{FlowCommand, Global};
+use crate::cli::out::outln;
+use crate::flows::{self, show_delay, CreateFlow};
+
+use super::{open_migrated, open_read_only, Result};
+
+/// `flow …`.
+pub fn flow(g: &Global, cmd: FlowCommand) -> Result {
+    match cmd {
+        FlowCommand::Create {
+            name,
+            list,
+            trigger,
+            steps,
+            include_existing,
+        } => {
+            let c = CreateFlow {
+                name: name.clone(),
+                list,
+                trigger,
+                steps,
+                include_existing,
+            };
+            let done = flows::create(&mut open_migrated(g)?, &c)?;
+            outln!(
+                "created flow {name:?}: new members of {:?} enter, {} step(s)",
+                done.list,
+                done.steps
+            )?;
+            if include_existing {
+                outln!("entered {} member(s) already on the list", done.entered)?;
+            } else if done.existing > 0 {
+                outln!(
+                    "{} member(s) already on {:?} do not enter; --include-existing enters them",
+                    done.existing,
+                    done.list
+                )?;
+            }
+        }
+        FlowCommand::Ls { json } => {
+            let all = flows::list(&mut open_read_only(g)?)?;
+            if all.is_empty() && !json {
+                outln!("no flows; add one with `mailsplit flow create`")?;
+            }
+            for f in all {
+                if json {
+                    outln!("{}", serde_json::to_string(&f)?)?;
+                } else {
+                    let steps: Vec<String> = f
+                        .steps
+                        .iter()
+                        .map(|s| format!("{}:{}", show_delay(s.delay_ms), s.template))
+                        .collect();
+                    outln!(
+                        "{}  {} {}  {}  steps {}  active {}  done {}  left {}",
+                        f.name,
+                        f.trigger,
+                        f.list.as_deref().unwrap_or("-"),
+                        f.state,
+                        steps.join(" "),
+                        f.active,
+                        f.done,
+                        f.left
+                    )?;
+                }
+            }
+        }
+        FlowCommand::Report { name, json } => {
+            let r = flows::report(&mut open_read_only(g)?, &name)?;
+            if json {
+                outln!("{}", serde_json::to_string(&r)?)?;
+            } else {
+                outln!(
+                    "flow {:?} ({}): entered {}, active {}, done {}",
+                    r.name,
+                    r.state,
+                    r.entered,
+                    r.active,
+                    r.done
+                )?;
+                for (i, s) in r.steps.iter().enumerate() {
+                    outln!(
+                        "  step {} ({} {}): queued {}, sent {}, failed {}, suppressed {}",
+                        i + 1,
+                        show_delay(s.delay_ms),
+                        s.template,
+                        s.queued,
+                        s.sent,
+                        s.failed,
+                        s.suppressed
+                    )?;
+                }
+                for (reason, n) in &r.left {
+                    outln!("  left ({reason}): {n}")?;
+                }
+            }
+        }
+        FlowCommand::Pause { name } => {
+            flows::set_paused(&mut open_migrated(g)?, &name, true)?;
+            outln!("paused flow {name:?}: no step goes out until `mailsplit flow resume {name}`")?;
+        }
+        FlowCommand::Resume { name } => {
+            flows::set_paused(&mut open_migrated(g)?, &name, false)?;
+            outln!("resumed flow {name:?}")?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,190 @@
+//! The flow scheduler every worker runs: once a tick it tries to take
+//! (or renew) the one database lease; the holder reads the entries due
+//! (the `due_at` index, oldest first, a batch at a time), checks at due
+//! time that the member may still get mail, submits the step as a
+//! message under its idempotency key and moves the entry to its next
+//! step. A holder killed with -9 stops renewing; another worker takes the
+//! lease once it lapses. Two holders at once (a stalled one whose lease
+//! lapsed) cannot send a step twice: the key makes one message, and the
+//! entry moves on a conditional UPDATE.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::FlowError;
+use crate::messages::{self, MessageError, Queue, Submit};
+use crate::store::flows::{self as store, Flow, Step, Trigger};
+use crate::store::messages::MessageStatus;
+use crate::store::{now_ms, Conn, Db};
+
+/// How often a worker looks for due steps (or tries the lease), unless
+/// the hidden `MAILSPLIT_FLOW_TICK_MS` (at least 100) says otherwise.
+pub const TICK: Duration = Duration::from_secs(1);
+/// Entries read per batch.
+const BATCH: i64 = 200;
+/// A step whose message could not be queued is tried again after this.
+const RETRY_MS: i64 = 10_000;
+
+fn tick() -> Duration {
+    std::env::var("MAILSPLIT_FLOW_TICK_MS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&ms| ms >= 100)
+        .map_or(TICK, Duration::from_millis)
+}
+
+/// The idempotency key of entry `entry`'s step `step` of flow `flow`.
+pub fn step_key(flow: i64, entry: i64, step: i64) -> String {
+    format!("flow:{flow}:{entry}:{step}")
+}
+
+/// Schedule until `stop`, then give the lease up.
+pub async fn run(db: Arc<Db>, queue: Queue, stop: CancellationToken) {
+    let owner = format!(
+        "{}:{}:{:08x}",
+        crate::config::host_name(),
+        std::process::id(),
+        rand::random::<u32>()
+    );
+    // The lease is the jobs' lease (MAILSPLIT_LEASE_MS shortens both).
+    let lease_ms = crate::queue::job_ttr().as_millis() as i64;
+    let mut ticks = tokio::time::interval(tick());
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let queue = Arc::new(queue);
+    let mut holding = false;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = ticks.tick() => {}
+        }
+        match round(&db, &queue, &owner, lease_ms, &stop).await {
+            Ok(held) => {
+                if held && !holding {
+                    tracing::info!(owner = %owner, "flow scheduler: this worker holds the lease");
+                } else if !held && holding {
+                    tracing::info!(owner = %owner, "flow scheduler: lease passed to another worker");
+                }
+                holding = held;
+            }
+            Err(e) => tracing::warn!(error = %e, "flow scheduler: trying again"),
+        }
+    }
+    let me = owner.clone();
+    if let Err(e) = db.run(move |c| store::release(c, &me)).await {
+        tracing::debug!(error = %e, "cannot release the flow lease (it expires)");
+    }
+}
+
+/// One tick: the lease, then due batches while the lease is ours.
+async fn round(
+    db: &Arc<Db>,
+    queue: &Arc<Queue>,
+    owner: &str,
+    lease_ms: i64,
+    stop: &CancellationToken,
+) -> Result<bool, FlowError> {
+    loop {
+        let now = now_ms();
+        let me = owner.to_string();
+        if !db
+            .run(move |c| store::lease(c, &me, now, now + lease_ms))
+            .await?
+        {
+            return Ok(false);
+        }
+        let q = Arc::clone(queue);
+        let handled = db.run(move |c| Ok(batch(c, &q, now))).await??;
+        if handled < BATCH as usize || stop.is_cancelled() {
+            return Ok(true);
+        }
+    }
+}
+
+/// One batch of due entries; how many were read.
+pub fn batch(conn: &mut Conn, queue: &Queue, now: i64) -> Result<usize, FlowError> {
+    let due = store::due(conn, now, BATCH)?;
+    let mut flows: HashMap<i64, Option<(Flow, Vec<Step>)>> = HashMap::new();
+    for d in &due {
+        if let std::collections::hash_map::Entry::Vacant(slot) = flows.entry(d.flow_id) {
+            let f = store::by_id(conn, d.flow_id)?;
+            let loaded = match f {
+                Some(f) => {
+                    let steps = store::steps(conn, f.id)?;
+                    Some((f, steps))
+                }
+                None => None,
+            };
+            slot.insert(loaded);
+        }
+        let Some(Some((flow, steps))) = flows.get(&d.flow_id) else {
+            continue;
+        };
+        let Some(step) = steps.get(d.next_step as usize) else {
+            store::advance(conn, d.id, d.next_step, d.next_step, None)?;
+            continue;
+        };
+        if let Some(reason) = store::leave_reason(conn, d.recipient_id, d.status)? {
+            store::leave(conn, d.id, d.next_step, reason)?;
+            continue;
+        }
+        if flow.trigger_kind == Trigger::Join {
+            let member = match flow.list_id {
+                Some(list) => store::is_member(conn, list, d.recipient_id)?,
+                None => false,
+            };
+            if !member {
+                store::leave(conn, d.id, d.next_step, "removed")?;
+                continue;
+            }
+        }
+        let data: Value =
+            serde_json::from_str(&d.row_data).unwrap_or(Value::Object(Default::default()));
+        let submitted = messages::submit(
+            conn,
+            queue,
+            Submit {
+                template: step.template.clone(),
+                to: to(&d.email, &d.name),
+                data: Some(data),
+                idempotency_key: Some(step_key(flow.id, d.id, d.next_step)),
+            },
+        );
+        match submitted {
+            Ok(s) if s.status == MessageStatus::Suppressed => {
+                store::leave(conn, d.id, d.next_step, "suppressed")?;
+            }
+            Ok(_) => {
+                let next = d.next_step + 1;
+                let due_at = steps
+                    .get(next as usize)
+                    .map(|s| (d.entered_at + s.delay_ms).max(now));
+                store::advance(conn, d.id, d.next_step, next, due_at)?;
+            }
+            Err(MessageError::Store(e)) => return Err(e.into()),
+            Err(e) => {
+                // Queue down, template removed, an address the wire
+                // refuses: said once per try, tried again later.
+                tracing::warn!(flow = %flow.name, entry = d.id, step = d.next_step, error = %e,
+                    "flow step not sent; trying again in 10 s");
+                store::postpone(conn, d.id, d.next_step, now + RETRY_MS)?;
+            }
+        }
+    }
+    Ok(due.len())
+}
+
+/// The recipient as `to`: with the name on file, so that `{{ name }}`
+/// renders in the step as in a campaign.
+fn to(email: &str, name: &str) -> String {
+    let address = email.parse::<lettre::Address>();
+    match address {
+        Ok(a) if !name.trim().is_empty() => {
+            lettre::message::Mailbox::new(Some(name.to_string()), a).to_string()
+        }
+        _ => email.to_string(),
+    }
+}

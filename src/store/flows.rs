@@ -1,0 +1,507 @@
+//! Flows in the database (issue 39): the flow and its steps, one entry
+//! per (flow, recipient, key) made once by a unique index, the scheduler's
+//! lease (one row), and the due entries found by the index on `due_at`
+//! (never a scan of a flow's members). Every state change of an entry is a
+//! conditional UPDATE on the step it was at, so two schedulers (a lease
+//! that lapsed under a stalled holder) cannot both advance it.
+
+use diesel::prelude::*;
+
+use super::recipients::RecipientStatus;
+use super::schema::{list_members, lists, recipients};
+use super::schema::{list_members as lm, lists as l, recipients as r};
+use super::{now_ms, on, Conn, Result};
+
+diesel::table! {
+    flows (id) {
+        id -> BigInt,
+        name -> Text,
+        trigger_kind -> Text,
+        list_id -> Nullable<BigInt>,
+        sql_query -> Nullable<Text>,
+        sql_source -> Nullable<Text>,
+        every_ms -> Nullable<BigInt>,
+        polled_at -> BigInt,
+        state -> Text,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    flow_steps (flow_id, n) {
+        flow_id -> BigInt,
+        n -> BigInt,
+        delay_ms -> BigInt,
+        template -> Text,
+    }
+}
+
+diesel::table! {
+    flow_entries (id) {
+        id -> BigInt,
+        flow_id -> BigInt,
+        recipient_id -> BigInt,
+        entry_key -> Text,
+        row_data -> Text,
+        next_step -> BigInt,
+        due_at -> Nullable<BigInt>,
+        state -> Text,
+        left_reason -> Nullable<Text>,
+        entered_at -> BigInt,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    flow_scheduler (id) {
+        id -> BigInt,
+        owner -> Nullable<Text>,
+        lease_until -> BigInt,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(flows, flow_steps);
+diesel::allow_tables_to_appear_in_same_query!(flows, flow_entries);
+diesel::allow_tables_to_appear_in_same_query!(flow_entries, recipients);
+diesel::allow_tables_to_appear_in_same_query!(flows, lists);
+diesel::allow_tables_to_appear_in_same_query!(flow_entries, list_members);
+diesel::allow_tables_to_appear_in_same_query!(flows, recipients);
+
+use flow_entries as e;
+use flow_steps as s;
+use flows as f;
+
+text_enum! {
+    /// What makes an entry.
+    pub enum Trigger ("flow trigger (join, sql)") {
+        Join = "join",
+        Sql = "sql",
+    }
+}
+
+text_enum! {
+    /// Whether the scheduler sends a flow's due steps.
+    pub enum FlowState ("flow state (active, paused)") {
+        Active = "active",
+        Paused = "paused",
+    }
+}
+
+text_enum! {
+    /// Where an entry is: waiting for its next step, through every step,
+    /// or gone before the end (`left_reason` says why).
+    pub enum EntryState ("flow entry state (active, done, left)") {
+        Active = "active",
+        Done = "done",
+        Left = "left",
+    }
+}
+
+/// One flow as stored.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = f)]
+pub struct Flow {
+    pub id: i64,
+    pub name: String,
+    pub trigger_kind: Trigger,
+    pub list_id: Option<i64>,
+    pub sql_query: Option<String>,
+    pub sql_source: Option<String>,
+    pub every_ms: Option<i64>,
+    pub polled_at: i64,
+    pub state: FlowState,
+    pub created_at: i64,
+}
+
+/// One step.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = s)]
+pub struct Step {
+    pub flow_id: i64,
+    pub n: i64,
+    pub delay_ms: i64,
+    pub template: String,
+}
+
+/// What `flow create` stores.
+pub struct NewFlow<'a> {
+    pub name: &'a str,
+    pub trigger: Trigger,
+    pub list_id: Option<i64>,
+    pub sql_query: Option<&'a str>,
+    pub sql_source: Option<&'a str>,
+    pub every_ms: Option<i64>,
+    /// (delay, template) in order.
+    pub steps: &'a [(i64, String)],
+}
+
+/// Store a flow and its steps; `None` when the name is taken.
+pub fn create(conn: &mut Conn, n: &NewFlow) -> Result<Option<i64>> {
+    conn.transaction(|conn| {
+        let now = now_ms();
+        let id: Option<i64> = on!(conn, |c| diesel::insert_into(f::table)
+            .values((
+                f::name.eq(n.name),
+                f::trigger_kind.eq(n.trigger),
+                f::list_id.eq(n.list_id),
+                f::sql_query.eq(n.sql_query),
+                f::sql_source.eq(n.sql_source),
+                f::every_ms.eq(n.every_ms),
+                f::state.eq(FlowState::Active),
+                f::created_at.eq(now),
+            ))
+            .on_conflict_do_nothing()
+            .returning(f::id)
+            .get_result(c)
+            .optional())?;
+        let Some(id) = id else { return Ok(None) };
+        for (i, (delay, template)) in n.steps.iter().enumerate() {
+            on!(conn, |c| diesel::insert_into(s::table)
+                .values((
+                    s::flow_id.eq(id),
+                    s::n.eq(i as i64),
+                    s::delay_ms.eq(*delay),
+                    s::template.eq(template),
+                ))
+                .execute(c))?;
+        }
+        Ok(Some(id))
+    })
+}
+
+pub fn find(conn: &mut Conn, name: &str) -> Result<Option<Flow>> {
+    Ok(on!(conn, |c| f::table
+        .filter(f::name.eq(name))
+        .select(Flow::as_select())
+        .first(c)
+        .optional())?)
+}
+
+pub fn by_id(conn: &mut Conn, id: i64) -> Result<Option<Flow>> {
+    Ok(on!(conn, |c| f::table
+        .find(id)
+        .select(Flow::as_select())
+        .first(c)
+        .optional())?)
+}
+
+pub fn all(conn: &mut Conn) -> Result<Vec<Flow>> {
+    Ok(on!(conn, |c| f::table
+        .order(f::name)
+        .select(Flow::as_select())
+        .load(c))?)
+}
+
+pub fn steps(conn: &mut Conn, flow_id: i64) -> Result<Vec<Step>> {
+    Ok(on!(conn, |c| s::table
+        .filter(s::flow_id.eq(flow_id))
+        .order(s::n)
+        .select(Step::as_select())
+        .load(c))?)
+}
+
+/// The name of list `id`.
+pub fn list_name(conn: &mut Conn, id: i64) -> Result<Option<String>> {
+    Ok(on!(conn, |c| l::table
+        .find(id)
+        .select(l::name)
+        .first(c)
+        .optional())?)
+}
+
+/// Set a flow's state; false when it was already so.
+pub fn set_state(conn: &mut Conn, id: i64, to: FlowState) -> Result<bool> {
+    let n = on!(conn, |c| diesel::update(
+        f::table.find(id).filter(f::state.ne(to))
+    )
+    .set(f::state.eq(to))
+    .execute(c))?;
+    Ok(n == 1)
+}
+
+/// Active members of list `list_id` now: what `--include-existing`
+/// would enter, and what a flow created without it leaves out.
+pub fn active_members(conn: &mut Conn, list_id: i64) -> Result<i64> {
+    Ok(on!(conn, |c| lm::table
+        .inner_join(r::table.on(r::id.eq(lm::recipient_id)))
+        .filter(lm::list_id.eq(list_id))
+        .filter(r::status.eq(RecipientStatus::Active))
+        .count()
+        .get_result(c))?)
+}
+
+/// The join flows of a list and their first step's delay.
+fn join_flows(conn: &mut Conn, list_id: i64) -> Result<Vec<(i64, i64)>> {
+    Ok(on!(conn, |c| f::table
+        .inner_join(s::table.on(s::flow_id.eq(f::id).and(s::n.eq(0i64))))
+        .filter(f::list_id.eq(list_id))
+        .filter(f::trigger_kind.eq(Trigger::Join))
+        .select((f::id, s::delay_ms))
+        .load(c))?)
+}
+
+/// Enter every active member of `list_id` into flow `flow_id`
+/// (`--include-existing`); the number entered.
+pub fn enter_existing(conn: &mut Conn, flow_id: i64, list_id: i64, first: i64) -> Result<u64> {
+    let now = now_ms();
+    let n = on!(conn, |c| diesel::insert_into(e::table)
+        .values(
+            lm::table
+                .inner_join(r::table.on(r::id.eq(lm::recipient_id)))
+                .filter(lm::list_id.eq(list_id))
+                .filter(r::status.eq(RecipientStatus::Active))
+                .select((
+                    flow_id.into_sql::<diesel::sql_types::BigInt>(),
+                    r::id,
+                    Some(now + first)
+                        .into_sql::<diesel::sql_types::Nullable<diesel::sql_types::BigInt>>(),
+                    EntryState::Active
+                        .as_str()
+                        .into_sql::<diesel::sql_types::Text>(),
+                    now.into_sql::<diesel::sql_types::BigInt>(),
+                    now.into_sql::<diesel::sql_types::BigInt>(),
+                ))
+        )
+        .into_columns((
+            e::flow_id,
+            e::recipient_id,
+            e::due_at,
+            e::state,
+            e::entered_at,
+            e::updated_at,
+        ))
+        .on_conflict_do_nothing()
+        .execute(c))?;
+    Ok(n as u64)
+}
+
+/// New members of `list_id` (by mailbox key) enter the list's join flows,
+/// in the caller's transaction (the import's batch, the API's upsert): an
+/// entry exists exactly when the membership does. One query when the list
+/// has no flow; one INSERT per flow otherwise.
+pub fn joined(conn: &mut Conn, list_id: i64, keys: &[&str]) -> Result<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let flows = join_flows(conn, list_id)?;
+    let now = now_ms();
+    for (flow_id, first) in flows {
+        on!(conn, |c| diesel::insert_into(e::table)
+            .values(
+                r::table
+                    .filter(r::email_key.eq_any(keys))
+                    .filter(r::status.eq(RecipientStatus::Active))
+                    .select((
+                        flow_id.into_sql::<diesel::sql_types::BigInt>(),
+                        r::id,
+                        Some(now + first)
+                            .into_sql::<diesel::sql_types::Nullable<diesel::sql_types::BigInt>>(),
+                        EntryState::Active
+                            .as_str()
+                            .into_sql::<diesel::sql_types::Text>(),
+                        now.into_sql::<diesel::sql_types::BigInt>(),
+                        now.into_sql::<diesel::sql_types::BigInt>(),
+                    ))
+            )
+            .into_columns((
+                e::flow_id,
+                e::recipient_id,
+                e::due_at,
+                e::state,
+                e::entered_at,
+                e::updated_at,
+            ))
+            .on_conflict_do_nothing()
+            .execute(c))?;
+    }
+    Ok(())
+}
+
+/// Take (or renew) the scheduler's lease until `until`; true when `owner`
+/// holds it now. A holder that dies stops renewing, and the lease passes
+/// to the next worker that asks after `lease_until`.
+pub fn lease(conn: &mut Conn, owner: &str, now: i64, until: i64) -> Result<bool> {
+    use flow_scheduler as q;
+    let taken = on!(conn, |c| diesel::update(
+        q::table.find(1i64).filter(
+            q::lease_until
+                .lt(now)
+                .or(q::owner.eq(owner))
+                .or(q::owner.is_null())
+        )
+    )
+    .set((q::owner.eq(Some(owner)), q::lease_until.eq(until)))
+    .execute(c))?;
+    Ok(taken == 1)
+}
+
+/// Give the lease up (a worker stopping), if `owner` holds it.
+pub fn release(conn: &mut Conn, owner: &str) -> Result<()> {
+    use flow_scheduler as q;
+    on!(conn, |c| diesel::update(
+        q::table.find(1i64).filter(q::owner.eq(owner))
+    )
+    .set((q::owner.eq(None::<String>), q::lease_until.eq(0i64)))
+    .execute(c))?;
+    Ok(())
+}
+
+/// Who holds the scheduler's lease, and until when.
+pub fn holder(conn: &mut Conn) -> Result<Option<(Option<String>, i64)>> {
+    use flow_scheduler as q;
+    Ok(on!(conn, |c| q::table
+        .find(1i64)
+        .select((q::owner, q::lease_until))
+        .first(c)
+        .optional())?)
+}
+
+/// One due entry with what the scheduler needs to decide on it.
+#[derive(Debug, Clone, Queryable)]
+pub struct Due {
+    pub id: i64,
+    pub flow_id: i64,
+    pub recipient_id: i64,
+    pub entry_key: String,
+    pub row_data: String,
+    pub next_step: i64,
+    pub entered_at: i64,
+    pub email: String,
+    pub name: String,
+    pub status: RecipientStatus,
+}
+
+/// Up to `limit` entries due by `now`, oldest due first, of active
+/// flows: a range read of the `due_at` index.
+pub fn due(conn: &mut Conn, now: i64, limit: i64) -> Result<Vec<Due>> {
+    Ok(on!(conn, |c| e::table
+        .inner_join(f::table.on(f::id.eq(e::flow_id)))
+        .inner_join(r::table.on(r::id.eq(e::recipient_id)))
+        .filter(e::due_at.le(now))
+        .filter(f::state.eq(FlowState::Active))
+        .order(e::due_at)
+        .limit(limit)
+        .select((
+            e::id,
+            e::flow_id,
+            e::recipient_id,
+            e::entry_key,
+            e::row_data,
+            e::next_step,
+            e::entered_at,
+            r::email,
+            r::name,
+            r::status,
+        ))
+        .load(c))?)
+}
+
+/// Whether recipient `recipient` is still a member of list `list_id`.
+pub fn is_member(conn: &mut Conn, list_id: i64, recipient: i64) -> Result<bool> {
+    let n: i64 = on!(conn, |c| lm::table
+        .filter(lm::list_id.eq(list_id))
+        .filter(lm::recipient_id.eq(recipient))
+        .count()
+        .get_result(c))?;
+    Ok(n > 0)
+}
+
+/// Move entry `id` from step `from` to `to`, due at `due_at` (none: the
+/// entry is done). False when another scheduler moved it first.
+pub fn advance(conn: &mut Conn, id: i64, from: i64, to: i64, due_at: Option<i64>) -> Result<bool> {
+    let state = match due_at {
+        Some(_) => EntryState::Active,
+        None => EntryState::Done,
+    };
+    let n = on!(conn, |c| diesel::update(
+        e::table
+            .find(id)
+            .filter(e::next_step.eq(from))
+            .filter(e::state.eq(EntryState::Active))
+    )
+    .set((
+        e::next_step.eq(to),
+        e::due_at.eq(due_at),
+        e::state.eq(state),
+        e::updated_at.eq(now_ms()),
+    ))
+    .execute(c))?;
+    Ok(n == 1)
+}
+
+/// Entry `id` leaves before step `at` for `reason`.
+pub fn leave(conn: &mut Conn, id: i64, at: i64, reason: &str) -> Result<bool> {
+    let n = on!(conn, |c| diesel::update(
+        e::table
+            .find(id)
+            .filter(e::next_step.eq(at))
+            .filter(e::state.eq(EntryState::Active))
+    )
+    .set((
+        e::due_at.eq(None::<i64>),
+        e::state.eq(EntryState::Left),
+        e::left_reason.eq(Some(reason)),
+        e::updated_at.eq(now_ms()),
+    ))
+    .execute(c))?;
+    Ok(n == 1)
+}
+
+/// A flow's entries counted by (state, left reason).
+pub fn entry_counts(
+    conn: &mut Conn,
+    flow_id: i64,
+) -> Result<Vec<(EntryState, Option<String>, i64)>> {
+    Ok(on!(conn, |c| e::table
+        .filter(e::flow_id.eq(flow_id))
+        .group_by((e::state, e::left_reason))
+        .select((e::state, e::left_reason, diesel::dsl::count_star()))
+        .load(c))?)
+}
+
+/// Why recipient `id` (of `status`) may get no further step, if so:
+/// `complained`, `bounced` or `unsubscribed`.
+pub fn leave_reason(
+    conn: &mut Conn,
+    id: i64,
+    status: RecipientStatus,
+) -> Result<Option<&'static str>> {
+    use super::bounces::BounceKind;
+    use super::schema::bounces as b;
+    let complained: i64 = on!(conn, |c| b::table
+        .filter(b::recipient_id.eq(id))
+        .filter(b::kind.eq(BounceKind::Complaint))
+        .count()
+        .get_result(c))?;
+    Ok(match status {
+        _ if complained > 0 => Some("complained"),
+        RecipientStatus::Bounced => Some("bounced"),
+        RecipientStatus::Unsubscribed => Some("unsubscribed"),
+        RecipientStatus::Active => None,
+    })
+}
+
+/// Try entry `id`'s step `at` again at `due_at` (its send could not be
+/// queued now).
+pub fn postpone(conn: &mut Conn, id: i64, at: i64, due_at: i64) -> Result<()> {
+    on!(conn, |c| diesel::update(
+        e::table
+            .find(id)
+            .filter(e::next_step.eq(at))
+            .filter(e::state.eq(EntryState::Active))
+    )
+    .set(e::due_at.eq(Some(due_at)))
+    .execute(c))?;
+    Ok(())
+}
+
+/// The step messages of flow `flow_id`: (idempotency key, status), read
+/// by the key's prefix `flow:ID:`.
+pub fn step_messages(conn: &mut Conn, flow_id: i64) -> Result<Vec<(Option<String>, String)>> {
+    use super::schema::messages as m;
+    let prefix = format!("flow:{flow_id}:%");
+    Ok(on!(conn, |c| m::table
+        .filter(m::idempotency_key.like(prefix))
+        .select((m::idempotency_key, m::status))
+        .load(c))?)
+}
