@@ -10,8 +10,9 @@ use std::collections::HashMap;
 
 use diesel::prelude::*;
 
+use super::prepared::{Bind, Prepared};
 use super::schema::suppressions as s;
-use super::{on, Conn, Result};
+use super::{on, Conn, InnerMut, Result};
 
 /// Entries per statement (SQLite binds each one).
 const CHUNK: usize = 500;
@@ -104,12 +105,36 @@ pub fn matching(conn: &mut Conn, keys: &[String]) -> Result<HashMap<String, Stri
         w
     };
     let mut found: HashMap<String, String> = HashMap::new();
-    for chunk in wanted.chunks(CHUNK) {
-        let rows: Vec<(String, String)> = on!(conn, |c| s::table
-            .filter(s::entry.eq_any(chunk))
-            .select((s::entry, s::reason))
-            .load(c))?;
-        found.extend(rows);
+    match conn.inner_mut() {
+        // One fixed text, prepared once per connection: diesel's `eq_any`
+        // is one `?` per entry, parsed anew for every job (a worker checks
+        // each batch it claims).
+        InnerMut::Sqlite(c) => {
+            #[derive(QueryableByName)]
+            struct Found {
+                #[diesel(sql_type = diesel::sql_types::Text)]
+                entry: String,
+                #[diesel(sql_type = diesel::sql_types::Text)]
+                reason: String,
+            }
+            let json = serde_json::Value::from(wanted).to_string();
+            let rows: Vec<Found> = Prepared::new(
+                "SELECT entry, reason FROM suppressions \
+                 WHERE entry IN (SELECT value FROM json_each(?))",
+                vec![Bind::Json(&json)],
+            )
+            .load(c)?;
+            found.extend(rows.into_iter().map(|f| (f.entry, f.reason)));
+        }
+        InnerMut::Pg(c) => {
+            for chunk in wanted.chunks(CHUNK) {
+                let rows: Vec<(String, String)> = s::table
+                    .filter(s::entry.eq_any(chunk))
+                    .select((s::entry, s::reason))
+                    .load(c)?;
+                found.extend(rows);
+            }
+        }
     }
     let mut out = HashMap::new();
     if found.is_empty() {

@@ -613,6 +613,10 @@ fn metrics_parse_as_prometheus_text_and_equal_status_json() {
         status["pending"].as_i64().unwrap() > 0,
         "finished before the pause: {status}"
     );
+    // A worker's first beat waits for the hash of its binary.
+    wait_for(30, "the worker's first heartbeat", || {
+        !env.workers().is_empty()
+    });
     let samples = assert_metrics_equal_status(&env, s.admin, &["news", odd]);
     assert_eq!(
         sample(&samples, "mailsplit_workers", &[("state", "running")]),

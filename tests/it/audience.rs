@@ -364,7 +364,11 @@ b@example.test
         .collect();
     assert_eq!(
         rows,
-        [vec!["other", "1", "1"], vec!["shop", "3", "2"]],
+        // Imported lists are private and single opt-in, with no title.
+        [
+            vec!["other", "1", "1", "private", "single", "-"],
+            vec!["shop", "3", "2", "private", "single", "-"]
+        ],
         "{ls}"
     );
 

@@ -197,7 +197,10 @@ fn a_deploy_shows_in_the_fleet_until_all_run_the_new_binary() {
     let tmp = tempfile::tempdir().unwrap();
     let bs = Beanstalkd::start(tmp.path());
     let peer = ScriptedSmtp::start(Script {
-        data_delay: Duration::from_millis(100),
+        // 4,000 messages over 15 sessions: about 55 s, longer than a
+        // deploy of three workers each hashing a debug binary of some
+        // 370 MB under load.
+        data_delay: Duration::from_millis(200),
         ..Script::default()
     });
     let mut env = Env::new(Kind::Sqlite, &bs.addr());
