@@ -8,7 +8,15 @@ campaign sends at full speed (release build, SQLite, smtp-sink).
      (default 10) to `POST /api/v1/messages` of a `mailsplit serve` with an
      API key of scope `send` (16 keep-alive connections at most); with
      --tx-cli by `mailsplit send` processes, 16 in flight at most; the
-     campaign's rate over that window;
+     campaign's rate over that window beside the same length of window
+     just before it. The posting threads stand for the shop's
+     application, which runs on its own machine: here they share the two
+     cores, so they run at --tx-client-nice (default 19) and take what the
+     campaign leaves; a message's latency starts when its POST was due,
+     so a client slow to get to it counts against the figure. The CPU
+     each party spent in both windows (from /proc) is reported: a
+     campaign message's, a transactional message's to mailsplit (serve
+     and workers beyond the campaign's own) and the client's per POST;
   3. each message's latency: from the moment its POST (or `send` process)
      started to the ledger's `sent_at` (recorded right after the relay's
      answer to the end of DATA): p50, p99, max;

@@ -4,8 +4,10 @@
 //! stored hash of (template, to, data) tells a retry (same id, no second
 //! send) from another message under a used key (refused).
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::str::FromStr;
+use std::sync::{LazyLock, Mutex};
 
 use lettre::message::Mailbox;
 use serde::Serialize;
@@ -167,6 +169,15 @@ pub fn submit(conn: &mut Conn, queue: &Queue, s: Submit) -> Result<Submitted, Me
     })
 }
 
+/// Connections to beanstalkd kept between puts, per (server, tube): a
+/// submit reuses one instead of connecting anew (a TCP handshake and a
+/// `use` on both sides for every message).
+static CONNECTIONS: LazyLock<Mutex<Kept>> = LazyLock::new(Mutex::default);
+/// Idle connections by (server, tube).
+type Kept = HashMap<(SocketAddr, String), Vec<Server>>;
+/// Idle connections kept per (server, tube); more are closed after use.
+const IDLE_CONNECTIONS: usize = 16;
+
 /// Put message `id`'s job on the first server that takes it.
 fn put(queue: &Queue, identity: &Identity, id: i64) -> Result<(), crate::queue::QueueError> {
     let body = MessageJob { message: id }.encode(identity);
@@ -175,12 +186,8 @@ fn put(queue: &Queue, identity: &Identity, id: i64) -> Result<(), crate::queue::
     let n = queue.servers.len().max(1);
     for i in 0..queue.servers.len() {
         let addr = queue.servers[(id as usize + i) % n];
-        let attempt = Server::connect(addr).and_then(|mut s| {
-            s.use_tube(&queue.tube)?;
-            s.put(&body, MESSAGE_PRIORITY)
-        });
-        match attempt {
-            Ok(_) => return Ok(()),
+        match put_on(addr, &queue.tube, &body) {
+            Ok(()) => return Ok(()),
             Err(e) => last = Some(e),
         }
     }
@@ -188,6 +195,38 @@ fn put(queue: &Queue, identity: &Identity, id: i64) -> Result<(), crate::queue::
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// Put `body` on `addr`'s `tube`, on a kept connection if there is one. A
+/// kept connection that fails (the server restarted since) is dropped and
+/// the put made once more on a new one: a job put twice is harmless, the
+/// ledger's claim sends a message once.
+fn put_on(addr: SocketAddr, tube: &str, body: &[u8]) -> Result<(), crate::queue::QueueError> {
+    let key = (addr, tube.to_string());
+    let kept = lock(&CONNECTIONS).get_mut(&key).and_then(Vec::pop);
+    if let Some(mut server) = kept {
+        if server.put(body, MESSAGE_PRIORITY).is_ok() {
+            keep(key, server);
+            return Ok(());
+        }
+    }
+    let mut server = Server::connect(addr)?;
+    server.use_tube(tube)?;
+    server.put(body, MESSAGE_PRIORITY)?;
+    keep(key, server);
+    Ok(())
+}
+
+fn keep(key: (SocketAddr, String), server: Server) {
+    let mut all = lock(&CONNECTIONS);
+    let idle = all.entry(key).or_default();
+    if idle.len() < IDLE_CONNECTIONS {
+        idle.push(server);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Message `id` as the API shows it.

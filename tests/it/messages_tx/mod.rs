@@ -464,8 +464,42 @@ fn an_edit_reaches_a_running_worker(kind: Kind) {
     assert_eq!(subject("bob@example.org"), "Shipped E-1");
 }
 
+/// The library keeps its beanstalkd connections between submits; after
+/// beanstalkd restarts, the next submit finds its kept connection dead,
+/// puts the job on a new one, and both messages are sent once.
+fn a_submit_after_beanstalkd_restarts(kind: Kind) {
+    let (_tmp, mut bs, peer, env) = setup(kind, Script::default());
+    templates(&env);
+    let mut conn = env.conn();
+    let one = |conn: &mut mailsplit::store::Conn, to: &str| {
+        messages::submit(
+            conn,
+            &queue(&env),
+            Submit {
+                template: "order".into(),
+                to: to.into(),
+                data: Some(serde_json::json!({"order_id": to})),
+                idempotency_key: None,
+            },
+        )
+        .unwrap()
+        .id
+    };
+    let first = one(&mut conn, "ada@example.org");
+    assert_eq!(bs.live_jobs(&env.tube), 1);
+    bs.restart();
+    let second = one(&mut conn, "bob@example.org");
+    assert_eq!(bs.live_jobs(&env.tube), 2);
+    let w = env.worker(&[]);
+    wait_status(&env, first, MessageStatus::Sent, 30);
+    wait_status(&env, second, MessageStatus::Sent, 30);
+    stop_worker(w);
+    assert_eq!(peer.total(), 2);
+}
+
 both!(
     exactly_once_per_key,
+    a_submit_after_beanstalkd_restarts,
     an_edit_reaches_a_running_worker,
     suppressions_per_stream,
     message_overtakes_a_big_campaign,
