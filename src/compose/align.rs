@@ -23,7 +23,7 @@ pub fn warning(from_domain: &str, return_path: Option<&str>) -> Option<String> {
 }
 
 /// The guessed organisational domain (see the module doc).
-fn organisation(domain: &str) -> String {
+pub fn organisation(domain: &str) -> String {
     let labels: Vec<&str> = domain.split('.').filter(|l| !l.is_empty()).collect();
     let n = labels.len();
     let keep = if n >= 3 && labels[n - 1].len() == 2 && labels[n - 2].len() <= 3 {

@@ -254,23 +254,11 @@ async fn spf(dns: &Dns, rp_domain: &str, relay: Option<IpAddr>) -> Check {
     }
 }
 
-/// The guessed organisational domain, as `compose::align` guesses it.
-fn organisation(domain: &str) -> String {
-    let labels: Vec<&str> = domain.split('.').filter(|l| !l.is_empty()).collect();
-    let n = labels.len();
-    let keep = if n >= 3 && labels[n - 1].len() == 2 && labels[n - 2].len() <= 3 {
-        3
-    } else {
-        2
-    };
-    labels[n.saturating_sub(keep)..].join(".")
-}
-
 async fn dmarc(dns: &Dns, domain: &str) -> Check {
     let fix = format!(
         "publish a TXT record at _dmarc.{domain}, e.g. \"v=DMARC1; p=none; rua=mailto:dmarc@{domain}\" (Gmail and Yahoo require one from bulk senders)"
     );
-    let org = organisation(domain);
+    let org = crate::compose::align::organisation(domain);
     let mut names = vec![format!("_dmarc.{domain}")];
     if org != domain {
         names.push(format!("_dmarc.{org}"));
