@@ -62,20 +62,7 @@ fn allowed(client: IpAddr) -> bool {
     entry.1 <= PER_CLIENT
 }
 
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+pub use super::chart::escape;
 
 /// The form's HTML: `action` is where it posts (`/subscribe` here, the
 /// public URL's in `list form`).
