@@ -6,20 +6,28 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{self, DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY};
+use crate::config::{self, DEFAULT_BATCH_SIZE};
 
 mod apikey;
+mod audience;
+mod campaign;
+mod dkim;
 mod doctor;
 mod flow;
 mod messages;
 mod people;
+mod processes;
 mod webhook;
 use crate::redact;
 pub use apikey::{ApikeyCommand, ScopeArg};
+pub use audience::{ImportArgs, ListFaceArgs};
+pub use campaign::TemplatesCommand;
+pub use dkim::{Algorithm, DkimCommand};
 pub use doctor::DoctorArgs;
 pub use flow::FlowCommand;
 pub use messages::{MessageCommand, SendArgs, TemplateCommand, TemplateContent};
 pub use people::{SubscriberCommand, SuppressCommand};
+pub use processes::{BounceArgs, ServeArgs, TestArgs, WorkerArgs};
 pub use webhook::WebhookCommand;
 
 #[derive(Parser, Debug)]
@@ -271,67 +279,6 @@ pub enum Command {
     },
 }
 
-/// `import`'s arguments; `Debug` shows the source URL through [`redact`].
-#[derive(Args, Clone)]
-pub struct ImportArgs {
-    /// CSV file to read (or --from-sql with --source)
-    #[arg(required_unless_present = "from_sql", conflicts_with = "from_sql")]
-    pub file: Option<PathBuf>,
-    /// List to add the recipients to (created if new)
-    #[arg(long)]
-    pub list: String,
-    /// Read the recipients from this SELECT on --source instead of a
-    /// file: column `email` required, `name` and `status` optional, every
-    /// other column an attribute with its type kept (NULL leaves it out)
-    #[arg(long, value_name = "QUERY", requires = "source")]
-    pub from_sql: Option<String>,
-    /// The database --from-sql reads, read-only: postgres://USER@HOST/DB,
-    /// mysql://USER:PASSWORD@HOST/DB or sqlite://PATH. A password given
-    /// here shows in `ps` to every user of this machine: set
-    /// MAILSPLIT_SOURCE_URL instead
-    #[arg(
-        long,
-        env = "MAILSPLIT_SOURCE_URL",
-        hide_env_values = true,
-        value_name = "URL"
-    )]
-    pub source: Option<String>,
-    /// Read --source as a user who can do more than read (a superuser,
-    /// server file access, the right to write the tables); refused
-    /// without this (README: "A read-only user for --source")
-    #[arg(long, requires = "from_sql")]
-    pub allow_privileged_source: bool,
-    /// Afterwards the list's members are exactly the rows imported:
-    /// members not in the source leave the list (their recipient rows,
-    /// history and other lists stay)
-    #[arg(long)]
-    pub sync: bool,
-    /// With --sync: a source that names nobody empties the list (without
-    /// it, such an import is refused, exit 2)
-    #[arg(long, requires = "sync")]
-    pub allow_empty: bool,
-    /// Let rows saying active (or saying nothing) make active again
-    /// recipients who unsubscribed, bounced or complained; without it
-    /// they stay as they are and are counted as "kept unsubscribed"
-    #[arg(long)]
-    pub resubscribe: bool,
-}
-
-impl std::fmt::Debug for ImportArgs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ImportArgs")
-            .field("file", &self.file)
-            .field("list", &self.list)
-            .field("from_sql", &self.from_sql)
-            .field("source", &self.source.as_deref().map(redact::Url))
-            .field("allow_privileged_source", &self.allow_privileged_source)
-            .field("sync", &self.sync)
-            .field("allow_empty", &self.allow_empty)
-            .field("resubscribe", &self.resubscribe)
-            .finish()
-    }
-}
-
 #[derive(Subcommand, Debug)]
 pub enum ListCommand {
     /// Make an empty list by hand, with the face subscribers see: its
@@ -377,45 +324,6 @@ pub enum ListCommand {
     Delete { list: String },
 }
 
-/// A list's face, for `list create` and `list set`.
-#[derive(clap::Args, Debug, Default)]
-pub struct ListFaceArgs {
-    /// What the sign-up form and preference centre call the list
-    /// (default: its name)
-    #[arg(long, value_name = "T")]
-    pub title: Option<String>,
-    /// Offer the list on the public `/subscribe` form and the preference
-    /// centre
-    #[arg(long, conflicts_with = "private")]
-    pub public: bool,
-    /// Take the list off `/subscribe` (its members stay)
-    #[arg(long)]
-    pub private: bool,
-    /// Sign-ups through `/subscribe` join only after clicking the
-    /// confirmation mail's link and its button
-    #[arg(long, conflicts_with = "single_opt_in")]
-    pub double_opt_in: bool,
-    /// Sign-ups through `/subscribe` join at once
-    #[arg(long)]
-    pub single_opt_in: bool,
-}
-
-#[derive(Subcommand, Debug)]
-pub enum TemplatesCommand {
-    /// Print a built-in starter's source (HTML and text, Jinja syntax), to
-    /// copy into your own files for `campaign create --html FILE --text FILE`
-    Show {
-        /// Template name (see `mailsplit templates`)
-        name: String,
-        /// Only the HTML part
-        #[arg(long, conflicts_with = "text")]
-        html: bool,
-        /// Only the text part
-        #[arg(long)]
-        text: bool,
-    },
-}
-
 #[derive(Subcommand, Debug)]
 pub enum RateCommand {
     /// Create or change a rate group shared by every worker
@@ -442,53 +350,6 @@ pub enum RateCommand {
     List,
     /// Remove a group (its mail is no longer limited by it)
     Delete { group: String },
-}
-
-#[derive(Subcommand, Debug)]
-pub enum DkimCommand {
-    /// Generate a key for a domain, store it, and print the DNS TXT record
-    ///
-    /// Publish the record before sending: receivers look the key up at
-    /// SELECTOR._domainkey.DOMAIN. One active key per algorithm and domain;
-    /// a domain with an RSA and an ed25519 key gets both signatures.
-    Keygen {
-        /// The From domain to sign for, e.g. example.com
-        domain: String,
-        /// Selector: the DNS label the key is published under (default
-        /// mailsplit; mailsplit-ed25519 when the domain already uses mailsplit)
-        #[arg(long)]
-        selector: Option<String>,
-        /// What the key signs with
-        #[arg(long, value_enum, default_value_t = Algorithm::Rsa)]
-        algorithm: Algorithm,
-    },
-    /// Domains, selectors, algorithms, states (active, pending, retired) and
-    /// the TXT record of each key
-    List,
-    /// Delete a domain's keys; its mail goes out unsigned
-    Delete {
-        domain: String,
-        /// Delete only the key with this selector
-        #[arg(long)]
-        selector: Option<String>,
-    },
-    /// Make a new key for a domain (pending) and print its TXT record
-    ///
-    /// Mail stays signed with the active key until `dkim activate`, so the
-    /// new record can be published first.
-    Rotate {
-        domain: String,
-        /// What the new key signs with (default: the algorithm of the
-        /// domain's active key)
-        #[arg(long, value_enum)]
-        algorithm: Option<Algorithm>,
-        /// Selector of the new key (default mailsplit-YYYYMMDD)
-        #[arg(long)]
-        selector: Option<String>,
-    },
-    /// Sign the domain's mail with this key from now on (workers within
-    /// seconds); the active key of its algorithm is retired
-    Activate { domain: String, selector: String },
 }
 
 // Parsed once per run: the size of `Create` costs nothing.
@@ -601,122 +462,6 @@ pub enum CampaignCommand {
     },
 }
 
-/// `campaign test`'s options. `Debug` shows the SMTP URL through [`redact`].
-#[derive(Args, Clone)]
-pub struct TestArgs {
-    /// Campaign name or id
-    pub name: String,
-    /// Where the test messages go (comma-separated or repeated)
-    #[arg(long, required = true, value_delimiter = ',')]
-    pub to: Vec<String>,
-    /// The list member the message is rendered for (default: the first active one)
-    #[arg(long)]
-    pub recipient: Option<String>,
-    /// SMTP relay, as for `worker`
-    #[arg(long, env = "SMTP_URL", hide_env_values = true, default_value = config::DEFAULT_SMTP_URL)]
-    pub smtp: String,
-}
-
-impl std::fmt::Debug for TestArgs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TestArgs")
-            .field("name", &self.name)
-            .field("to", &self.to)
-            .field("recipient", &self.recipient)
-            .field("smtp", &redact::Url(&self.smtp))
-            .finish()
-    }
-}
-
-/// `Debug` shows the SMTP URL through [`redact`].
-#[derive(Args, Clone)]
-pub struct WorkerArgs {
-    /// SMTP relay: smtp://HOST:PORT, smtp://USER:PASS@HOST:587?tls=required, smtps://HOST:465
-    #[arg(long, env = "SMTP_URL", hide_env_values = true, default_value = config::DEFAULT_SMTP_URL)]
-    pub smtp: String,
-    /// Concurrent SMTP sessions in this process
-    #[arg(long, env = "MAILSPLIT_CONCURRENCY", default_value_t = DEFAULT_CONCURRENCY)]
-    pub concurrency: usize,
-    /// Tries per recipient on temporary (4xx) failures before it is failed
-    #[arg(long, default_value_t = config::DEFAULT_MAX_ATTEMPTS)]
-    pub max_attempts: i32,
-    /// Seconds a stopping worker lets jobs in flight finish
-    #[arg(long, default_value_t = config::DEFAULT_GRACE.as_secs())]
-    pub grace: u64,
-    /// Seconds to wait for the relay (connect, and each message's exchange)
-    /// before counting the try as a temporary failure
-    #[arg(long, default_value_t = config::DEFAULT_SMTP_TIMEOUT.as_secs())]
-    pub smtp_timeout: u64,
-    /// Messages per SMTP session; then the session QUITs and its
-    /// connection slot is free for another sender or worker
-    #[arg(long, env = "MAILSPLIT_MAX_PER_SESSION", default_value_t = config::DEFAULT_MAX_PER_SESSION)]
-    pub max_per_session: usize,
-    /// Bytes one rendered message may hold (subject, HTML and text parts,
-    /// and the message built from them); a recipient whose message is
-    /// larger is failed with that reason
-    #[arg(long, env = "MAILSPLIT_MAX_MESSAGE_SIZE", default_value_t = crate::compose::content::DEFAULT_MAX_MESSAGE)]
-    pub max_message_size: usize,
-}
-
-impl std::fmt::Debug for WorkerArgs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WorkerArgs")
-            .field("smtp", &redact::Url(&self.smtp))
-            .field("concurrency", &self.concurrency)
-            .field("max_attempts", &self.max_attempts)
-            .field("grace", &self.grace)
-            .field("smtp_timeout", &self.smtp_timeout)
-            .field("max_per_session", &self.max_per_session)
-            .field("max_message_size", &self.max_message_size)
-            .finish()
-    }
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct BounceArgs {
-    /// The envelope recipient of the report (pipe(8)'s ${recipient}): its
-    /// VERP token names campaign and recipient
-    pub recipient: Option<String>,
-    /// Handle every message in DIR/new instead of stdin, moving each to
-    /// DIR/cur
-    #[arg(long, value_name = "DIR")]
-    pub maildir: Option<PathBuf>,
-    /// Soft bounces (mailbox full, temporary failures) that make a
-    /// recipient bounced…
-    #[arg(long, default_value_t = crate::bounce::DEFAULT_SOFT_LIMIT)]
-    pub soft_limit: u32,
-    /// …within this many days
-    #[arg(long, default_value_t = crate::bounce::DEFAULT_SOFT_WINDOW_DAYS)]
-    pub soft_window_days: u32,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct ServeArgs {
-    /// Public routes (one-click unsubscribe), HOST:PORT
-    #[arg(long, env = "MAILSPLIT_LISTEN", default_value = config::DEFAULT_LISTEN)]
-    pub listen: String,
-    /// Admin routes (dashboard, API, metrics), HOST:PORT
-    #[arg(long, env = "MAILSPLIT_ADMIN_LISTEN", default_value = config::DEFAULT_ADMIN_LISTEN)]
-    pub admin_listen: String,
-    /// Connections each listener holds at most; at the cap the one idle longest is closed
-    #[arg(long, env = "MAILSPLIT_MAX_CONNECTIONS", default_value_t = config::DEFAULT_MAX_CONNECTIONS as u64, value_parser = clap::value_parser!(u64).range(1..=65_536))]
-    pub max_connections: u64,
-    /// Reverse proxy (IP address or ADDR/BITS) whose X-Forwarded-For names the client; repeat or separate by commas
-    #[arg(
-        long = "trusted-proxy",
-        value_name = "ADDR",
-        env = "MAILSPLIT_TRUSTED_PROXY",
-        value_delimiter = ','
-    )]
-    pub trusted_proxies: Vec<String>,
-    /// /api/v1 requests per second each API key may make on average (429 beyond)
-    #[arg(long, env = "MAILSPLIT_API_RATE", default_value_t = config::DEFAULT_API_RATE, value_parser = clap::value_parser!(u32).range(1..))]
-    pub api_rate: u32,
-    /// /api/v1 requests each API key may make at once above its rate
-    #[arg(long, env = "MAILSPLIT_API_BURST", default_value_t = config::DEFAULT_API_BURST, value_parser = clap::value_parser!(u32).range(1..))]
-    pub api_burst: u32,
-}
-
 /// How a listing is printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -726,60 +471,5 @@ pub enum Format {
     Json,
 }
 
-/// `--algorithm`: what a DKIM key signs with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Algorithm {
-    /// RSA 2048 with SHA-256: verified by every receiver.
-    Rsa,
-    /// Ed25519 (RFC 8463): small and fast, not yet verified everywhere.
-    Ed25519,
-}
-
-impl From<Algorithm> for crate::dkim::DkimAlgorithm {
-    fn from(a: Algorithm) -> Self {
-        match a {
-            Algorithm::Rsa => crate::dkim::DkimAlgorithm::Rsa,
-            Algorithm::Ed25519 => crate::dkim::DkimAlgorithm::Ed25519,
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn debug_of_the_parsed_command_line_hides_passwords() {
-        let cli = Cli::try_parse_from([
-            "mailsplit",
-            "--database-url",
-            "postgres://me:DbS3cret@db/x",
-            "worker",
-            "--smtp",
-            "smtps://u:SmtpS3cret@relay:465",
-        ])
-        .unwrap();
-        let shown = format!("{cli:?} {cli:#?}");
-        assert!(!shown.contains("DbS3cret"), "{shown}");
-        assert!(!shown.contains("SmtpS3cret"), "{shown}");
-        assert!(shown.contains("relay:465"), "{shown}");
-    }
-
-    #[test]
-    fn debug_of_an_sql_import_hides_the_source_password() {
-        let cli = Cli::try_parse_from([
-            "mailsplit",
-            "import",
-            "--list",
-            "shop",
-            "--from-sql",
-            "SELECT email FROM customers",
-            "--source",
-            "postgres://shop:SrcS3cret@db/shop",
-        ])
-        .unwrap();
-        let shown = format!("{cli:?} {cli:#?}");
-        assert!(!shown.contains("SrcS3cret"), "{shown}");
-        assert!(shown.contains("customers"), "{shown}");
-    }
-}
+mod tests;
