@@ -40,22 +40,22 @@ pub mod schedule;
 pub mod send;
 pub mod sessions;
 pub mod shared;
+mod start;
 pub mod touch;
 pub mod tracker;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context as _, Result};
-use tokio::sync::{mpsc, Semaphore};
+use anyhow::Result;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{WorkerSettings, FLAG_REFRESH};
+use crate::config::WorkerSettings;
 use crate::mail::Relay;
-use crate::store::{self, installation, Db, Plans};
+use crate::store::{self, installation};
 use crate::tokens::Identity;
-use flags::Campaigns;
-use shared::Shared;
+use start::start;
 
 /// Jobs a worker holds at once: enough to keep every SMTP session busy
 /// while the next job is being claimed and rendered.
@@ -147,147 +147,22 @@ async fn pipeline_run(
     db_file: Option<store::DbFile>,
     phases: Phases,
 ) -> Result<()> {
-    let Phases {
-        stop,
-        abort,
-        drained,
-        leases_done,
-    } = phases;
-
     let slots_total = job_slots(settings.concurrency);
     let slots = Arc::new(Semaphore::new(slots_total));
-    let (jobs_tx, mut jobs_rx) = mpsc::channel(1);
-    let (send_tx, send_rx) = async_channel::bounded(settings.concurrency);
-    let (urgent_tx, urgent_rx) = async_channel::bounded(settings.concurrency);
-    let scheduler = Arc::new(schedule::Scheduler::new(
-        (send_rx, urgent_rx),
-        max_parked(settings.concurrency),
-        abort.clone(),
-    ));
-    let (report_tx, report_rx) = mpsc::channel(settings.concurrency * 2 + 100);
-
-    let (cmd_txs, threads) = spawn_reservers(
-        &settings,
-        crate::queue::home_tube(&identity.database_id),
-        &jobs_tx,
-        &slots,
-        &stop,
-        &drained,
-    )?;
-    drop(jobs_tx);
-
-    let db = Db::bounded(
-        &settings.database_url,
-        Some(conn),
-        Plans::GenericWhileLarge,
-        db_call_limit(),
-    )?;
-    let limiter = crate::rate::limiter::Limiter::new(Arc::clone(&db), relay.target());
-    limiter.refresh().await.context("cannot read rate groups")?;
-    let shared = Arc::new(Shared {
-        db,
-        identity,
-        foreign: Mutex::new(Default::default()),
-        foreign_jobs: Default::default(),
-        tube: settings.tube.clone(),
-        limiter,
-        scheduler: Arc::clone(&scheduler),
-        unrecorded: Arc::new(Semaphore::new(settings.concurrency)),
-        signers: Arc::new(Semaphore::new(
-            std::thread::available_parallelism().map_or(1, |n| n.get()),
-        )),
-        campaigns: Campaigns::new(settings.max_message),
-        optouts: Default::default(),
-        cmds: cmd_txs,
-        to_send: send_tx,
-        to_report: report_tx.clone(),
-        max_attempts: settings.max_attempts,
-        sent: Default::default(),
-        deferrals: Default::default(),
-        urgent: urgent_tx,
-        templates: Arc::new(crate::compose::content::Cache::with_max_message(
-            settings.max_message,
-        )),
-    });
-    let heartbeat = heartbeat::Heartbeat::start(
-        Arc::clone(&shared),
-        relay.target(),
-        settings.concurrency,
-        stop.clone(),
-    );
-
-    let sessions = sessions::Sessions::new(relay.target(), settings.concurrency);
-    let leasing = sessions.start_leasing(Arc::clone(&shared.db), leases_done.clone());
-    let senders = spawn_senders(
+    let (shared, tasks) = start(
         &settings,
         &relay,
-        &sessions,
-        &shared,
-        &scheduler,
-        &report_tx,
-        &(abort.clone(), drained.clone()),
-    );
-    drop(report_tx);
-    let reporter = tokio::spawn(record::reporter(
-        Arc::clone(&shared),
-        report_rx,
-        drained.clone(),
-        (settings.concurrency / 4).max(1),
-    ));
-
-    let refresher = spawn_refresher(&shared, db_file, &drained, &stop, &abort);
-    let dispatcher = {
-        let shared = Arc::clone(&shared);
-        tokio::spawn(async move {
-            while let Some(job) = jobs_rx.recv().await {
-                let shared = Arc::clone(&shared);
-                // A transactional message's job, or a campaign's.
-                if crate::queue::message::is_message_job(&job.body) {
-                    tokio::spawn(message::handle(shared, job));
-                } else {
-                    tokio::spawn(job::handle(shared, job));
-                }
-            }
-        })
-    };
-
-    let deliverer = tokio::spawn(crate::webhooks::deliver::run(
-        Db::bounded(&settings.database_url, None, Plans::Custom, db_call_limit())?,
-        settings.webhooks,
-        stop.clone(),
-    ));
-    // Flow steps: one worker at a time holds the scheduler's lease.
-    let flows = tokio::spawn(crate::flows::scheduler::run(
-        Db::bounded(&settings.database_url, None, Plans::Custom, db_call_limit())?,
-        crate::messages::Queue {
-            servers: settings.servers.clone(),
-            tube: settings.tube.clone(),
-        },
-        stop.clone(),
-    ));
-    log_started(&settings, &relay);
-    stop.cancelled().await;
-
-    finish_jobs(&settings, &slots, slots_total, &abort).await;
-    drained.cancel();
-    let fatal = refresher.await.ok().flatten();
-    Tasks {
-        senders,
-        leases_done,
-        leasing,
-        dispatcher,
-        reporter,
-        heartbeat,
-        threads,
-    }
-    .wind_down(shared)
+        (conn, identity, db_file),
+        &slots,
+        &phases,
+    )
     .await?;
-    // It stops with `stop`, giving up its leases.
-    let _ = tokio::time::timeout(Duration::from_secs(5), deliverer).await;
-    let _ = tokio::time::timeout(Duration::from_secs(5), flows).await;
-    if let Some(e) = fatal {
-        return Err(e.into());
-    }
+    log_started(&settings, &relay);
+    phases.stop.cancelled().await;
+
+    finish_jobs(&settings, &slots, slots_total, &phases.abort).await;
+    phases.drained.cancel();
+    tasks.wind_down(shared).await?;
     log_signing();
     tracing::info!("worker stopped");
     Ok(())
@@ -306,124 +181,6 @@ fn log_signing() {
             "DKIM signing CPU"
         );
     }
-}
-
-/// The reserve threads' command channels and the threads.
-type Reservers = (
-    Vec<std::sync::mpsc::Sender<reserve::Cmd>>,
-    Vec<std::thread::JoinHandle<()>>,
-);
-
-/// One reserve thread per beanstalkd server; returns the senders of their
-/// command channels (delete, release, bury, touch) and the threads.
-fn spawn_reservers(
-    settings: &WorkerSettings,
-    home: Option<String>,
-    jobs_tx: &mpsc::Sender<reserve::Incoming>,
-    slots: &Arc<Semaphore>,
-    stop: &CancellationToken,
-    drained: &CancellationToken,
-) -> Result<Reservers> {
-    let mut cmd_txs = Vec::new();
-    let mut threads = Vec::new();
-    for (index, &addr) in settings.servers.iter().enumerate() {
-        let (tx, rx) = std::sync::mpsc::channel();
-        cmd_txs.push(tx);
-        let server = reserve::ServerLoop {
-            index,
-            addr,
-            tube: settings.tube.clone(),
-            home: home.clone(),
-            jobs: jobs_tx.clone(),
-            cmds: rx,
-            slots: Arc::clone(slots),
-            stop: stop.clone(),
-            drained: drained.clone(),
-        };
-        threads.push(
-            std::thread::Builder::new()
-                .name(format!("beanstalkd-{addr}"))
-                .spawn(move || server.run())
-                .context("cannot start a reserve thread")?,
-        );
-    }
-    Ok((cmd_txs, threads))
-}
-
-/// Every [`FLAG_REFRESH`]: the campaigns' flags, recent unsubscribes and
-/// the rate groups; and the SQLite file, whose replacement stops the
-/// worker (the task then returns the error).
-fn spawn_refresher(
-    shared: &Arc<Shared>,
-    db_file: Option<store::DbFile>,
-    drained: &CancellationToken,
-    stop: &CancellationToken,
-    abort: &CancellationToken,
-) -> tokio::task::JoinHandle<Option<store::StoreError>> {
-    let shared = Arc::clone(shared);
-    let drained = drained.clone();
-    let (stop, abort) = (stop.clone(), abort.clone());
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = drained.cancelled() => return None,
-                _ = tokio::time::sleep(FLAG_REFRESH) => {}
-            }
-            // SQLite file deleted or replaced: nobody will ever read
-            // what this worker records, so send nothing more (unsent
-            // messages are handed back, jobs released) and fail.
-            if let Some(Err(e)) = db_file.as_ref().map(store::DbFile::check) {
-                tracing::error!("{e}");
-                abort.cancel();
-                stop.cancel();
-                return Some(e);
-            }
-            if let Err(e) = shared.campaigns.refresh(&shared.db).await {
-                tracing::warn!(error = %e, "cannot refresh campaign flags");
-            }
-            // A `dkim delete` stops signing within a round.
-            if let Err(e) = shared.campaigns.refresh_keys(&shared.db).await {
-                tracing::warn!(error = %e, "cannot re-read DKIM keys");
-            }
-            if let Err(e) = shared.optouts.refresh(&shared.db).await {
-                tracing::warn!(error = %e, "cannot read recent unsubscribes");
-            }
-            // A `rate set` takes effect within a round (one small read).
-            if let Err(e) = shared.limiter.refresh().await {
-                tracing::warn!(error = %e, "cannot refresh rate groups");
-            }
-        }
-    })
-}
-
-/// `--concurrency` sender tasks, each with its own SMTP session.
-fn spawn_senders(
-    settings: &WorkerSettings,
-    relay: &Relay,
-    sessions: &Arc<sessions::Sessions>,
-    shared: &Arc<Shared>,
-    scheduler: &Arc<schedule::Scheduler>,
-    report_tx: &mpsc::Sender<pipeline::SendOutcome>,
-    // The `abort` and `drained` phases a sender watches.
-    (abort, drained): &(CancellationToken, CancellationToken),
-) -> Vec<tokio::task::JoinHandle<()>> {
-    (0..settings.concurrency)
-        .map(|_| {
-            let setup = send::SenderSetup {
-                relay: relay.clone(),
-                sessions: Arc::clone(sessions),
-                max_per_session: settings.max_per_session,
-                abort: abort.clone(),
-                done: drained.clone(),
-            };
-            tokio::spawn(send::sender(
-                Arc::clone(shared),
-                Arc::clone(scheduler),
-                report_tx.clone(),
-                setup,
-            ))
-        })
-        .collect()
 }
 
 /// Phase 1 → 2: wait for every job slot to come back (every job finished
@@ -463,43 +220,4 @@ fn log_started(settings: &WorkerSettings, relay: &Relay) {
         tube = %settings.tube,
         "worker started"
     );
-}
-
-/// The tasks and threads a running worker winds down once `drained`.
-struct Tasks {
-    senders: Vec<tokio::task::JoinHandle<()>>,
-    leases_done: CancellationToken,
-    leasing: tokio::task::JoinHandle<()>,
-    dispatcher: tokio::task::JoinHandle<()>,
-    reporter: tokio::task::JoinHandle<()>,
-    heartbeat: heartbeat::Heartbeat,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Tasks {
-    /// Phases 3 and 4: senders close their sessions, the connection slots
-    /// go back, the reporter flushes, the heartbeat row goes, the reserve
-    /// threads end.
-    async fn wind_down(self, shared: Arc<Shared>) -> Result<()> {
-        shared.to_send.close();
-        shared.urgent.close();
-        for s in self.senders {
-            let _ = tokio::time::timeout(Duration::from_secs(3), s).await;
-        }
-        // Every session closed: this worker's connection slots go back.
-        self.leases_done.cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.leasing).await;
-        self.dispatcher.abort();
-        drop(shared);
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.reporter).await;
-        self.heartbeat.finish().await;
-        tokio::task::spawn_blocking(move || {
-            for t in self.threads {
-                let _ = t.join();
-            }
-        })
-        .await
-        .context("reserve threads")?;
-        Ok(())
-    }
 }

@@ -6,7 +6,8 @@ use std::collections::HashSet;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::mpsc;
+use anyhow::Context as _;
+use tokio::sync::{mpsc, Semaphore};
 
 use super::flags::Campaigns;
 use super::optout::Optouts;
@@ -14,8 +15,11 @@ use super::pipeline::{Msg, SendOutcome, Urgent};
 use super::reserve::Cmd;
 use super::schedule::{self, Scheduler};
 use super::tracker::Deferrals;
+use crate::compose::content::Cache;
+use crate::config::WorkerSettings;
+use crate::mail::Relay;
 use crate::rate::limiter::Limiter;
-use crate::store::Db;
+use crate::store::{Conn, Db, Plans};
 use crate::tokens::Identity;
 
 /// What the stages share.
@@ -58,7 +62,57 @@ pub struct Shared {
     pub templates: Arc<crate::compose::content::Cache>,
 }
 
+/// The channels between the stages, made before the stages that hold
+/// their other ends.
+pub struct Channels {
+    pub cmds: Vec<std::sync::mpsc::Sender<Cmd>>,
+    pub to_send: async_channel::Sender<Msg>,
+    pub to_report: mpsc::Sender<SendOutcome>,
+    pub urgent: async_channel::Sender<Urgent>,
+}
+
 impl Shared {
+    /// The worker's shared state on `conn` (the connection its start
+    /// checked) and `identity`, with the rate groups read once.
+    pub async fn new(
+        settings: &WorkerSettings,
+        (conn, identity): (Conn, Identity),
+        relay: &Relay,
+        scheduler: Arc<Scheduler>,
+        channels: Channels,
+    ) -> anyhow::Result<Shared> {
+        let db = Db::bounded(
+            &settings.database_url,
+            Some(conn),
+            Plans::GenericWhileLarge,
+            super::db_call_limit(),
+        )?;
+        let limiter = Limiter::new(Arc::clone(&db), relay.target());
+        limiter.refresh().await.context("cannot read rate groups")?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Ok(Shared {
+            db,
+            identity,
+            foreign: Mutex::new(Default::default()),
+            foreign_jobs: Default::default(),
+            tube: settings.tube.clone(),
+            limiter,
+            scheduler,
+            unrecorded: Arc::new(Semaphore::new(settings.concurrency)),
+            signers: Arc::new(Semaphore::new(cores)),
+            campaigns: Campaigns::new(settings.max_message),
+            optouts: Default::default(),
+            cmds: channels.cmds,
+            to_send: channels.to_send,
+            to_report: channels.to_report,
+            max_attempts: settings.max_attempts,
+            sent: Default::default(),
+            deferrals: Default::default(),
+            urgent: channels.urgent,
+            templates: Arc::new(Cache::with_max_message(settings.max_message)),
+        })
+    }
+
     /// Tell the thread of server `server` what to do with one of its jobs.
     pub fn cmd(&self, server: usize, cmd: Cmd) {
         if let Some(tx) = self.cmds.get(server) {
