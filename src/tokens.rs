@@ -58,6 +58,7 @@ enum Purpose {
     Job,
     Unsubscribe,
     Verp,
+    MessageVerp,
     MessageId,
     Open,
     Click,
@@ -71,6 +72,7 @@ impl Purpose {
             Purpose::Job => b"mailsplit job v2\0",
             Purpose::Unsubscribe => b"mailsplit unsubscribe\0",
             Purpose::Verp => b"mailsplit verp\0",
+            Purpose::MessageVerp => b"mailsplit message verp\0",
             Purpose::MessageId => b"mailsplit message-id\0",
             Purpose::Open => b"mailsplit open\0",
             Purpose::Click => b"mailsplit click\0",
@@ -178,6 +180,24 @@ impl Signer {
             .decode(token.to_ascii_lowercase().as_bytes())
             .ok()?;
         self.read_pair(Purpose::Verp, &raw, VERP_MAC_BYTES)
+    }
+
+    /// The VERP token of transactional message `message`: made and read
+    /// under a purpose of its own, so it never reads as a campaign's. The
+    /// pair's second number is a format mark (1).
+    pub fn message_verp_token(&self, message: i64) -> String {
+        BASE32_LOWER.encode(&self.pair_token(Purpose::MessageVerp, message, 1, VERP_MAC_BYTES))
+    }
+
+    /// The message a genuine message VERP token names, in any case.
+    pub fn read_message_verp(&self, token: &str) -> Option<i64> {
+        let raw = BASE32_LOWER
+            .decode(token.to_ascii_lowercase().as_bytes())
+            .ok()?;
+        match self.read_pair(Purpose::MessageVerp, &raw, VERP_MAC_BYTES)? {
+            (message, 1) => Some(message),
+            _ => None,
+        }
     }
 
     /// The token in the local part of a message's Message-ID: lower-case
@@ -401,6 +421,22 @@ mod tests {
         assert_eq!(t, t.to_ascii_lowercase());
         assert!(format!("bounces+{t}").len() <= 64);
         assert_eq!(s.read_verp(&t.to_ascii_uppercase()), Some((12, 345_678)));
+    }
+
+    #[test]
+    fn message_verp_tokens_never_read_as_a_campaign_s() {
+        let s = signer();
+        let t = s.message_verp_token(9_000_001);
+        assert_eq!(
+            s.read_message_verp(&t.to_ascii_uppercase()),
+            Some(9_000_001)
+        );
+        assert!(format!("bounces+{t}").len() <= 64);
+        // Campaign 9000001's recipient 1 has another token, and neither
+        // reads as the other.
+        assert_eq!(s.read_verp(&t), None);
+        assert_eq!(s.read_message_verp(&s.verp_token(9_000_001, 1)), None);
+        assert_eq!(Signer::new(&[8u8; 32]).read_message_verp(&t), None);
     }
 
     #[test]

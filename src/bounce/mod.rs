@@ -15,6 +15,7 @@
 //! into kinds), [`trust`] (whom it may change), then [`handle`] here.
 
 pub mod classify;
+pub mod message;
 pub mod report;
 pub mod trust;
 
@@ -120,6 +121,8 @@ impl std::fmt::Display for Unverified {
 pub enum Handled {
     /// Believed: the event of the one recipient its token names.
     Recorded(Vec<Applied>),
+    /// Believed: about the transactional message its token names.
+    Message(message::MessageApplied),
     /// A report, but nothing in it is ours: recorded as unverified.
     Unverified(Unverified),
     /// Not a report, or a report that names nobody: why.
@@ -152,6 +155,17 @@ pub fn handle(
         )));
     }
     let fingerprint = fingerprint(raw);
+    if let Some(id) = trust::message_of(identity, &report, envelope) {
+        return Ok(
+            match message::record(conn, id, &report, &fingerprint, settings)? {
+                Some(applied) => Handled::Message(applied),
+                None => {
+                    let why = format!("its VERP token names message {id}, which is not on file");
+                    record_unverified(conn, &report, &fingerprint, why)?
+                }
+            },
+        );
+    }
     let target = match trust::resolve(conn, identity, &report, envelope)? {
         Ok(target) => target,
         Err(why) => return record_unverified(conn, &report, &fingerprint, why),
@@ -318,7 +332,7 @@ pub fn maildir(
         let handled = handle(conn, identity, &raw, None, settings)?;
         log(&path, &handled);
         match handled {
-            Handled::Recorded(_) => summary.recorded += 1,
+            Handled::Recorded(_) | Handled::Message(_) => summary.recorded += 1,
             Handled::Unverified(_) => summary.unverified += 1,
             Handled::Ignored(_) => summary.ignored += 1,
         }

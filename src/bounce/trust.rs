@@ -118,6 +118,19 @@ pub(super) fn severity(kind: BounceKind) -> u8 {
     }
 }
 
+/// The transactional message a genuine message VERP token among the
+/// report's addresses names (see [`super::message`]).
+pub(super) fn message_of(
+    identity: &Identity,
+    report: &Report,
+    envelope: Option<&str>,
+) -> Option<i64> {
+    envelope
+        .into_iter()
+        .chain(report.verp_candidates.iter().map(String::as_str))
+        .find_map(|a| identity.signer.read_message_verp(verp_token_of(a)?))
+}
+
 /// The token of an address `local+TOKEN@domain`, genuine or not.
 fn verp_token_of(address: &str) -> Option<&str> {
     let address = address.trim().trim_start_matches('<').trim_end_matches('>');

@@ -93,6 +93,15 @@ pub fn envelope_sender(campaign: &CampaignMail, recipient_id: i64) -> Address {
         .unwrap_or_else(|| campaign.from.email.clone())
 }
 
+impl Verp {
+    /// `local+TOKEN@domain` for transactional message `message` (see
+    /// [`crate::tokens::Signer::message_verp_token`]).
+    pub(super) fn for_message(&self, identity: &Identity, message: i64) -> Option<Address> {
+        let token = identity.signer.message_verp_token(message);
+        Address::new(format!("{}+{token}", self.local), &self.domain).ok()
+    }
+}
+
 /// The message with `sender` as its envelope sender (the headers stay as
 /// they are: the From header is the campaign's).
 pub(super) fn with_sender(mut message: Composed, sender: Address) -> Result<Composed, Unsendable> {

@@ -10,6 +10,7 @@ use lettre::message::Mailbox;
 use serde_json::{Map, Value};
 
 use super::content::{Cache, Compiled, Sources, Vars};
+use super::envelope::{with_sender, Verp};
 use super::{dkim, headers, mime, on_the_wire, parse_from, ComposeError, Unsendable};
 use crate::dkim::SigningKey;
 use crate::mail::Composed;
@@ -29,6 +30,9 @@ pub struct TemplateMail {
     pub domain: String,
     pub dkim: Arc<[Arc<SigningKey>]>,
     pub identity: Identity,
+    /// The template's return path: each message's envelope sender names
+    /// the message, so its bounce finds it.
+    pub verp: Option<Verp>,
 }
 
 impl TemplateMail {
@@ -64,6 +68,11 @@ impl TemplateMail {
             )
         })?;
         let from = parse_from(&template.from_addr)?;
+        let verp = template
+            .return_path
+            .as_deref()
+            .map(Verp::parse)
+            .transpose()?;
         let domain = super::from_domain(&from);
         let keys = dkim_keys::for_domain(conn, &domain)?
             .iter()
@@ -75,6 +84,7 @@ impl TemplateMail {
             domain,
             dkim: keys.into(),
             identity: identity.clone(),
+            verp,
             compiled,
             template,
         })
@@ -132,6 +142,13 @@ pub fn compose_message(
         Rendered { html, text },
         extra,
     )?;
+    if let Some(sender) = mail
+        .verp
+        .as_ref()
+        .and_then(|v| v.for_message(&mail.identity, id))
+    {
+        message = with_sender(message, sender)?;
+    }
     if message.bytes.len() > mail.compiled.max_message() {
         return Err(Unsendable::Invalid(format!(
             "the message exceeds the size cap of {} bytes",

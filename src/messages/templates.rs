@@ -20,6 +20,8 @@ pub struct NewTemplate {
     /// `--html FILE [--text FILE]` or `--markdown FILE`.
     pub content: ContentSource,
     pub stream: Stream,
+    /// VERP return path (`--return-path`): bounces name the message.
+    pub return_path: Option<String>,
 }
 
 /// What `template edit` changes (the rest stays).
@@ -29,6 +31,8 @@ pub struct TemplateEdit {
     pub from: Option<String>,
     pub content: Option<ContentSource>,
     pub stream: Option<Stream>,
+    /// A new return path; `Some("")` removes it.
+    pub return_path: Option<String>,
 }
 
 /// A stored version, and what its author should hear (scripts).
@@ -51,6 +55,7 @@ fn prepare(name: &str, subject: &str, content: &ContentSource) -> Result<Prepare
 pub fn create(conn: &mut Conn, name: &str, t: &NewTemplate) -> Result<Saved, MessageError> {
     check_name(name)?;
     parse_from(&t.from)?;
+    let return_path = return_path(t.return_path.as_deref())?;
     let p = prepare(name, &t.subject, &t.content)?;
     let content = Content {
         stream: t.stream,
@@ -58,6 +63,7 @@ pub fn create(conn: &mut Conn, name: &str, t: &NewTemplate) -> Result<Saved, Mes
         from_addr: t.from.trim(),
         html: &p.html,
         text: &p.text,
+        return_path: return_path.as_deref(),
     };
     if !stored::create(conn, name, &content)? {
         return Err(MessageError::TemplateExists(name.to_string()));
@@ -74,6 +80,10 @@ pub fn edit(conn: &mut Conn, name: &str, e: &TemplateEdit) -> Result<Saved, Mess
     let subject = e.subject.clone().unwrap_or_else(|| old.subject.clone());
     let from = e.from.clone().unwrap_or_else(|| old.from_addr.clone());
     parse_from(&from)?;
+    let return_path = match e.return_path.as_deref() {
+        Some(raw) => return_path(Some(raw))?,
+        None => old.return_path.clone(),
+    };
     let (html, text, warnings) = match &e.content {
         Some(c) => {
             let p = prepare(name, &subject, c)?;
@@ -99,10 +109,19 @@ pub fn edit(conn: &mut Conn, name: &str, e: &TemplateEdit) -> Result<Saved, Mess
         from_addr: from.trim(),
         html: &html,
         text: &text,
+        return_path: return_path.as_deref(),
     };
     let version = stored::edit(conn, name, &content)?
         .ok_or_else(|| MessageError::UnknownTemplate(name.to_string()))?;
     Ok(Saved { version, warnings })
+}
+
+/// `--return-path` checked as a campaign's (empty: none), canonical.
+fn return_path(raw: Option<&str>) -> Result<Option<String>, MessageError> {
+    match raw.map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(raw) => Ok(Some(crate::compose::parse_return_path(raw)?)),
+    }
 }
 
 /// A template by name.

@@ -32,6 +32,8 @@ pub struct MessageTemplate {
     pub text_body: String,
     pub created_at: i64,
     pub updated_at: i64,
+    /// VERP return path (`local@domain`), if its messages have one.
+    pub return_path: Option<String>,
 }
 
 /// What a create or an edit stores.
@@ -42,6 +44,7 @@ pub struct Content<'a> {
     pub from_addr: &'a str,
     pub html: &'a str,
     pub text: &'a str,
+    pub return_path: Option<&'a str>,
 }
 
 /// Store a new template; false when the name is taken.
@@ -56,6 +59,7 @@ pub fn create(conn: &mut Conn, name: &str, c: &Content) -> Result<bool> {
             t::from_addr.eq(c.from_addr),
             t::html.eq(c.html),
             t::text_body.eq(c.text),
+            t::return_path.eq(c.return_path),
             t::created_at.eq(now),
             t::updated_at.eq(now),
         ))
@@ -75,6 +79,7 @@ pub fn edit(conn: &mut Conn, name: &str, c: &Content) -> Result<Option<i64>> {
             t::from_addr.eq(c.from_addr),
             t::html.eq(c.html),
             t::text_body.eq(c.text),
+            t::return_path.eq(c.return_path),
             t::updated_at.eq(now_ms()),
         ))
         .execute(x))?;

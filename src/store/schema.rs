@@ -414,6 +414,7 @@ diesel::table! {
         text_body -> Text,
         created_at -> BigInt,
         updated_at -> BigInt,
+        return_path -> Nullable<Text>,
     }
 }
 

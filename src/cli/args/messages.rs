@@ -21,6 +21,11 @@ pub enum TemplateCommand {
         /// transactional (ignores marketing unsubscribes) or marketing (honours them, adds List-Unsubscribe)
         #[arg(long, default_value = "transactional", value_parser = ["transactional", "marketing"])]
         stream: String,
+        /// VERP return path, e.g. bounces@bounce.example.com: each
+        /// message's envelope sender becomes bounces+TOKEN@…, so a bounce
+        /// that `mailsplit bounce` reads later marks that message `bounced`
+        #[arg(long, env = "MAILSPLIT_RETURN_PATH")]
+        return_path: Option<String>,
     },
     /// Change a message template: a new version; messages sent from now on use it
     Edit {
@@ -33,6 +38,9 @@ pub enum TemplateCommand {
         from: Option<String>,
         #[arg(long, value_parser = ["transactional", "marketing"])]
         stream: Option<String>,
+        /// New VERP return path; an empty value removes it
+        #[arg(long)]
+        return_path: Option<String>,
     },
     /// Every message template: name, stream, version, subject, from
     Ls {

@@ -93,6 +93,15 @@ fn show(handled: &Handled) {
     match handled {
         Handled::Ignored(why) => tracing::info!("ignored: {why}"),
         Handled::Unverified(u) => tracing::warn!("{u}"),
+        Handled::Message(m) => tracing::info!(
+            message = m.message_id,
+            recipient = %m.email,
+            kind = %m.kind,
+            status = m.status.as_deref().unwrap_or("-"),
+            message_now = if m.bounced { "bounced" } else { "unchanged" },
+            address_now = m.address_now.as_deref().unwrap_or("unchanged"),
+            "recorded"
+        ),
         Handled::Recorded(events) => {
             for e in events {
                 tracing::info!(

@@ -33,6 +33,7 @@ pub fn template(g: &Global, cmd: TemplateCommand) -> Result {
             subject,
             from,
             stream: s,
+            return_path,
         } => {
             let content = content(c).ok_or_else(|| {
                 UsageError("give the content: --html FILE [--text FILE] or --markdown FILE".into())
@@ -42,6 +43,7 @@ pub fn template(g: &Global, cmd: TemplateCommand) -> Result {
                 from,
                 content,
                 stream: stream(&s)?,
+                return_path,
             };
             let saved = templates::create(&mut open_migrated(g)?, &name, &t)?;
             for w in &saved.warnings {
@@ -55,12 +57,14 @@ pub fn template(g: &Global, cmd: TemplateCommand) -> Result {
             subject,
             from,
             stream: s,
+            return_path,
         } => {
             let e = TemplateEdit {
                 subject,
                 from,
                 content: content(c),
                 stream: s.as_deref().map(stream).transpose()?,
+                return_path,
             };
             let saved = templates::edit(&mut open_migrated(g)?, &name, &e)?;
             for w in &saved.warnings {

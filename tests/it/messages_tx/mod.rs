@@ -15,6 +15,7 @@ use crate::dkim::{dkimpy, txt_record, unstuffed};
 use crate::util::*;
 
 mod api;
+mod bounces;
 mod sessions;
 mod templates;
 

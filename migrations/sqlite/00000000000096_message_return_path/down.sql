@@ -1,0 +1,1 @@
+ALTER TABLE message_templates DROP COLUMN return_path;
