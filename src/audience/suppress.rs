@@ -118,6 +118,52 @@ impl ImportCounts {
     }
 }
 
+/// Entries read from a file, written to the list every [`IMPORT_BATCH`].
+struct Batches<'a> {
+    conn: &'a mut Conn,
+    reason: &'a str,
+    now: i64,
+    batch: Vec<String>,
+    counts: ImportCounts,
+}
+
+impl Batches<'_> {
+    /// Line `line`'s entry `text`, or a bad line.
+    fn take(&mut self, line: u64, text: &str) -> Result<(), SuppressError> {
+        match suppressions::entry_of(text) {
+            Some(entry) => {
+                self.counts.read += 1;
+                self.batch.push(entry);
+            }
+            None => self.counts.bad_line(line, text),
+        }
+        if self.batch.len() >= IMPORT_BATCH {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// A plain line: blank and `#` lines are skipped.
+    fn take_plain(&mut self, line: u64, text: &str) -> Result<(), SuppressError> {
+        let text = text.trim();
+        if text.is_empty() || text.starts_with('#') {
+            return Ok(());
+        }
+        self.take(line, text)
+    }
+
+    fn flush(&mut self) -> Result<(), SuppressError> {
+        let (batch, reason, now) = (&self.batch, self.reason, self.now);
+        let added = self
+            .conn
+            .transaction(|c| suppressions::add(c, batch, reason, now))? as u64;
+        self.counts.added += added;
+        self.counts.already += self.batch.len() as u64 - added;
+        self.batch.clear();
+        Ok(())
+    }
+}
+
 /// `suppress import FILE`: one address or `@domain` per line (blank lines
 /// and `#` comments skipped), or a CSV whose first line is a header with
 /// an `email` column. Streams the file; writes every [`IMPORT_BATCH`].
@@ -129,15 +175,12 @@ pub fn import(conn: &mut Conn, path: &Path, reason: &str) -> Result<ImportCounts
     };
     let file = std::fs::File::open(path).map_err(read_err)?;
     let mut reader = std::io::BufReader::new(file);
-    let mut counts = ImportCounts::default();
-    let mut batch: Vec<String> = Vec::with_capacity(IMPORT_BATCH);
-    let now = now_ms();
-    let flush = |conn: &mut Conn, batch: &mut Vec<String>, counts: &mut ImportCounts| {
-        let added = conn.transaction(|c| suppressions::add(c, batch, reason, now))? as u64;
-        counts.added += added;
-        counts.already += batch.len() as u64 - added;
-        batch.clear();
-        Ok::<_, SuppressError>(())
+    let mut out = Batches {
+        conn,
+        reason,
+        now: now_ms(),
+        batch: Vec::with_capacity(IMPORT_BATCH),
+        counts: ImportCounts::default(),
     };
     // The first line says which format: a header naming `email`, or an entry.
     let mut first = String::new();
@@ -148,49 +191,16 @@ pub fn import(conn: &mut Conn, path: &Path, reason: &str) -> Result<ImportCounts
         .split(',')
         .map(|c| c.trim().trim_matches('"').to_ascii_lowercase())
         .collect();
-    let csv_header = header.len() > 1 || header.first().is_some_and(|h| h == "email");
-    if csv_header {
+    if header.len() > 1 || header.first().is_some_and(|h| h == "email") {
         let Some(col) = header.iter().position(|h| h == "email") else {
             return Err(SuppressError::NoEmailColumn {
                 path: shown,
                 columns: header.join(","),
             });
         };
-        let mut csv = csv::ReaderBuilder::new()
-            .has_headers(false)
-            .flexible(true)
-            .from_reader(reader);
-        let mut record = csv::StringRecord::new();
-        loop {
-            match csv.read_record(&mut record) {
-                Ok(false) => break,
-                Ok(true) => {}
-                Err(e) => {
-                    let line = e.position().map_or(0, |p| p.line() + 1);
-                    if matches!(e.kind(), csv::ErrorKind::Io(_)) {
-                        return Err(SuppressError::Csv {
-                            path: shown,
-                            line,
-                            why: e.to_string(),
-                        });
-                    }
-                    counts.bad_line(line, "unreadable CSV record");
-                    continue;
-                }
-            }
-            // Line numbers count the header (line 1).
-            let line = record.position().map_or(0, |p| p.line() + 1);
-            let text = record.get(col).unwrap_or("").trim();
-            if text.is_empty() && record.iter().all(|f| f.trim().is_empty()) {
-                continue;
-            }
-            take(&mut counts, &mut batch, line, text);
-            if batch.len() >= IMPORT_BATCH {
-                flush(conn, &mut batch, &mut counts)?;
-            }
-        }
+        read_csv(reader, col, &shown, &mut out)?;
     } else {
-        take_plain(&mut counts, &mut batch, 1, &first);
+        out.take_plain(1, &first)?;
         let mut line_no = 1;
         let mut line = String::new();
         loop {
@@ -199,31 +209,48 @@ pub fn import(conn: &mut Conn, path: &Path, reason: &str) -> Result<ImportCounts
                 break;
             }
             line_no += 1;
-            take_plain(&mut counts, &mut batch, line_no, &line);
-            if batch.len() >= IMPORT_BATCH {
-                flush(conn, &mut batch, &mut counts)?;
+            out.take_plain(line_no, &line)?;
+        }
+    }
+    out.flush()?;
+    Ok(out.counts)
+}
+
+/// The rest of a CSV file after its header: column `col` of each record.
+fn read_csv(
+    reader: impl std::io::Read,
+    col: usize,
+    shown: &str,
+    out: &mut Batches,
+) -> Result<(), SuppressError> {
+    let mut csv = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .from_reader(reader);
+    let mut record = csv::StringRecord::new();
+    loop {
+        match csv.read_record(&mut record) {
+            Ok(false) => return Ok(()),
+            Ok(true) => {}
+            Err(e) => {
+                let line = e.position().map_or(0, |p| p.line() + 1);
+                if matches!(e.kind(), csv::ErrorKind::Io(_)) {
+                    return Err(SuppressError::Csv {
+                        path: shown.to_string(),
+                        line,
+                        why: e.to_string(),
+                    });
+                }
+                out.counts.bad_line(line, "unreadable CSV record");
+                continue;
             }
         }
-    }
-    flush(conn, &mut batch, &mut counts)?;
-    Ok(counts)
-}
-
-/// A plain line: blank and `#` lines are skipped.
-fn take_plain(counts: &mut ImportCounts, batch: &mut Vec<String>, line: u64, text: &str) {
-    let text = text.trim();
-    if text.is_empty() || text.starts_with('#') {
-        return;
-    }
-    take(counts, batch, line, text);
-}
-
-fn take(counts: &mut ImportCounts, batch: &mut Vec<String>, line: u64, text: &str) {
-    match suppressions::entry_of(text) {
-        Some(entry) => {
-            counts.read += 1;
-            batch.push(entry);
+        // Line numbers count the header (line 1).
+        let line = record.position().map_or(0, |p| p.line() + 1);
+        let text = record.get(col).unwrap_or("").trim();
+        if text.is_empty() && record.iter().all(|f| f.trim().is_empty()) {
+            continue;
         }
-        None => counts.bad_line(line, text),
+        out.take(line, text)?;
     }
 }

@@ -146,29 +146,7 @@ async fn beat(
             WorkerState::Running
         };
         let usage = rate_usage(&shared, &mut last_spent);
-        let written = {
-            let row = row.clone();
-            shared
-                .db
-                .run(move |c| {
-                    workers::beat(c, &row)?;
-                    rates::report_usage(c, &row.id, &usage)
-                })
-                .await
-        };
-        match written {
-            Ok(()) if failing => {
-                failing = false;
-                tracing::info!("heartbeat written again");
-            }
-            Ok(()) => {}
-            // Logged once per outage: the worker keeps sending regardless.
-            Err(e) if !failing => {
-                failing = true;
-                tracing::warn!(error = %e, "cannot write this worker's heartbeat; it may show as lost");
-            }
-            Err(_) => {}
-        }
+        failing = write(&shared, &row, usage, failing).await;
         let stopping = row.state == WorkerState::Stopping;
         tokio::select! {
             _ = done.cancelled() => return Some(row.id),
@@ -176,6 +154,34 @@ async fn beat(
             _ = stop.cancelled(), if !stopping => {}
             _ = tokio::time::sleep(HEARTBEAT) => {}
         }
+    }
+}
+
+/// Write one beat and this worker's rate usage; whether it failed (a
+/// failure is logged once per outage: the worker keeps sending
+/// regardless).
+async fn write(shared: &Shared, row: &WorkerRow, usage: Vec<rates::Usage>, failing: bool) -> bool {
+    let written = {
+        let row = row.clone();
+        shared
+            .db
+            .run(move |c| {
+                workers::beat(c, &row)?;
+                rates::report_usage(c, &row.id, &usage)
+            })
+            .await
+    };
+    match written {
+        Ok(()) if failing => {
+            tracing::info!("heartbeat written again");
+            false
+        }
+        Ok(()) => false,
+        Err(e) if !failing => {
+            tracing::warn!(error = %e, "cannot write this worker's heartbeat; it may show as lost");
+            true
+        }
+        Err(_) => true,
     }
 }
 

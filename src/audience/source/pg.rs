@@ -47,6 +47,39 @@ const SERVER_ROLES: [&str; 4] = [
     "pg_signal_backend",
 ];
 
+/// The names of the columns of `nulls` (the query's columns on one row of
+/// NULLs), in order.
+fn column_names(conn: &mut PgConnection, nulls: &str) -> diesel::QueryResult<Vec<String>> {
+    Ok(diesel::sql_query(format!(
+        "SELECT e.key AS v FROM ({nulls}) AS t, \
+         json_each(row_to_json(t.*)) WITH ORDINALITY AS e(key, value, n) ORDER BY e.n"
+    ))
+    .load::<One>(conn)?
+    .into_iter()
+    .map(|o| o.v)
+    .collect())
+}
+
+/// The type of each of the `quoted` columns of `nulls`, as PostgreSQL
+/// names it (`numeric`, `text`, …).
+fn column_types(
+    conn: &mut PgConnection,
+    nulls: &str,
+    quoted: &[String],
+) -> Result<Vec<String>, SourceError> {
+    let types = diesel::sql_query(format!(
+        "SELECT array_to_json(ARRAY[{}]::text[])::text AS v FROM ({nulls}) AS src",
+        quoted
+            .iter()
+            .map(|c| format!("pg_typeof(src.{c})::text"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+    .get_result::<One>(conn)
+    .map_err(|e| SourceError::Query(e.to_string()))?;
+    serde_json::from_str(&types.v).map_err(|e| SourceError::Fetch(format!("column types: {e}")))
+}
+
 impl Source {
     /// Connect, begin the read-only transaction, check the role (unless
     /// `allow_privileged`) and declare the cursor; nothing is read yet.
@@ -76,29 +109,10 @@ impl Source {
             "SELECT src.* FROM (SELECT 1) AS mailsplit_one LEFT JOIN \
              (SELECT * FROM (\n{query}\n) AS q LIMIT 0) AS src ON TRUE"
         );
-        let columns: Vec<String> = diesel::sql_query(format!(
-            "SELECT e.key AS v FROM ({nulls}) AS t, \
-             json_each(row_to_json(t.*)) WITH ORDINALITY AS e(key, value, n) ORDER BY e.n"
-        ))
-        .load::<One>(&mut conn)
-        .map_err(refused)?
-        .into_iter()
-        .map(|o| o.v)
-        .collect();
+        let columns = column_names(&mut conn, &nulls).map_err(refused)?;
         super::distinct(&columns)?;
         let quoted: Vec<String> = columns.iter().map(|c| quote_ident(c)).collect();
-        let types = diesel::sql_query(format!(
-            "SELECT array_to_json(ARRAY[{}]::text[])::text AS v FROM ({nulls}) AS src",
-            quoted
-                .iter()
-                .map(|c| format!("pg_typeof(src.{c})::text"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))
-        .get_result::<One>(&mut conn)
-        .map_err(refused)?;
-        let types: Vec<String> = serde_json::from_str(&types.v)
-            .map_err(|e| SourceError::Fetch(format!("column types: {e}")))?;
+        let types = column_types(&mut conn, &nulls, &quoted)?;
         let select: Vec<String> = quoted
             .iter()
             .zip(&types)

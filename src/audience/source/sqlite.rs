@@ -72,6 +72,28 @@ unsafe extern "C" fn authorize(
 impl Source {
     /// Open `path` read-only and compile `query`; nothing is read yet.
     pub fn open(path: &str, shown: &str, query: &str) -> Result<Source, SourceError> {
+        let mut source = Source::open_db(path, shown)?;
+        source.prepare(query)?;
+        // SAFETY: a compiled statement.
+        let count = unsafe { ffi::sqlite3_column_count(source.stmt) };
+        source.columns = (0..count)
+            .map(|i| {
+                // SAFETY: `i` is a column of the statement; the name is
+                // copied before the next call.
+                let p = unsafe { ffi::sqlite3_column_name(source.stmt, i) };
+                if p.is_null() {
+                    String::new()
+                } else {
+                    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+                }
+            })
+            .collect();
+        Ok(source)
+    }
+
+    /// The database at `path`, read-only, attaching nothing, under the
+    /// authorizer that lets it only read.
+    fn open_db(path: &str, shown: &str) -> Result<Source, SourceError> {
         let connect = |reason: String| SourceError::Connect {
             url: shown.to_string(),
             reason,
@@ -101,6 +123,11 @@ impl Source {
             ffi::sqlite3_limit(source.db, ffi::SQLITE_LIMIT_ATTACHED, 0);
             ffi::sqlite3_set_authorizer(source.db, Some(authorize), ptr::null_mut());
         }
+        Ok(source)
+    }
+
+    /// Compile `query` as the one statement: anything after it is refused.
+    fn prepare(&mut self, query: &str) -> Result<(), SourceError> {
         let refused = SourceError::Query;
         // The newlines keep a trailing `--` comment from swallowing the
         // closing parenthesis.
@@ -109,14 +136,14 @@ impl Source {
             .map_err(|_| refused("the query holds a NUL byte".into()))?;
         let mut tail: *const c_char = ptr::null();
         // SAFETY: an open handle, a valid C string, out-pointers; the
-        // statement is kept in `source`, which finalizes it.
+        // statement is kept in `self`, which finalizes it.
         let rc = unsafe {
-            ffi::sqlite3_prepare_v2(source.db, c_sql.as_ptr(), -1, &mut source.stmt, &mut tail)
+            ffi::sqlite3_prepare_v2(self.db, c_sql.as_ptr(), -1, &mut self.stmt, &mut tail)
         };
         if rc != ffi::SQLITE_OK {
-            return Err(refused(source.message()));
+            return Err(refused(self.message()));
         }
-        if source.stmt.is_null() {
+        if self.stmt.is_null() {
             return Err(refused("it is empty".into()));
         }
         // SAFETY: `tail` points into `c_sql`, which is alive.
@@ -124,21 +151,7 @@ impl Source {
         if !rest.trim().is_empty() {
             return Err(refused(super::ONE_STATEMENT.into()));
         }
-        // SAFETY: a compiled statement.
-        let count = unsafe { ffi::sqlite3_column_count(source.stmt) };
-        source.columns = (0..count)
-            .map(|i| {
-                // SAFETY: `i` is a column of the statement; the name is
-                // copied before the next call.
-                let p = unsafe { ffi::sqlite3_column_name(source.stmt, i) };
-                if p.is_null() {
-                    String::new()
-                } else {
-                    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-                }
-            })
-            .collect();
-        Ok(source)
+        Ok(())
     }
 
     pub fn columns(&self) -> &[String] {
