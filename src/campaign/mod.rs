@@ -16,6 +16,7 @@ use crate::campaign::status::{CampaignStatus, Phase};
 use crate::compose;
 use crate::compose::tracking::{self, Links};
 use crate::config::{self, ConfigError};
+use crate::store::autopause::DEFAULT_MAX_COMPLAINT_RATE;
 use crate::store::campaigns::{self, NewCampaign};
 use crate::store::content::{self as stored, ContentKind, Track, VersionTracking};
 use crate::store::{dkim_keys, recipients, Campaign, Conn, StoreError};
@@ -71,6 +72,8 @@ pub struct CreateRequest {
     pub return_path: Option<String>,
     /// `20%`, `0.2` or `off`.
     pub max_failure_rate: String,
+    /// `0.3%`, `0.003` or `off` (empty: the default).
+    pub max_complaint_rate: String,
     /// `--send-at`: RFC 3339 or `now`.
     pub send_at: Option<String>,
     /// `--track`: `opens`, `clicks`, `opens,clicks`, `none`.
@@ -87,6 +90,7 @@ pub struct Checked {
     return_path: Option<String>,
     public_url: Option<String>,
     max_failure_rate: Option<f64>,
+    max_complaint_rate: Option<f64>,
     send_at: Option<i64>,
     tracking: VersionTracking,
 }
@@ -151,7 +155,11 @@ pub fn check(request: CreateRequest) -> Result<Checked, CampaignError> {
         .filter(|r| !r.trim().is_empty())
         .map(compose::parse_return_path)
         .transpose()?;
-    let max_failure_rate = parse_failure_rate(&request.max_failure_rate)?;
+    let max_failure_rate = parse_share("--max-failure-rate", "20%", &request.max_failure_rate)?;
+    let max_complaint_rate = match request.max_complaint_rate.trim() {
+        "" => Some(DEFAULT_MAX_COMPLAINT_RATE),
+        raw => parse_share("--max-complaint-rate", "0.3%", raw)?,
+    };
     let send_at = request
         .send_at
         .as_deref()
@@ -181,6 +189,7 @@ pub fn check(request: CreateRequest) -> Result<Checked, CampaignError> {
         return_path,
         public_url,
         max_failure_rate,
+        max_complaint_rate,
         send_at,
         tracking,
     })
@@ -272,6 +281,7 @@ pub fn create(conn: &mut Conn, checked: Checked) -> Result<Created, CampaignErro
         public_url: checked.public_url.as_deref(),
         return_path: checked.return_path.as_deref(),
         max_failure_rate: checked.max_failure_rate,
+        max_complaint_rate: checked.max_complaint_rate,
         send_at: checked.send_at,
     };
     let campaign = conn.transaction(|conn| {
@@ -371,8 +381,9 @@ pub fn exists(conn: &mut Conn, name: &str) -> Result<bool, StoreError> {
     }
 }
 
-/// `--max-failure-rate`: `20%`, `0.2` or `off`.
-fn parse_failure_rate(raw: &str) -> Result<Option<f64>, CampaignError> {
+/// `--max-failure-rate` and `--max-complaint-rate` (`flag`): a percentage
+/// (`20%`), a fraction (`0.2`) or `off`.
+fn parse_share(flag: &str, example: &str, raw: &str) -> Result<Option<f64>, CampaignError> {
     let raw = raw.trim();
     if raw.eq_ignore_ascii_case("off") || raw.eq_ignore_ascii_case("none") {
         return Ok(None);
@@ -384,7 +395,7 @@ fn parse_failure_rate(raw: &str) -> Result<Option<f64>, CampaignError> {
     match rate {
         Some(r) if (0.0..=1.0).contains(&r) => Ok(Some(r)),
         _ => Err(CampaignError::Bad(format!(
-            "bad --max-failure-rate {raw:?}: use a percentage (20%), a fraction (0.2) or off"
+            "bad {flag} {raw:?}: use a percentage ({example}), a fraction (0.2 is 20%) or off"
         ))),
     }
 }

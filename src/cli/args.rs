@@ -405,6 +405,12 @@ pub enum CampaignCommand {
         /// 250-500 messages failed, or 100 failed in a row: 20%, 0.2, or off
         #[arg(long, default_value = "20%")]
         max_failure_rate: String,
+        /// Workers pause the campaign when complaints (spam reports read by
+        /// `mailsplit bounce`) pass this share of its delivered messages,
+        /// once 1,000 are delivered: 0.3% (Gmail's and Yahoo's bulk-sender
+        /// limit), 0.001, or off. `status` says why it paused
+        #[arg(long, default_value = "0.3%")]
+        max_complaint_rate: String,
         /// Start no earlier than this (RFC 3339, e.g.
         /// 2026-12-01T09:00:00+01:00); `enqueue` may run any time before,
         /// no message leaves before it. A past time is refused

@@ -4,10 +4,14 @@
 //!
 //! When the relay offers PIPELINING (RFC 2920) the three commands go out in
 //! one write, and their three replies are read after it: two round trips
-//! per message instead of four. Every reply is read and judged on its own,
-//! so a refused recipient fails that message only, with the relay's reply;
-//! the DATA that was pipelined behind it then gets 503/554, which says
-//! nothing about the recipient and is not taken for its verdict. An
+//! per message instead of four. Every reply is read, and the first
+//! negative one decides (see `Session::judge`): a refused recipient fails
+//! that message only, with the relay's reply; the DATA that was pipelined
+//! behind it then gets 503/554, which says nothing about the recipient and
+//! is not taken for its verdict. Likewise a refused MAIL FROM decides for
+//! the whole transaction, whatever its RCPTs and DATA were answered: a
+//! relay's throttle at MAIL (`454 Throttling failure`) defers the
+//! recipients, the `503 need MAIL` behind it never fails them. An
 //! unfinished transaction is cleared with RSET, sent in front of the next
 //! message's commands (same flight). Without PIPELINING the same commands
 //! go one at a time, each waiting for its reply, as lettre does.
@@ -106,38 +110,7 @@ impl Session {
                 Err(verdict) => return verdict,
             }
         };
-        let data_at = rcpts.len() + 1;
-        // The first negative reply decides (the 503/554 a pipelined DATA
-        // gets behind a refused recipient is not a verdict); a lost
-        // connection after it does not change what the relay said.
-        let mut verdict = None;
-        let mut data_open = false;
-        for (i, step) in steps.iter().enumerate() {
-            match step {
-                Step::Accepted => data_open = i == data_at,
-                Step::Refused(e) => {
-                    let (v, broken) = refusal(e);
-                    if verdict.is_none() {
-                        self.broken |= broken;
-                        verdict = Some(v);
-                    }
-                }
-                Step::Lost(e) => {
-                    self.broken = true;
-                    verdict.get_or_insert_with(|| lost(e));
-                }
-            }
-        }
-        let verdict = match verdict {
-            Some(v) => Some(v),
-            // A sequence stops early only on a refusal or a lost
-            // connection; anything else is a bug, not the recipient's fault.
-            None if steps.len() != data_at + 1 => {
-                self.broken = true;
-                Some(Verdict::Transient(Reply::local("SMTP replies missing")))
-            }
-            None => None,
-        };
+        let (verdict, data_open) = self.judge(&steps, rcpts.len() + 1);
         if let Some(verdict) = verdict {
             self.dirty = true;
             if data_open && !self.broken {
@@ -168,6 +141,46 @@ impl Session {
                 self.broken = true;
                 lost(&e)
             }
+        }
+    }
+
+    /// What the replies of one transaction (MAIL, each RCPT, DATA) say
+    /// for the recipient, if anything went wrong; and whether the relay
+    /// opened DATA. The first negative reply decides: a refused MAIL
+    /// decides alone (RFC 2920: the 503 "need MAIL command" or 554 its
+    /// pipelined RCPTs and DATA then get answers a transaction that never
+    /// began, and says nothing about the recipients: a throttled MAIL
+    /// defers them, it never fails them); so does a refused RCPT for the
+    /// DATA behind it. A lost connection after the verdict does not change
+    /// what the relay said.
+    fn judge(&mut self, steps: &[Step], data_at: usize) -> (Option<Verdict>, bool) {
+        let mut verdict = None;
+        let mut data_open = false;
+        for (i, step) in steps.iter().enumerate() {
+            match step {
+                Step::Accepted => data_open = i == data_at,
+                Step::Refused(e) if verdict.is_none() => {
+                    let (v, broken) = refusal(e);
+                    self.broken |= broken;
+                    verdict = Some(v);
+                }
+                Step::Refused(_) => {}
+                Step::Lost(e) => {
+                    self.broken = true;
+                    verdict.get_or_insert_with(|| lost(e));
+                }
+            }
+        }
+        match verdict {
+            Some(v) => (Some(v), data_open),
+            // A sequence stops early only on a refusal or a lost
+            // connection; anything else is a bug, not the recipient's fault.
+            None if steps.len() != data_at + 1 => {
+                self.broken = true;
+                let missing = Verdict::Transient(Reply::local("SMTP replies missing"));
+                (Some(missing), data_open)
+            }
+            None => (None, data_open),
         }
     }
 
@@ -271,206 +284,4 @@ fn dot_stuffed(message: &[u8]) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-    use tokio::net::{TcpListener, TcpStream};
-
-    use super::super::{Composed, Relay, Verdict};
-    use super::dot_stuffed;
-
-    #[test]
-    fn lines_starting_with_a_dot_get_a_second_one() {
-        let cases: [(&[u8], &[u8]); 7] = [
-            (b"", b"\r\n.\r\n"),
-            (b".", b"..\r\n.\r\n"),
-            (b"a\r\n.b\r\n", b"a\r\n..b\r\n\r\n.\r\n"),
-            (b".\r\n.\r\n..", b"..\r\n..\r\n...\r\n.\r\n"),
-            // Only CRLF ends a line: a bare LF or CR does not.
-            (b"a\n.b\r.c", b"a\n.b\r.c\r\n.\r\n"),
-            (b"a\r\r\n.b", b"a\r\r\n..b\r\n.\r\n"),
-            (b"x.\r\ny .\r\n", b"x.\r\ny .\r\n\r\n.\r\n"),
-        ];
-        for (message, wire) in cases {
-            assert_eq!(
-                dot_stuffed(message),
-                wire,
-                "{:?}",
-                String::from_utf8_lossy(message)
-            );
-        }
-    }
-    use crate::config::SmtpUrl;
-
-    fn message(to: &str) -> Composed {
-        let from: lettre::Address = "news@example.test".parse().unwrap();
-        let to: lettre::Address = to.parse().unwrap();
-        Composed {
-            envelope: lettre::address::Envelope::new(Some(from), vec![to]).unwrap(),
-            bytes: b"Subject: hi\r\n\r\n.leading dot\r\nbye\r\n".to_vec(),
-        }
-    }
-
-    /// Read lines up to and including one that starts with `until`
-    /// (answering nothing meanwhile).
-    async fn lines_until(io: &mut BufReader<TcpStream>, until: &str) -> Vec<String> {
-        let mut got = Vec::new();
-        loop {
-            let mut line = String::new();
-            assert!(io.read_line(&mut line).await.unwrap() > 0, "closed early");
-            let done = line.starts_with(until);
-            got.push(line);
-            if done {
-                return got;
-            }
-        }
-    }
-
-    /// A relay offering PIPELINING that answers no command of a
-    /// transaction before its DATA has arrived: a client waiting for the
-    /// MAIL reply before sending RCPT would hang here. Per transaction it
-    /// answers with `replies` and returns the lines it read.
-    async fn strict_relay(
-        listener: TcpListener,
-        transactions: Vec<Vec<&'static str>>,
-    ) -> Vec<Vec<String>> {
-        let (stream, _) = listener.accept().await.unwrap();
-        let mut io = BufReader::new(stream);
-        io.get_mut().write_all(b"220 strict\r\n").await.unwrap();
-        for _ in 0..2 {
-            lines_until(&mut io, "EHLO").await;
-            io.get_mut()
-                .write_all(b"250-strict\r\n250-PIPELINING\r\n250 8BITMIME\r\n")
-                .await
-                .unwrap();
-        }
-        let mut seen = Vec::new();
-        for replies in transactions {
-            let lines = lines_until(&mut io, "DATA").await;
-            for r in &replies {
-                io.get_mut()
-                    .write_all(format!("{r}\r\n").as_bytes())
-                    .await
-                    .unwrap();
-            }
-            if replies.last().is_some_and(|r| r.starts_with("354")) {
-                let body = lines_until(&mut io, ".\r\n").await;
-                io.get_mut().write_all(b"250 queued\r\n").await.unwrap();
-                seen.push(lines.into_iter().chain(body).collect());
-            } else {
-                seen.push(lines);
-            }
-        }
-        seen
-    }
-
-    async fn relay_on(listener: &TcpListener) -> Relay {
-        let port = listener.local_addr().unwrap().port();
-        let url = SmtpUrl::parse(&format!("smtp://127.0.0.1:{port}")).unwrap();
-        Relay::new(url, Duration::from_secs(5)).unwrap()
-    }
-
-    #[tokio::test]
-    async fn mail_rcpt_and_data_go_in_one_flight() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let relay = relay_on(&listener).await;
-        let peer = tokio::spawn(strict_relay(
-            listener,
-            vec![vec!["250 ok", "250 ok", "354 go"]],
-        ));
-        let mut session = relay.connect().await.unwrap();
-        assert!(session.pipelining());
-        let verdict = relay.send(&mut session, &message("a@example.test")).await;
-        assert_eq!(verdict, Verdict::Sent);
-        assert!(!session.has_broken());
-        let seen = peer.await.unwrap();
-        assert_eq!(
-            seen[0],
-            [
-                "MAIL FROM:<news@example.test>\r\n",
-                "RCPT TO:<a@example.test>\r\n",
-                "DATA\r\n",
-                // Dot-stuffed body, then the end.
-                "Subject: hi\r\n",
-                "\r\n",
-                "..leading dot\r\n",
-                "bye\r\n",
-                "\r\n",
-                ".\r\n",
-            ]
-        );
-    }
-
-    #[tokio::test]
-    async fn a_refused_recipient_is_judged_by_its_own_reply_and_reset_in_the_next_flight() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let relay = relay_on(&listener).await;
-        let peer = tokio::spawn(strict_relay(
-            listener,
-            vec![
-                // The pipelined DATA behind the refused RCPT gets 554:
-                // not the verdict.
-                vec![
-                    "250 ok",
-                    "550 5.1.1 no such user",
-                    "554 5.5.1 no valid recipients",
-                ],
-                // RSET, MAIL, RCPT, DATA from here on.
-                vec![
-                    "250 reset",
-                    "250 ok",
-                    "452 4.2.2 mailbox full",
-                    "554 5.5.1 no valid recipients",
-                ],
-                vec!["250 reset", "250 ok", "250 ok", "354 go"],
-            ],
-        ));
-        let mut session = relay.connect().await.unwrap();
-        let Verdict::Permanent(reply) = relay.send(&mut session, &message("x@example.test")).await
-        else {
-            panic!("550 is permanent")
-        };
-        assert_eq!(reply.code, Some(550));
-        assert!(reply.says_bad_address());
-        assert!(
-            !session.has_broken(),
-            "a refused recipient keeps the session"
-        );
-        let Verdict::Transient(reply) = relay.send(&mut session, &message("y@example.test")).await
-        else {
-            panic!("452 is transient")
-        };
-        assert_eq!(reply.text, "452 4.2.2 mailbox full");
-        assert_eq!(
-            relay.send(&mut session, &message("z@example.test")).await,
-            Verdict::Sent
-        );
-        let seen = peer.await.unwrap();
-        assert_eq!(seen[1][0], "RSET\r\n", "{seen:?}");
-        assert_eq!(seen[2][0], "RSET\r\n", "{seen:?}");
-        assert_eq!(seen[2][2], "RCPT TO:<z@example.test>\r\n");
-    }
-
-    #[tokio::test]
-    async fn a_confused_sequence_is_retried_on_a_new_session() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let relay = relay_on(&listener).await;
-        let peer = tokio::spawn(strict_relay(
-            listener,
-            vec![vec![
-                "503 5.5.1 nested MAIL",
-                "250 ok",
-                "554 5.5.1 no valid recipients",
-            ]],
-        ));
-        let mut session = relay.connect().await.unwrap();
-        let verdict = relay.send(&mut session, &message("a@example.test")).await;
-        assert!(
-            matches!(&verdict, Verdict::Transient(r) if r.code == Some(503)),
-            "{verdict:?}"
-        );
-        assert!(session.has_broken());
-        peer.await.unwrap();
-    }
-}
+mod tests;

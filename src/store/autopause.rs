@@ -11,11 +11,18 @@
 //! look again after their next batch with failures, or at their next flag
 //! refresh. A resume clears the record ([`forget`]) so the campaign is
 //! judged afresh after the fix.
+//!
+//! The complaint guard ([`check_complaints`]) is the same stop for readers
+//! marking the campaign as spam: once [`MIN_DELIVERED`] messages are
+//! delivered, complaints over the campaign's `max_complaint_rate` of them
+//! (Gmail's and Yahoo's bulk-sender limit by default) pause it, in the
+//! transaction that records the complaint. Either pause is reported to
+//! webhooks as `campaign.paused`.
 
 use diesel::prelude::*;
 
 use super::schema::{campaign_counters as cc, campaigns};
-use super::{on, CampaignState, Conn, Result};
+use super::{on, outbox, CampaignState, Conn, Result};
 
 /// Permanent failures in a row that pause a campaign whatever its rate.
 pub const FAILURE_STREAK_LIMIT: i64 = 100;
@@ -26,6 +33,12 @@ pub const BUCKET: i64 = 250;
 pub const MIN_SAMPLE: i64 = 100;
 /// `campaign create`'s default `--max-failure-rate`.
 pub const DEFAULT_MAX_FAILURE_RATE: f64 = 0.2;
+/// `campaign create`'s default `--max-complaint-rate`: 0.3 %, the spam
+/// rate Gmail and Yahoo hold bulk senders under.
+pub const DEFAULT_MAX_COMPLAINT_RATE: f64 = 0.003;
+/// Delivered messages before complaints are judged: three complaints in
+/// the first hundred say little, and the providers judge volume.
+pub const MIN_DELIVERED: i64 = 1_000;
 
 /// The `SET` clauses that move the streak and the buckets for a batch of
 /// `sent` successes and `failed` failures, `trailing` of them after the
@@ -71,6 +84,80 @@ pub fn verdict(
     None
 }
 
+/// Why a campaign with `complaints` over `delivered` messages should stop,
+/// if it should.
+pub fn complaint_verdict(max_rate: Option<f64>, delivered: i64, complaints: i64) -> Option<String> {
+    let max_rate = max_rate?;
+    if delivered < MIN_DELIVERED || complaints as f64 <= max_rate * delivered as f64 {
+        return None;
+    }
+    Some(format!(
+        "auto-paused: {complaints} complaints of {delivered} delivered ({:.2} %, limit {:.2} %); readers mark it as spam: look at the list's consent and the content before `mailsplit resume`",
+        100.0 * complaints as f64 / delivered as f64,
+        100.0 * max_rate
+    ))
+}
+
+/// Pause the campaign if its complaints say so (see [`complaint_verdict`]),
+/// in the caller's transaction; returns the reason when this call paused
+/// it.
+pub fn check_complaints(conn: &mut Conn, campaign_id: i64, now: i64) -> Result<Option<String>> {
+    type Row = (Option<f64>, bool, CampaignState, i64, i64);
+    let row: Option<Row> = on!(conn, |c| campaigns::table
+        .inner_join(cc::table)
+        .filter(campaigns::id.eq(campaign_id))
+        .select((
+            campaigns::max_complaint_rate,
+            campaigns::paused,
+            campaigns::state,
+            cc::sent,
+            cc::complaints,
+        ))
+        .first(c)
+        .optional())?;
+    let Some((max_rate, paused, state, sent, complaints)) = row else {
+        return Ok(None);
+    };
+    if paused || state == CampaignState::Cancelled {
+        return Ok(None);
+    }
+    match complaint_verdict(max_rate, sent, complaints) {
+        Some(reason) => pause(conn, campaign_id, reason, now),
+        None => Ok(None),
+    }
+}
+
+/// Pause a campaign that is not paused, with `reason`, and tell the
+/// webhooks (`campaign.paused`); the reason when this call paused it.
+fn pause(conn: &mut Conn, campaign_id: i64, reason: String, now: i64) -> Result<Option<String>> {
+    let changed = on!(conn, |c| diesel::update(
+        campaigns::table
+            .find(campaign_id)
+            .filter(campaigns::paused.eq(false))
+    )
+    .set((
+        campaigns::paused.eq(true),
+        campaigns::pause_reason.eq(Some(&reason)),
+        campaigns::updated_at.eq(now),
+    ))
+    .execute(c))?;
+    if changed != 1 {
+        return Ok(None);
+    }
+    outbox::record(
+        conn,
+        &[outbox::NewEvent {
+            kind: outbox::EventKind::CampaignPaused,
+            campaign_id: Some(campaign_id),
+            recipient_id: None,
+            at: now,
+            link: None,
+            link_url: None,
+        }],
+    )?;
+    Ok(Some(reason))
+}
+
 /// Pause the campaign if its failure record says so; returns the reason
 /// when this call paused it (a campaign already paused or cancelled is left
 /// as it is).
@@ -102,21 +189,10 @@ pub fn check(
     if paused || state == CampaignState::Cancelled {
         return Ok(None);
     }
-    let Some(reason) = verdict(max_rate, streak, pd + rd, pf + rf, last_error) else {
-        return Ok(None);
-    };
-    let changed = on!(conn, |c| diesel::update(
-        campaigns::table
-            .find(campaign_id)
-            .filter(campaigns::paused.eq(false))
-    )
-    .set((
-        campaigns::paused.eq(true),
-        campaigns::pause_reason.eq(Some(&reason)),
-        campaigns::updated_at.eq(now),
-    ))
-    .execute(c))?;
-    Ok((changed == 1).then_some(reason))
+    match verdict(max_rate, streak, pd + rd, pf + rf, last_error) {
+        Some(reason) => pause(conn, campaign_id, reason, now),
+        None => Ok(None),
+    }
 }
 
 /// Clear a campaign's failure record (on resume).
@@ -161,5 +237,20 @@ mod tests {
         assert!(verdict(Some(0.2), 0, 500, 101, None)
             .unwrap()
             .contains("101 of the last 500 messages failed (20 %, limit 20 %)"));
+    }
+
+    #[test]
+    fn complaint_verdicts() {
+        let limit = Some(DEFAULT_MAX_COMPLAINT_RATE);
+        // Off, or too few delivered to judge.
+        assert_eq!(complaint_verdict(None, 10_000, 5_000), None);
+        assert_eq!(complaint_verdict(limit, MIN_DELIVERED - 1, 500), None);
+        // 3 of 1,000 is at the limit; 4 is over it.
+        assert_eq!(complaint_verdict(limit, 1_000, 3), None);
+        let why = complaint_verdict(limit, 1_000, 4).unwrap();
+        assert!(
+            why.contains("4 complaints of 1000 delivered (0.40 %, limit 0.30 %)"),
+            "{why}"
+        );
     }
 }

@@ -209,6 +209,9 @@ fn mark_delivery(
                 .set(cc::complaints.eq(cc::complaints + marked))
                 .execute(c)
         })?;
+        if kind == BounceKind::Complaint {
+            super::autopause::check_complaints(conn, campaign_id, now)?;
+        }
     }
     Ok(())
 }

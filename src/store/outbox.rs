@@ -32,6 +32,9 @@ text_enum! {
         Clicked = "clicked",
         /// Every recipient of the campaign has an outcome.
         CampaignFinished = "campaign.finished",
+        /// The campaign paused itself (failures or complaints over its
+        /// limit; `status` says why).
+        CampaignPaused = "campaign.paused",
     }
 }
 

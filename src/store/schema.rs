@@ -72,6 +72,8 @@ diesel::table! {
         pending_servers -> Nullable<Text>,
         /// When it may start (ms); NULL: once enqueued.
         send_at -> Nullable<BigInt>,
+        /// Complaints per delivered message that pause it; NULL: off.
+        max_complaint_rate -> Nullable<Double>,
     }
 }
 

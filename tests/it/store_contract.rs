@@ -169,6 +169,7 @@ fn new_campaign(conn: &mut Conn, name: &str, list_id: i64) -> campaigns::Campaig
             public_url: None,
             return_path: None,
             max_failure_rate: None,
+            max_complaint_rate: None,
             send_at: None,
         },
     )
@@ -518,6 +519,7 @@ fn duplicate_campaign_is_a_usage_error(kind: Kind) {
             public_url: None,
             return_path: None,
             max_failure_rate: None,
+            max_complaint_rate: None,
             send_at: None,
         },
     )

@@ -25,6 +25,7 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
             public_url,
             return_path,
             max_failure_rate,
+            max_complaint_rate,
             send_at,
             track,
         } => create(
@@ -39,6 +40,7 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
                 public_url,
                 return_path,
                 max_failure_rate,
+                max_complaint_rate,
                 send_at,
                 track,
             },

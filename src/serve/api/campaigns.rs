@@ -68,6 +68,8 @@ pub struct NewCampaign {
     pub return_path: Option<String>,
     /// `20%`, `0.2` or `off` (default 20%).
     pub max_failure_rate: Option<String>,
+    /// `0.3%`, `0.003` or `off` (default 0.3%): complaints that pause it.
+    pub max_complaint_rate: Option<String>,
 }
 
 /// A refusal of the campaign stage as the client sees it.
@@ -152,6 +154,7 @@ fn create_blocking(url: &str, body: NewCampaign) -> Result<CampaignStatus, Probl
         }),
         return_path: body.return_path,
         max_failure_rate: body.max_failure_rate.unwrap_or_else(|| "20%".into()),
+        max_complaint_rate: body.max_complaint_rate.unwrap_or_default(),
         send_at: body.send_at,
         track: body.track,
     };

@@ -60,6 +60,8 @@ pub struct Campaign {
     /// When it may start (ms since the epoch); `None`: as soon as it is
     /// enqueued. Workers send nothing before it.
     pub send_at: Option<i64>,
+    /// Complaints per delivered message that pause it; `None`: never.
+    pub max_complaint_rate: Option<f64>,
 }
 
 impl Campaign {
@@ -132,6 +134,9 @@ pub struct NewCampaign<'a> {
     pub return_path: Option<&'a str>,
     /// See [`Campaign::max_failure_rate`].
     pub max_failure_rate: Option<f64>,
+    /// Complaints per delivered message that pause it (see
+    /// [`super::autopause::check_complaints`]); `None`: never.
+    pub max_complaint_rate: Option<f64>,
     /// See [`Campaign::send_at`].
     pub send_at: Option<i64>,
 }
@@ -151,6 +156,7 @@ pub fn create(conn: &mut Conn, new: &NewCampaign) -> Result<Campaign> {
                 campaigns::public_url.eq(new.public_url),
                 campaigns::return_path.eq(new.return_path),
                 campaigns::max_failure_rate.eq(new.max_failure_rate),
+                campaigns::max_complaint_rate.eq(new.max_complaint_rate),
                 campaigns::send_at.eq(new.send_at),
                 campaigns::state.eq(CampaignState::Draft),
                 campaigns::created_at.eq(now),

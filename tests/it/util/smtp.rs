@@ -2,6 +2,7 @@
 //! records what it accepts and injects faults.
 
 mod peer;
+mod quota;
 
 use std::collections::HashMap;
 use std::net::TcpListener;
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use peer::Peer;
+pub use quota::MailQuota;
 
 /// Postfix's smtp-sink: accepts everything, as fast as it can.
 pub struct SmtpSink {
@@ -123,6 +125,8 @@ pub struct Script {
     /// Recipients whose address contains the pattern get this reply at
     /// RCPT, every time (e.g. `452 4.2.2 mailbox full`).
     pub rcpt_replies: Vec<(String, String)>,
+    /// A sending quota at MAIL (see [`MailQuota`]).
+    pub mail_quota: Option<Arc<MailQuota>>,
 }
 
 /// Sessions a [`Script::max_greeted`] peer has greeted, and how many

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::quota;
 use super::*;
 
 pub(super) struct Peer {
@@ -173,6 +174,8 @@ impl Peer {
         let mut rcpts: Vec<String> = Vec::new();
         let mut sender = String::new();
         let mut authenticated = false;
+        // A MAIL was accepted and its transaction is not over.
+        let mut mail_open = false;
         // Which try of its address each accepted recipient is.
         let mut rcpt_tries: Vec<u32> = Vec::new();
         let mut line = String::new();
@@ -225,12 +228,24 @@ impl Peer {
                 let out = io.get_mut();
                 rcpts.clear();
                 rcpt_tries.clear();
+                if script.mail_quota.as_ref().is_some_and(|q| !q.admit()) {
+                    mail_open = false;
+                    out.write_all(quota::THROTTLE_REPLY)?;
+                    out.flush()?;
+                    continue;
+                }
+                mail_open = true;
                 sender = line
                     .split(['<', '>'])
                     .nth(1)
                     .unwrap_or_default()
                     .to_string();
                 out.write_all(b"250 ok\r\n")?;
+            } else if script.mail_quota.is_some()
+                && !mail_open
+                && (upper.starts_with("RCPT TO") || upper.starts_with("DATA"))
+            {
+                out.write_all(quota::NEED_MAIL_REPLY)?;
             } else if upper.starts_with("RCPT TO") {
                 let addr = line
                     .split(['<', '>'])
@@ -348,10 +363,12 @@ impl Peer {
                     }
                     return Ok(End::Closed);
                 }
+                mail_open = false;
                 self.delivered.set(self.delivered.get() + 1);
                 io.get_mut().write_all(b"250 queued\r\n")?;
             } else if upper.starts_with("RSET") {
                 self.resets.fetch_add(1, Ordering::SeqCst);
+                mail_open = false;
                 rcpts.clear();
                 rcpt_tries.clear();
                 out.write_all(b"250 ok\r\n")?;
