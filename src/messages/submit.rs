@@ -151,6 +151,23 @@ fn refusal(
     Ok(None)
 }
 
+/// [`refusal`], unless `idempotency_key` names a message stored before
+/// it (a retry gets that message's answer).
+fn refuse(
+    conn: &mut Conn,
+    key: &str,
+    idempotency_key: Option<&str>,
+    asked: AskedBy,
+) -> Result<(), MessageError> {
+    let Some(why) = refusal(conn, key, asked)? else {
+        return Ok(());
+    };
+    match idempotency_key {
+        Some(k) if messages::key_used(conn, k)? => Ok(()),
+        _ => Err(MessageError::Refused(why)),
+    }
+}
+
 /// Store a message and queue it (or find the one its key names), for
 /// the shop ([`AskedBy::Sender`]).
 pub fn submit(conn: &mut Conn, queue: &Queue, s: Submit) -> Result<Submitted, MessageError> {
@@ -171,16 +188,7 @@ pub fn submit_as(
     let hash = body_hash(&template.name, &to_text, &data);
     let key =
         crate::mailbox::key(to.email.as_ref()).map_err(|_| MessageError::BadTo(s.to.clone()))?;
-    if let Some(why) = refusal(conn, &key, asked)? {
-        // A retry of a message stored before the refusal gets its answer.
-        let stored = match &s.idempotency_key {
-            Some(k) => messages::key_used(conn, k)?,
-            None => false,
-        };
-        if !stored {
-            return Err(MessageError::Refused(why));
-        }
-    }
+    refuse(conn, &key, s.idempotency_key.as_deref(), asked)?;
     let marketing = template.stream == message_templates::Stream::Marketing;
     let suppressed = messages::suppression(conn, &key, marketing)?;
     let now = now_ms();

@@ -170,12 +170,18 @@ fn erase_recipient(conn: &mut Conn, p: &Person, n: &Needles, done: &mut Erased) 
     )
     .execute(c))? as u64;
     erase_ledger(conn, id, &tombstone(id, &p.email), n, done)?;
+    done.flow_entries += erase_flow_entries(conn, id, now)?;
+    Ok(())
+}
+
+/// Flow entries of recipient `id`: their row emptied, a key replaced, an
+/// active one left (`forgotten`). How many.
+fn erase_flow_entries(conn: &mut Conn, id: i64, now: i64) -> Result<u64> {
     let entries = on!(conn, |c| diesel::update(
         fe::table.filter(fe::recipient_id.eq(id))
     )
     .set((fe::row_data.eq("{}"), fe::updated_at.eq(now)))
     .execute(c))?;
-    done.flow_entries += entries as u64;
     on!(conn, |c| diesel::update(
         fe::table
             .filter(fe::recipient_id.eq(id))
@@ -198,7 +204,7 @@ fn erase_recipient(conn: &mut Conn, p: &Person, n: &Needles, done: &mut Erased) 
         fe::due_at.eq(None::<i64>),
     ))
     .execute(c))?;
-    Ok(())
+    Ok(entries as u64)
 }
 
 /// Deliveries and bounces of recipient `id`: kept, their texts scrubbed.

@@ -317,4 +317,76 @@ fn delete_through_the_api(kind: Kind) {
     );
 }
 
-both!(forget_leaves_no_trace, delete_through_the_api);
+/// `POST /api/v1/messages` (and `send`) to a suppressed address, by
+/// itself or its domain, is 422 and stores nothing; a retry of a message
+/// stored before the entry gets its own answer, and the claim-time check
+/// still stops it.
+fn a_message_to_a_suppressed_address_is_refused(kind: Kind) {
+    let (_tmp, _bs, peer, env) = setup(kind, Script::default());
+    templates(&env);
+    env.ok(&[
+        "suppress",
+        "add",
+        "ada@example.org",
+        "@blocked.example",
+        "--reason",
+        "zqsecret",
+    ]);
+    let k = key(&env, "shop", "send,read");
+    let (s, _log) = serve_logged(&env, &[]);
+    let post = |to: &str, idem: &str| {
+        let auth = format!("Bearer {k}");
+        let body = json!({"template": "order", "to": to, "data": {"order_id": "1"}}).to_string();
+        let headers = [
+            ("Authorization", auth.as_str()),
+            ("Content-Type", "application/json"),
+            ("Idempotency-Key", idem),
+        ];
+        http("POST", s.admin, "/api/v1/messages", &headers, Some(&body))
+    };
+    for (to, idem) in [("Ada <ADA@example.org>", "a"), ("bob@Blocked.example", "b")] {
+        let p = assert_problem(&post(to, idem), 422, "zqsecret");
+        assert!(
+            p["detail"].as_str().unwrap().contains("suppression list"),
+            "{p}"
+        );
+    }
+    let out = env.run(&["send", "order", "--to", "ada@example.org"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("suppression list"),
+        "{}",
+        stderr(&out)
+    );
+    // A subdomain is not the domain.
+    assert_eq!(post("dee@sub.blocked.example", "d").status, 202);
+    let eve = post("eve@example.org", "e");
+    assert_eq!(eve.status, 202, "{}", eve.body);
+    // Suppressed after it was stored: the retry is the same message…
+    env.ok(&["suppress", "add", "eve@example.org"]);
+    let again = post("eve@example.org", "e");
+    assert_eq!((again.status, &again.body), (202, &eve.body));
+    // …a new one is refused, and the worker's claim stops the first.
+    assert_problem(&post("eve@example.org", "e2"), 422, "zqsecret");
+    let id = serde_json::from_str::<serde_json::Value>(&eve.body).unwrap()["id"]
+        .as_i64()
+        .unwrap();
+    let w = env.worker(&[]);
+    wait_status(&env, id, MessageStatus::Suppressed, 30);
+    wait_for(30, "dee's message", || {
+        received(&peer, "dee@sub.blocked.example") == 1
+    });
+    stop_worker(w);
+    drop(s);
+    assert_eq!(
+        mailsplit::store::messages::count_all(&mut env.conn()).unwrap(),
+        2
+    );
+    assert_eq!(peer.total(), 1);
+}
+
+both!(
+    forget_leaves_no_trace,
+    delete_through_the_api,
+    a_message_to_a_suppressed_address_is_refused,
+);
