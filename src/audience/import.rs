@@ -122,6 +122,9 @@ pub struct Summary {
     /// Rows saying active (or nothing) for a recipient who is not,
     /// left as they were.
     pub kept_unsubscribed: u64,
+    /// Rows of addresses erased at their owner's request (`subscriber
+    /// forget`): not added. Counted in `skipped` too.
+    pub forgotten: u64,
 }
 
 /// Import `path` into `list`. `on_reject` hears about each skipped or

@@ -11,7 +11,7 @@ use serde_json::json;
 use crate::messages::{self, MessageError, Queue, Submit};
 use crate::store::imports::Row;
 use crate::store::lists::{self, PublicList};
-use crate::store::{now_ms, signups, subscribers, Conn, StoreError};
+use crate::store::{forgotten, now_ms, signups, subscribers, suppressions, Conn, StoreError};
 use crate::tokens::Signer;
 
 /// Confirmation mails one address may get in a day.
@@ -118,7 +118,7 @@ pub fn subscribe(
     let id = signups::insert(conn, email, &key, name, &ids, now)?;
     let token = mailer.signer.confirm_token(id, now);
     let titles: Vec<&str> = double.iter().map(|l| l.label()).collect();
-    messages::submit(
+    let sent = messages::submit_as(
         conn,
         &mailer.queue,
         Submit {
@@ -129,9 +129,17 @@ pub fn subscribe(
                 "lists": titles,
                 "name": name,
             })),
-            idempotency_key: Some(format!("signup-{id}")),
+            // With the time: SQLite reuses the id of a deleted (expired
+            // or forgotten) last sign-up, and the key must stay unique.
+            idempotency_key: Some(format!("signup-{id}-{now}")),
         },
-    )?;
+        messages::AskedBy::Recipient,
+    );
+    match sent {
+        // The same page either way: a suppressed address learns nothing.
+        Err(MessageError::Refused(why)) => tracing::info!("a confirmation mail not sent: {why}"),
+        other => drop(other?),
+    }
     Ok(())
 }
 
@@ -178,6 +186,12 @@ pub fn confirm(conn: &mut Conn, signer: &Signer, token: &str) -> Result<bool, Su
             .filter(|l| s.lists().contains(&l.id))
             .map(|l| l.name)
             .collect();
+        // The person asked again and proved the address is theirs: an
+        // erasure no longer holds (a suppression from before it does).
+        if forgotten::lift(conn, &s.email_key)? == Some(true) {
+            let entry = [s.email_key.clone()];
+            suppressions::add(conn, &entry, "suppressed before it was forgotten", now_ms())?;
+        }
         if !names.is_empty() {
             subscribers::upsert(conn, &row(&s.email, &s.email_key, &s.name), &names)?;
         }

@@ -164,6 +164,9 @@ pub fn batch(conn: &mut Conn, queue: &Queue, now: i64) -> Result<usize, FlowErro
                     .map(|s| (d.entered_at + s.delay_ms).max(now));
                 store::advance(conn, d.id, d.next_step, next, due_at)?;
             }
+            Err(MessageError::Refused(_)) => {
+                store::leave(conn, d.id, d.next_step, "suppressed")?;
+            }
             Err(MessageError::Store(e)) => return Err(e.into()),
             Err(e) => {
                 // Queue down, template removed, an address the wire

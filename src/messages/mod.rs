@@ -8,7 +8,7 @@
 pub mod submit;
 pub mod templates;
 
-pub use submit::{get, submit, MessageView, Queue, Submit, Submitted};
+pub use submit::{get, submit, submit_as, AskedBy, MessageView, Queue, Submit, Submitted};
 
 use crate::campaign::content::ContentError;
 use crate::compose::ComposeError;
@@ -30,6 +30,10 @@ pub enum MessageError {
     BadKey(String),
     #[error("idempotency key {0:?} was already used for another message (another template, recipient or data)")]
     KeyReused(String),
+    /// Refused before anything was stored: the suppression list or an
+    /// erasure (`subscriber forget`) covers the address.
+    #[error("{0}")]
+    Refused(&'static str),
     #[error("no message {0}")]
     UnknownMessage(i64),
     #[error(transparent)]

@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 use crate::queue::message::{MessageJob, MESSAGE_PRIORITY};
 use crate::queue::Server;
 use crate::store::messages::{self, Inserted, Message, MessageStatus, NewMessage};
-use crate::store::{installation, message_templates, now_ms, Conn};
+use crate::store::{forgotten, installation, message_templates, now_ms, suppressions, Conn};
 use crate::tokens::Identity;
 
 use super::MessageError;
@@ -118,8 +118,69 @@ fn body_hash(template: &str, to: &str, data: &str) -> String {
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Store a message and queue it (or find the one its key names).
+/// Who asked for a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AskedBy {
+    /// The shop: the API, `mailsplit send`, a flow step.
+    Sender,
+    /// The recipient, on a form (the confirmation mail of a sign-up they
+    /// made): an erasure does not stop it, since confirming is how a
+    /// forgotten person comes back.
+    Recipient,
+}
+
+/// Why no message may be stored for mailbox `key`: refused at once (422
+/// over HTTP), so the caller knows now instead of reading `suppressed`
+/// later. Entries added after a submit are still applied when a worker
+/// claims the message.
+fn refusal(
+    conn: &mut Conn,
+    key: &str,
+    asked: AskedBy,
+) -> Result<Option<&'static str>, MessageError> {
+    if suppressions::reason_for(conn, key)?.is_some() {
+        return Ok(Some(
+            "the address is on the suppression list (`mailsplit suppress ls`; `suppress rm` takes it off): nothing is sent to it",
+        ));
+    }
+    if asked == AskedBy::Sender && forgotten::is_forgotten(conn, key)? {
+        return Ok(Some(
+            "the address was erased at its owner's request (`subscriber forget`): nothing is sent to it until the person confirms a double-opt-in sign-up",
+        ));
+    }
+    Ok(None)
+}
+
+/// [`refusal`], unless `idempotency_key` names a message stored before
+/// it (a retry gets that message's answer).
+fn refuse(
+    conn: &mut Conn,
+    key: &str,
+    idempotency_key: Option<&str>,
+    asked: AskedBy,
+) -> Result<(), MessageError> {
+    let Some(why) = refusal(conn, key, asked)? else {
+        return Ok(());
+    };
+    match idempotency_key {
+        Some(k) if messages::key_used(conn, k)? => Ok(()),
+        _ => Err(MessageError::Refused(why)),
+    }
+}
+
+/// Store a message and queue it (or find the one its key names), for
+/// the shop ([`AskedBy::Sender`]).
 pub fn submit(conn: &mut Conn, queue: &Queue, s: Submit) -> Result<Submitted, MessageError> {
+    submit_as(conn, queue, s, AskedBy::Sender)
+}
+
+/// [`submit`], saying who asked.
+pub fn submit_as(
+    conn: &mut Conn,
+    queue: &Queue,
+    s: Submit,
+    asked: AskedBy,
+) -> Result<Submitted, MessageError> {
     let (to, data) = check(&s)?;
     let template = message_templates::find(conn, &s.template)?
         .ok_or_else(|| MessageError::UnknownTemplate(s.template.clone()))?;
@@ -127,6 +188,7 @@ pub fn submit(conn: &mut Conn, queue: &Queue, s: Submit) -> Result<Submitted, Me
     let hash = body_hash(&template.name, &to_text, &data);
     let key =
         crate::mailbox::key(to.email.as_ref()).map_err(|_| MessageError::BadTo(s.to.clone()))?;
+    refuse(conn, &key, s.idempotency_key.as_deref(), asked)?;
     let marketing = template.stream == message_templates::Stream::Marketing;
     let suppressed = messages::suppression(conn, &key, marketing)?;
     let now = now_ms();

@@ -149,6 +149,9 @@ pub struct Written {
     pub kept_unsubscribed: u64,
     /// Lines of rows whose mailbox this import had written already.
     pub duplicates: Vec<u64>,
+    /// Rows of addresses erased at their owner's request
+    /// ([`super::forgotten`]): nothing written.
+    pub forgotten: u64,
 }
 
 /// A row as inserted or updated.
@@ -179,7 +182,13 @@ type Found = (
 /// Write one batch (no key twice; at most 1,000 rows on SQLite, for its
 /// parameter limit) in the caller's transaction.
 pub fn write_batch(conn: &mut Conn, run: Run, rows: &[Row], resubscribe: bool) -> Result<Written> {
-    let keys: Vec<&str> = rows.iter().map(|r| r.email_key.as_str()).collect();
+    let all: Vec<&str> = rows.iter().map(|r| r.email_key.as_str()).collect();
+    let forgotten = super::forgotten::among(conn, &all)?;
+    let keys: Vec<&str> = all
+        .iter()
+        .copied()
+        .filter(|k| !forgotten.contains(k))
+        .collect();
     let (found, marks) = match conn.inner_mut() {
         InnerMut::Sqlite(c) => find_sqlite(c, run, &keys)?,
         InnerMut::Pg(c) => find_pg(c, run, &keys)?,
@@ -193,6 +202,10 @@ pub fn write_batch(conn: &mut Conn, run: Run, rows: &[Row], resubscribe: bool) -
     // Mailboxes that were not members of the list: they join its flows.
     let mut joined = Vec::new();
     for row in rows {
+        if forgotten.contains(row.email_key.as_str()) {
+            done.forgotten += 1;
+            continue;
+        }
         let Some(f) = found.get(&row.email_key) else {
             done.added += 1;
             writes.push(new_recipient(row, now));

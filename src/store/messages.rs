@@ -126,6 +126,16 @@ pub fn insert(conn: &mut Conn, n: &NewMessage) -> Result<Inserted> {
     })
 }
 
+/// Whether a message was stored under idempotency key `key`.
+pub fn key_used(conn: &mut Conn, key: &str) -> Result<bool> {
+    let id: Option<i64> = on!(conn, |c| m::table
+        .filter(m::idempotency_key.eq(key))
+        .select(m::id)
+        .first(c)
+        .optional())?;
+    Ok(id.is_some())
+}
+
 pub fn find(conn: &mut Conn, id: i64) -> Result<Option<Message>> {
     Ok(on!(conn, |c| m::table
         .find(id)

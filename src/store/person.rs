@@ -200,7 +200,7 @@ fn messages_to(conn: &mut Conn, key: &str) -> Result<Vec<Value>> {
 }
 
 /// The key of the address in `Name <addr>` or `addr`.
-fn address_key(to: &str) -> Option<String> {
+pub(super) fn address_key(to: &str) -> Option<String> {
     let addr = match (to.rfind('<'), to.rfind('>')) {
         (Some(a), Some(b)) if a < b => &to[a + 1..b],
         _ => to,

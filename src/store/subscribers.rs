@@ -63,24 +63,38 @@ pub fn find(conn: &mut Conn, key: &str) -> Result<Option<Subscriber>> {
     }))
 }
 
+/// What [`upsert`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upserted {
+    New,
+    Known,
+    /// The address was erased at its owner's request
+    /// ([`super::forgotten`]): nothing written, no list made.
+    Forgotten,
+}
+
 /// Write `row` into each of `lists` as an import of that one row would
-/// (never re-subscribing); whether the subscriber is new.
-pub fn upsert(conn: &mut Conn, row: &Row, lists: &[String]) -> Result<bool> {
+/// (never re-subscribing, never adding a forgotten address).
+pub fn upsert(conn: &mut Conn, row: &Row, lists: &[String]) -> Result<Upserted> {
     conn.transaction(|conn| {
+        if super::forgotten::is_forgotten(conn, &row.email_key)? {
+            return Ok(Upserted::Forgotten);
+        }
         let existed = find_id(conn, &row.email_key)?.is_some();
         for list in lists {
             let run = imports::begin(conn, list)?;
             imports::write_batch(conn, run, std::slice::from_ref(row), false)?;
         }
-        if !existed {
-            let now = now_ms();
-            on!(conn, |c| diesel::update(
-                r::table.filter(r::email_key.eq(&row.email_key))
-            )
-            .set(r::created_at.eq(now))
-            .execute(c))?;
+        if existed {
+            return Ok(Upserted::Known);
         }
-        Ok(!existed)
+        let now = now_ms();
+        on!(conn, |c| diesel::update(
+            r::table.filter(r::email_key.eq(&row.email_key))
+        )
+        .set(r::created_at.eq(now))
+        .execute(c))?;
+        Ok(Upserted::New)
     })
 }
 
@@ -120,26 +134,5 @@ pub fn patch(
             ))
             .execute(c))?;
         Ok(true)
-    })
-}
-
-/// Forget what a subscriber told us: name, attributes and every list
-/// membership. The address and its status stay, so an unsubscribed or
-/// bounced address is still refused by a later import, and the delivery
-/// ledger keeps what was sent.
-pub fn forget(conn: &mut Conn, id: i64) -> Result<()> {
-    conn.transaction(|conn| {
-        on!(conn, |c| diesel::delete(
-            m::table.filter(m::recipient_id.eq(id))
-        )
-        .execute(c))?;
-        on!(conn, |c| diesel::update(r::table.find(id))
-            .set((
-                r::name.eq(""),
-                r::attributes.eq("{}"),
-                r::updated_at.eq(now_ms()),
-            ))
-            .execute(c))?;
-        Ok(())
     })
 }

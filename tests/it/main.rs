@@ -43,6 +43,7 @@ mod eta;
 mod fencing;
 mod fleet;
 mod flows;
+mod forget;
 mod headers;
 mod messages;
 mod messages_tx;

@@ -146,6 +146,8 @@ impl<'a> Sink<'a> {
             self.summary.updated += w.updated;
             self.summary.unchanged += w.unchanged;
             self.summary.kept_unsubscribed += w.kept_unsubscribed;
+            self.summary.forgotten += w.forgotten;
+            self.summary.skipped += w.forgotten;
             duplicates.extend(w.duplicates);
         }
         duplicates.sort_unstable();

@@ -71,4 +71,28 @@ pub enum SubscriberCommand {
         /// The address, any spelling (case does not matter)
         email: String,
     },
+    /// Erase one person for good (GDPR art. 17), and never add the address again
+    ///
+    /// Erased: name, attributes, list memberships, opens and clicks,
+    /// sign-ups, webhook events not yet delivered, the suppression entry,
+    /// and the address (and name) in every ledger: campaign deliveries,
+    /// bounces, transactional messages, flow entries, relay replies. The
+    /// ledger rows themselves stay under a placeholder address
+    /// (forgotten-ID@DOMAIN), so campaign counts and `report` stay exact.
+    /// What stays is a keyed hash of the address: no import (CSV, SQL,
+    /// --sync), API call or flow adds it again, and `send` refuses it;
+    /// only the person confirming a double-opt-in sign-up brings it back.
+    /// Also DELETE /api/v1/subscribers/{email}. Cannot be undone; run
+    /// `subscriber export` first if the person asked for a copy. What each
+    /// database keeps afterwards: docs/operations.md, "Forgetting a
+    /// person".
+    ///
+    /// Example: mailsplit subscriber forget ada@example.com --yes
+    Forget {
+        /// The address, any spelling (case does not matter)
+        email: String,
+        /// Do it without asking (needed when stdin is not a terminal)
+        #[arg(long)]
+        yes: bool,
+    },
 }

@@ -138,5 +138,11 @@ fn print_summary(
         summary.kept_unsubscribed,
         started.elapsed().as_secs_f64()
     )?;
+    if summary.forgotten > 0 {
+        outln!(
+            "skipped {} rows of addresses erased at their owner's request (`subscriber forget`): only the person can come back, by confirming a double-opt-in sign-up",
+            summary.forgotten
+        )?;
+    }
     Ok(())
 }

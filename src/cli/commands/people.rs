@@ -1,11 +1,14 @@
 //! `mailsplit suppress add | import | ls | rm`: the suppression list;
-//! `mailsplit subscriber show | export`: what is held about one person.
+//! `mailsplit subscriber show | export | forget`: what is held about one
+//! person, and its erasure.
 
 use serde_json::json;
 
-use crate::audience::subscriber;
+use crate::audience::subscriber::{self, Afterwards};
 use crate::audience::suppress::{self, BAD_LINES_SHOWN};
 use crate::cli::args::{Global, SubscriberCommand, SuppressCommand};
+use crate::cli::exit::{CliError, UsageError};
+use crate::cli::out::error_line;
 use crate::cli::out::outln;
 use crate::clock::{self, Precision};
 
@@ -70,9 +73,10 @@ pub fn suppress(g: &Global, cmd: SuppressCommand) -> Result {
     Ok(())
 }
 
-/// `subscriber show | export`.
+/// `subscriber show | export | forget`.
 pub fn subscriber(g: &Global, cmd: SubscriberCommand) -> Result {
     match cmd {
+        SubscriberCommand::Forget { email, yes } => forget(g, &email, yes)?,
         SubscriberCommand::Export { email } => {
             let all = subscriber::export(&mut open_read_only(g)?, &email)?;
             outln!("{}", serde_json::to_string_pretty(&all)?)?;
@@ -117,4 +121,58 @@ pub fn subscriber(g: &Global, cmd: SubscriberCommand) -> Result {
         }
     }
     Ok(())
+}
+
+/// `subscriber forget EMAIL [--yes]`.
+fn forget(g: &Global, email: &str, yes: bool) -> Result {
+    if !yes && !confirmed(email)? {
+        return Err(CliError::Usage(UsageError(format!(
+            "nothing erased: `subscriber forget` cannot be undone; run it again with --yes to erase {email:?}"
+        ))));
+    }
+    let done = subscriber::forget(&mut open_migrated(g)?, email)?;
+    let e = &done.erased;
+    if e.recipients == 0 && e.messages == 0 && e.signups == 0 && !e.suppressed {
+        outln!("nothing was held about {}; the address is blocked all the same: no import, API call or flow adds it", done.key)?;
+    } else {
+        outln!(
+            "forgot {}: {} recipient rows, {} list memberships, {} engagement rows, {} sign-ups, {} webhook events erased; the address taken out of {} deliveries, {} bounces, {} messages, {} flow entries and {} other texts{}",
+            done.key,
+            e.recipients,
+            e.memberships,
+            e.engagement,
+            e.signups,
+            e.webhook_events,
+            e.deliveries,
+            e.bounces,
+            e.messages,
+            e.flow_entries,
+            e.texts,
+            if e.suppressed { "; its suppression entry too (kept as part of the block)" } else { "" }
+        )?;
+        outln!("only a keyed hash of the address stays: no import, API call or flow adds it again; the person can come back by confirming a double-opt-in sign-up")?;
+    }
+    match done.afterwards {
+        Afterwards::Clean => {}
+        Afterwards::LogBusy => error_line(
+            "mailsplit: note: another process was reading the database, so its write-ahead log (mailsplit.db-wal) still holds the erased rows until the next checkpoint; run the command again later to flush it",
+        ),
+        Afterwards::DeadTuples => error_line(
+            "mailsplit: note: PostgreSQL keeps old row versions until VACUUM reuses their space, and in its WAL and backups; see docs/operations.md, \"Forgetting a person\"",
+        ),
+    }
+    Ok(())
+}
+
+/// Ask on a terminal; `false` when stdin is not one.
+fn confirmed(email: &str) -> Result<bool> {
+    use std::io::{BufRead, IsTerminal, Write};
+    if !std::io::stdin().is_terminal() {
+        return Ok(false);
+    }
+    eprint!("erase everything held about {email:?}? This cannot be undone. Type yes: ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    let read = std::io::stdin().lock().read_line(&mut answer);
+    Ok(read.is_ok() && answer.trim() == "yes")
 }

@@ -39,7 +39,8 @@ pub struct NewMessage {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Accepted {
     pub id: i64,
-    /// `queued`, or `suppressed` for an address that is never mailed.
+    /// `queued`, or `suppressed` for an address that bounced or
+    /// complained (or unsubscribed, for a marketing-stream template).
     pub status: String,
 }
 
@@ -86,11 +87,14 @@ fn problem(e: MessageError) -> Problem {
 
 /// Submit one message; 202 with its id. The same `Idempotency-Key` and
 /// body give the same id and no second send; the key with another body
-/// is 409.
+/// is 409. An address on the suppression list (by itself or its
+/// @domain), or erased at its owner's request, is 422 and nothing is
+/// stored (entries added later still stop the message when a worker
+/// claims it: status `suppressed`).
 #[utoipa::path(post, path = "/messages", operation_id = "send_message", tag = "messages",
     request_body = NewMessage,
     params(("Idempotency-Key" = Option<String>, Header, description = "the same key and body: the same message, sent once")),
-    responses((status = 202, description = "queued (or suppressed)", body = Accepted), Errors),
+    responses((status = 202, description = "queued (or suppressed: bounced or complained)", body = Accepted), Errors),
     security(("bearer" = [])))]
 async fn submit(
     _: Need<auth::Send>,

@@ -13,10 +13,12 @@ use utoipa_axum::routes;
 use super::auth::{self, Need};
 use super::problem::{Errors, Problem};
 use super::Input;
+use crate::audience::subscriber::{self, SubscriberError};
 use crate::serve::State;
 use crate::store::imports::Row;
 use crate::store::recipients::RecipientStatus;
-use crate::store::{self, optouts, subscribers, StoreError};
+use crate::store::subscribers::Upserted;
+use crate::store::{optouts, subscribers, StoreError};
 
 /// Lists one request may name at most.
 const MAX_LISTS: usize = 100;
@@ -189,20 +191,18 @@ async fn upsert(
     let written = state
         .admin
         .db(move |c| {
-            let new = subscribers::upsert(c, &row, &lists)?;
-            Ok((new, subscribers::find(c, &row.email_key)?))
+            let done = subscribers::upsert(c, &row, &lists)?;
+            Ok((done, subscribers::find(c, &row.email_key)?))
         })
         .await
         .map_err(|e| store_problem(&e))?;
     match written {
-        (new, Some(s)) => {
-            let status = if new {
-                StatusCode::CREATED
-            } else {
-                StatusCode::OK
-            };
-            Ok((status, Json(s.into())))
-        }
+        (Upserted::Forgotten, _) => Err(Problem::unprocessable(
+            "this address was erased at its owner's request: it cannot be added through the API or an import; \
+             the person can come back by confirming a double-opt-in sign-up (/subscribe)",
+        )),
+        (Upserted::New, Some(s)) => Ok((StatusCode::CREATED, Json(s.into()))),
+        (Upserted::Known, Some(s)) => Ok((StatusCode::OK, Json(s.into()))),
         (_, None) => Err(Problem::internal(&"the subscriber just written is gone")),
     }
 }
@@ -267,9 +267,13 @@ async fn patch(
         .ok_or_else(|| Problem::not_found("no subscriber with this address"))
 }
 
-/// Forget a subscriber: their name, attributes and list memberships are
-/// erased. The address and its status stay (an unsubscribed or bounced
-/// address must stay refused), as does the record of what was sent.
+/// Forget a person (GDPR art. 17), as `mailsplit subscriber forget`:
+/// name, attributes, memberships, engagement, sign-ups and the address in
+/// every ledger are erased (counters stay exact); a keyed hash of the
+/// address stays, so no import or API call adds it again, only the
+/// person confirming a double-opt-in sign-up. 204 also for an address
+/// nothing was held about (it is blocked all the same), so a retry is
+/// harmless.
 #[utoipa::path(delete, path = "/subscribers/{email}", operation_id = "forget_subscriber", tag = "subscribers",
     params(("email" = String, Path, description = "the subscriber's address", example = "ada@example.test")),
     responses((status = 204, description = "forgotten"), Errors),
@@ -279,11 +283,17 @@ async fn forget(
     Extract(state): Extract<State>,
     Path(email): Path<String>,
 ) -> Result<StatusCode, Problem> {
-    let id = find(&state, &email).await?.id;
-    state
+    let done = state
         .admin
-        .db(move |c| store::subscribers::forget(c, id))
+        .db(move |c| Ok(subscriber::forget(c, &email)))
         .await
         .map_err(|e| store_problem(&e))?;
-    Ok(StatusCode::NO_CONTENT)
+    match done {
+        Ok(_) => Ok(StatusCode::NO_CONTENT),
+        Err(SubscriberError::BadEmail(_)) => {
+            Err(Problem::not_found("no subscriber with this address"))
+        }
+        Err(SubscriberError::Store(e)) => Err(store_problem(&e)),
+        Err(e) => Err(Problem::internal(&e)),
+    }
 }
