@@ -23,6 +23,7 @@ use axum::Router;
 
 use super::guard::Client;
 use super::State;
+use crate::audience::confirm_mail;
 use crate::audience::subscribe::{self, Form, Mailer, SubscribeError};
 use crate::messages::Queue;
 use crate::store::lists::PublicList;
@@ -223,6 +224,11 @@ async fn submit(Extract(state): Extract<State>, Client(client): Client, body: By
             servers: state.settings.servers.clone(),
             tube: state.settings.tube.clone(),
         },
+        from: state
+            .settings
+            .confirm_from
+            .clone()
+            .unwrap_or_else(|| confirm_mail::default_from(&public_url)),
         public_url,
         signer: state.identity.signer.clone(),
     });

@@ -46,6 +46,7 @@ mod headers;
 mod messages;
 mod messages_tx;
 mod operator_mistakes;
+mod pages;
 mod pipelining;
 mod postfix;
 mod rate_group;
