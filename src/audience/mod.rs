@@ -6,6 +6,7 @@ pub mod confirm_mail;
 pub mod import;
 pub mod lists;
 pub mod optouts;
+pub mod preferences;
 pub mod source;
 pub mod subscribe;
 pub mod subscriber;

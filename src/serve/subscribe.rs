@@ -129,7 +129,7 @@ pub fn form_html(
     )
 }
 
-fn page(status: StatusCode, title: &str, body: &str) -> Response {
+pub(super) fn page(status: StatusCode, title: &str, body: &str) -> Response {
     let html = format!(
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
@@ -153,7 +153,7 @@ fn page(status: StatusCode, title: &str, body: &str) -> Response {
         .into_response()
 }
 
-fn unavailable() -> Response {
+pub(super) fn unavailable() -> Response {
     page(
         StatusCode::SERVICE_UNAVAILABLE,
         "Please try again",

@@ -39,6 +39,7 @@ pub mod optouts;
 pub mod outbox;
 pub mod person;
 mod plans;
+pub mod preferences;
 mod prepared;
 pub mod rates;
 pub mod recipients;
@@ -52,6 +53,7 @@ pub mod template_links;
 pub mod timeline;
 pub mod unverified;
 mod versions;
+pub mod views;
 pub mod webhooks;
 pub mod workers;
 
