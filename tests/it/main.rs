@@ -47,6 +47,7 @@ mod messages;
 mod messages_tx;
 mod operator_mistakes;
 mod pages;
+mod pages_browser;
 mod pipelining;
 mod postfix;
 mod rate_group;
