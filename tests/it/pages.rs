@@ -227,8 +227,14 @@ fn send(env: &World, name: &str, list: &str, html: &std::path::Path) {
         "clicks",
     ]);
     env.ok(&["enqueue", name]);
+    let before = env.workers().len();
     let w = env.worker(&[]);
     wait_done(env, name, 60);
+    // A campaign nobody is left on is done at once: wait for the worker's
+    // first beat, so the stop finds its signal handler in place.
+    wait_for(30, "the worker's first beat", || {
+        env.workers().len() > before
+    });
     stop_worker(w);
 }
 
