@@ -21,6 +21,7 @@ pub mod template_links;
 pub mod tracking;
 pub mod tracking_urls;
 pub mod transfer;
+pub mod view;
 
 use std::sync::Arc;
 
@@ -345,6 +346,7 @@ fn render(
         unsubscribe_url,
         &campaign.name,
     );
+    (vars.preferences_url, vars.view_url) = view::own_urls(campaign, rid);
     let (subject, body) = match &campaign.content {
         Some(c) => {
             if let Some(t) = &c.tracking {

@@ -156,6 +156,9 @@ pub struct ServeSettings {
     /// pages mail (`/confirm/TOKEN`); `None`: `/subscribe` takes no
     /// double-opt-in sign-ups.
     pub public_url: Option<String>,
+    /// `MAILSPLIT_CONFIRM_FROM`: the sender of the built-in confirmation
+    /// mail; `None`: `no-reply@` the public URL's host.
+    pub confirm_from: Option<String>,
 }
 
 /// `serve --api-rate`'s default.
@@ -230,6 +233,8 @@ pub enum ConfigError {
     /// `url` is already redacted.
     #[error("bad --public-url {url:?}: {why} (expected https://HOST[/PATH], e.g. https://mail.example.com; http:// only for a loopback host)")]
     BadPublicUrl { url: String, why: &'static str },
+    #[error("bad MAILSPLIT_CONFIRM_FROM {0:?}: use user@example.com or \"Name <user@example.com>\", on a domain you send from")]
+    BadConfirmFrom(String),
     #[error("bad --trusted-proxy {0:?}: expected an IP address or network, e.g. 10.0.0.5 or 10.0.0.0/8 (several separated by commas)")]
     BadTrustedProxy(String),
     #[error("{what}={value:?} is not a whole number")]
@@ -385,6 +390,7 @@ mod tests {
             api_rate: DEFAULT_API_RATE,
             api_burst: DEFAULT_API_BURST,
             public_url: None,
+            confirm_from: None,
         };
         for shown in [
             format!("{smtp:?}"),

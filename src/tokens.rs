@@ -64,6 +64,8 @@ enum Purpose {
     Click,
     TemplateLink,
     Confirm,
+    Preferences,
+    View,
 }
 
 impl Purpose {
@@ -78,6 +80,8 @@ impl Purpose {
             Purpose::Click => b"mailsplit click\0",
             Purpose::TemplateLink => b"mailsplit template link\0",
             Purpose::Confirm => b"mailsplit confirm\0",
+            Purpose::Preferences => b"mailsplit preferences\0",
+            Purpose::View => b"mailsplit view\0",
         }
     }
 }
@@ -160,6 +164,40 @@ impl Signer {
     pub fn read_confirm(&self, token: &str) -> Option<(i64, i64)> {
         let raw = BASE64URL_NOPAD.decode(token.as_bytes()).ok()?;
         self.read_pair(Purpose::Confirm, &raw, UNSUBSCRIBE_MAC_BYTES)
+    }
+
+    /// The token of a recipient's preference centre (`/p/TOKEN`), made
+    /// for one campaign's message to them, as unsubscribe tokens are.
+    pub fn preferences_token(&self, campaign: i64, recipient: i64) -> String {
+        BASE64URL_NOPAD.encode(&self.pair_token(
+            Purpose::Preferences,
+            campaign,
+            recipient,
+            UNSUBSCRIBE_MAC_BYTES,
+        ))
+    }
+
+    /// The (campaign, recipient) of a genuine preferences token.
+    pub fn read_preferences(&self, token: &str) -> Option<(i64, i64)> {
+        let raw = BASE64URL_NOPAD.decode(token.as_bytes()).ok()?;
+        self.read_pair(Purpose::Preferences, &raw, UNSUBSCRIBE_MAC_BYTES)
+    }
+
+    /// The token of a view-in-browser link (`/v/TOKEN`): one campaign's
+    /// message to one recipient, nobody else's.
+    pub fn view_token(&self, campaign: i64, recipient: i64) -> String {
+        BASE64URL_NOPAD.encode(&self.pair_token(
+            Purpose::View,
+            campaign,
+            recipient,
+            UNSUBSCRIBE_MAC_BYTES,
+        ))
+    }
+
+    /// The (campaign, recipient) of a genuine view token.
+    pub fn read_view(&self, token: &str) -> Option<(i64, i64)> {
+        let raw = BASE64URL_NOPAD.decode(token.as_bytes()).ok()?;
+        self.read_pair(Purpose::View, &raw, UNSUBSCRIBE_MAC_BYTES)
     }
 
     /// The (campaign, recipient) of a genuine unsubscribe token.

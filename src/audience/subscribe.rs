@@ -2,8 +2,9 @@
 //! themselves. Single-opt-in lists take the member at once (through the
 //! import's writer, so nobody unsubscribed or bounced becomes active
 //! again); double-opt-in lists get a sign-up row and a confirmation mail
-//! (the message template `confirm`, its `data.confirm_url`), and the
-//! member only when the link's page is POSTed. What the form answers never
+//! (the user's message template `confirm`, else the built-in one, see
+//! [`super::confirm_mail`]), and the member only when the link's page is
+//! POSTed. What the form answers never
 //! depends on whether the address was known, nor on a cap being reached.
 
 use serde_json::json;
@@ -18,8 +19,6 @@ use crate::tokens::Signer;
 pub const MAILS_PER_DAY: i64 = 3;
 /// Longest name a form may give.
 pub const MAX_NAME: usize = 200;
-/// The message template of the confirmation mail.
-pub const CONFIRM_TEMPLATE: &str = "confirm";
 const DAY_MS: i64 = 24 * 3600 * 1000;
 
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +48,9 @@ pub struct Mailer {
     /// `MAILSPLIT_PUBLIC_URL`, no trailing `/`.
     pub public_url: String,
     pub signer: Signer,
+    /// The built-in confirmation mail's sender (`MAILSPLIT_CONFIRM_FROM`,
+    /// else [`super::confirm_mail::default_from`]).
+    pub from: String,
 }
 
 /// The lists `/subscribe` offers.
@@ -118,11 +120,12 @@ pub fn subscribe(
     let id = signups::insert(conn, email, &key, name, &ids, now)?;
     let token = mailer.signer.confirm_token(id, now);
     let titles: Vec<&str> = double.iter().map(|l| l.label()).collect();
+    let template = super::confirm_mail::template(conn, &mailer.from)?;
     let sent = messages::submit_as(
         conn,
         &mailer.queue,
         Submit {
-            template: CONFIRM_TEMPLATE.into(),
+            template: template.into(),
             to: email.to_string(),
             data: Some(json!({
                 "confirm_url": format!("{}/confirm/{token}", mailer.public_url),
@@ -138,7 +141,9 @@ pub fn subscribe(
     match sent {
         // The same page either way: a suppressed address learns nothing.
         Err(MessageError::Refused(why)) => tracing::info!("a confirmation mail not sent: {why}"),
-        other => drop(other?),
+        other => {
+            other?;
+        }
     }
     Ok(())
 }

@@ -94,7 +94,20 @@ pub fn serve_settings(g: &Global, args: &ServeArgs) -> Result<ServeSettings, Con
             .filter(|u| !u.trim().is_empty())
             .map(|u| config::parse_public_url(&u))
             .transpose()?,
+        confirm_from: confirm_from()?,
     })
+}
+
+/// `MAILSPLIT_CONFIRM_FROM`, checked as a From address.
+fn confirm_from() -> Result<Option<String>, ConfigError> {
+    let Some(raw) = std::env::var("MAILSPLIT_CONFIRM_FROM")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    else {
+        return Ok(None);
+    };
+    crate::compose::parse_from(&raw).map_err(|_| ConfigError::BadConfirmFrom(raw.clone()))?;
+    Ok(Some(raw.trim().to_string()))
 }
 
 /// The environment variable with the first webhook retry's delay (ms).

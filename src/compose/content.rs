@@ -26,7 +26,15 @@ pub use problems::TemplateProblem;
 use problems::{add, render_problem};
 
 /// The names a template may use at the top level.
-pub const VARIABLES: &[&str] = &["name", "email", "attributes", "unsubscribe_url", "campaign"];
+pub const VARIABLES: &[&str] = &[
+    "name",
+    "email",
+    "attributes",
+    "unsubscribe_url",
+    "preferences_url",
+    "view_url",
+    "campaign",
+];
 
 /// minijinja's own globals (with the `builtins` feature, without `debug`).
 const GLOBALS: &[&str] = &["range", "dict", "namespace", "loop"];
@@ -46,6 +54,10 @@ pub struct Vars<'a> {
     /// Empty values are left out too: a missing attribute renders empty.
     pub attributes: Map<String, Value>,
     pub unsubscribe_url: &'a str,
+    /// The recipient's preference centre (`/p/TOKEN`) and their message in
+    /// a browser (`/v/TOKEN`); empty without a public URL.
+    pub preferences_url: String,
+    pub view_url: String,
     pub campaign: CampaignVars<'a>,
     /// Tracking (see [`super::tracking`]): the open pixel's URL and the
     /// click URLs, which only a tracked version's rewritten templates name.
@@ -93,6 +105,8 @@ impl<'a> Vars<'a> {
             email,
             attributes,
             unsubscribe_url,
+            preferences_url: String::new(),
+            view_url: String::new(),
             campaign: CampaignVars {
                 name: campaign,
                 subject: None,
@@ -106,13 +120,16 @@ impl<'a> Vars<'a> {
 
     /// A made-up recipient the templates are tried on when they are stored.
     pub fn sample(campaign: &'a str) -> Vars<'a> {
-        Vars::new(
+        let mut vars = Vars::new(
             "Sample Recipient",
             "sample@example.com",
             &Map::new(),
             "https://example.com/u/sample",
             campaign,
-        )
+        );
+        vars.preferences_url = "https://example.com/p/sample".into();
+        vars.view_url = "https://example.com/v/sample".into();
+        vars
     }
 }
 

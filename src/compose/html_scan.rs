@@ -8,7 +8,7 @@
 /// The public URL's routes whose links are never rewritten.
 pub(super) fn own_routes(public_url: &str) -> Vec<String> {
     let base = public_url.trim_end_matches('/');
-    ["u", "o", "c", "l"]
+    ["u", "o", "c", "l", "p", "v"]
         .iter()
         .map(|r| format!("{base}/{r}/").to_ascii_lowercase())
         .collect()

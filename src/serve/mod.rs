@@ -30,6 +30,7 @@ pub mod hits;
 pub mod listen;
 pub mod metrics;
 pub mod page;
+pub mod pages;
 pub mod pool;
 pub mod public;
 pub mod snapshot;

@@ -33,6 +33,7 @@ pub fn router(state: State) -> Router {
         .route("/l/{token}", get(super::template_link::follow))
         .merge(super::webhook::router(state.clone()))
         .merge(super::subscribe::router())
+        .merge(super::pages::router())
         .with_state(state)
 }
 

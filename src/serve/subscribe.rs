@@ -23,6 +23,7 @@ use axum::Router;
 
 use super::guard::Client;
 use super::State;
+use crate::audience::confirm_mail;
 use crate::audience::subscribe::{self, Form, Mailer, SubscribeError};
 use crate::messages::Queue;
 use crate::store::lists::PublicList;
@@ -128,7 +129,7 @@ pub fn form_html(
     )
 }
 
-fn page(status: StatusCode, title: &str, body: &str) -> Response {
+pub(super) fn page(status: StatusCode, title: &str, body: &str) -> Response {
     let html = format!(
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
@@ -152,7 +153,7 @@ fn page(status: StatusCode, title: &str, body: &str) -> Response {
         .into_response()
 }
 
-fn unavailable() -> Response {
+pub(super) fn unavailable() -> Response {
     page(
         StatusCode::SERVICE_UNAVAILABLE,
         "Please try again",
@@ -223,6 +224,11 @@ async fn submit(Extract(state): Extract<State>, Client(client): Client, body: By
             servers: state.settings.servers.clone(),
             tube: state.settings.tube.clone(),
         },
+        from: state
+            .settings
+            .confirm_from
+            .clone()
+            .unwrap_or_else(|| confirm_mail::default_from(&public_url)),
         public_url,
         signer: state.identity.signer.clone(),
     });

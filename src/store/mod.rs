@@ -41,6 +41,7 @@ pub mod optouts;
 pub mod outbox;
 pub mod person;
 mod plans;
+pub mod preferences;
 mod prepared;
 pub mod rates;
 pub mod recipients;
@@ -54,6 +55,7 @@ pub mod template_links;
 pub mod timeline;
 pub mod unverified;
 mod versions;
+pub mod views;
 pub mod webhooks;
 pub mod workers;
 

@@ -48,6 +48,8 @@ mod headers;
 mod messages;
 mod messages_tx;
 mod operator_mistakes;
+mod pages;
+mod pages_browser;
 mod pipelining;
 mod postfix;
 mod rate_group;
