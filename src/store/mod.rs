@@ -52,6 +52,7 @@ pub mod template_links;
 pub mod timeline;
 pub mod unverified;
 mod versions;
+pub mod warmups;
 pub mod webhooks;
 pub mod workers;
 

@@ -64,6 +64,7 @@ mod supervisord;
 mod suppress;
 mod template_links;
 mod tracking;
+mod warmup;
 mod webhooks;
 mod worker;
 mod worker_in_process;
