@@ -85,7 +85,9 @@ pub fn parse_span(text: &str) -> Option<i64> {
     let (unit, per) = SPAN_UNITS.iter().find(|(u, _)| t.ends_with(u))?;
     let n: f64 = t.strip_suffix(unit)?.trim().parse().ok()?;
     let ms = n * *per as f64;
-    (ms.is_finite() && ms >= 1.0 && ms <= 100.0 * 365.0 * 86_400_000.0).then(|| ms.round() as i64)
+    (1.0..=100.0 * 365.0 * 86_400_000.0)
+        .contains(&ms)
+        .then(|| ms.round() as i64)
 }
 
 /// A span in the largest unit that spells it whole (`1d`, `2s`, `90m`),
