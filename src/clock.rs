@@ -68,3 +68,54 @@ mod tests {
         );
     }
 }
+
+/// Units of a span as people type them (`90s`, `30m`, `12h`, `180d`), in ms.
+const SPAN_UNITS: [(&str, i64); 4] = [
+    ("d", 86_400_000),
+    ("h", 3_600_000),
+    ("m", 60_000),
+    ("s", 1_000),
+];
+
+/// Parse a span `N` + `s`, `m`, `h` or `d` (`180d`, `2s`, `1.5h`) into
+/// milliseconds; `None` for anything else, a span under 1 ms, or one
+/// beyond 100 years.
+pub fn parse_span(text: &str) -> Option<i64> {
+    let t = text.trim();
+    let (unit, per) = SPAN_UNITS.iter().find(|(u, _)| t.ends_with(u))?;
+    let n: f64 = t.strip_suffix(unit)?.trim().parse().ok()?;
+    let ms = n * *per as f64;
+    (1.0..=100.0 * 365.0 * 86_400_000.0)
+        .contains(&ms)
+        .then(|| ms.round() as i64)
+}
+
+/// A span in the largest unit that spells it whole (`1d`, `2s`, `90m`),
+/// else in ms (`1500ms`).
+pub fn show_span(ms: i64) -> String {
+    for (unit, per) in SPAN_UNITS {
+        if ms >= per && ms % per == 0 {
+            return format!("{}{unit}", ms / per);
+        }
+    }
+    format!("{ms}ms")
+}
+
+#[cfg(test)]
+mod span_tests {
+    use super::*;
+
+    #[test]
+    fn spans() {
+        assert_eq!(parse_span("180d"), Some(180 * 86_400_000));
+        assert_eq!(parse_span("2s"), Some(2_000));
+        assert_eq!(parse_span("1.5h"), Some(5_400_000));
+        assert_eq!(parse_span("90m"), Some(5_400_000));
+        for bad in ["", "d", "0d", "-1d", "3w", "1e30d", "NaNs"] {
+            assert_eq!(parse_span(bad), None, "{bad}");
+        }
+        assert_eq!(show_span(86_400_000), "1d");
+        assert_eq!(show_span(5_400_000), "90m");
+        assert_eq!(show_span(1_500), "1500ms");
+    }
+}

@@ -18,12 +18,14 @@ pub fn with_versions(
     let current: std::collections::HashMap<i64, i64> =
         content::latest_versions(conn, &ids)?.into_iter().collect();
     let engaged = engagement::counts(conn, &ids)?;
+    let warm = crate::store::warmups::list(conn)?;
     rows.iter()
         .map(|(c, counters)| {
             let sent = content::sent_by_version(conn, c.id)?;
             let now = current.get(&c.id).copied().unwrap_or(0);
             let mut status = CampaignStatus::new(c, counters).with_versions(now, &sent);
             status.engagement = engaged.get(&c.id).copied().unwrap_or_default();
+            status.hold_to_warmups(&warm);
             Ok(status)
         })
         .collect()
@@ -93,8 +95,11 @@ pub struct CampaignStatus {
     pub rate: f64,
     /// Messages finished per second from the first outcome to the last.
     pub avg_rate: f64,
-    /// Seconds until `pending` reaches 0 at the current rate.
+    /// Seconds until `pending` reaches 0 at the current rate, or later
+    /// when a warm-up spreads it over days (see `eta_note`).
     pub eta_seconds: Option<u64>,
+    /// Why the ETA is days away: the warm-up that spreads the campaign.
+    pub eta_note: Option<String>,
     /// Sent messages that bounced (5.1.x at send time, or reported later).
     pub bounced: i64,
     /// Sent messages that drew a complaint.
@@ -166,6 +171,7 @@ impl CampaignStatus {
             rate: (rate * 10.0).round() / 10.0,
             avg_rate: (avg_rate * 10.0).round() / 10.0,
             eta_seconds,
+            eta_note: None,
             bounced: counters.bounced,
             complaints: counters.complaints,
             complaint_rate: if counters.sent > 0 {
@@ -183,6 +189,24 @@ impl CampaignStatus {
                 .send_at
                 .map(|at| crate::clock::rfc3339(at, crate::clock::Precision::AsNeeded)),
             engagement: Engagement::default(),
+        }
+    }
+
+    /// A campaign still sending (or paused) whose pending recipients do
+    /// not fit in today's allowance of a warm-up: its ETA is when the
+    /// warm-up lets the last of them go.
+    pub fn hold_to_warmups(&mut self, warm: &[crate::store::warmups::Warmup]) {
+        if !matches!(
+            self.state,
+            Phase::Sending | Phase::Paused | Phase::Enqueuing
+        ) {
+            return;
+        }
+        let held = crate::rate::warmup::campaign_eta(warm, &self.name, self.pending, now_ms());
+        if let Some((after_ms, note)) = held {
+            let secs = (after_ms.max(0) as u64).div_ceil(1000);
+            self.eta_seconds = Some(self.eta_seconds.map_or(secs, |s| s.max(secs)));
+            self.eta_note = Some(note);
         }
     }
 
@@ -236,8 +260,20 @@ impl CampaignStatus {
     /// The human-readable block.
     pub fn render(&self) -> String {
         let eta = match self.eta_seconds {
+            Some(s) if s >= 86_400 => {
+                format!(
+                    "{}d{:02}h{:02}m",
+                    s / 86_400,
+                    s % 86_400 / 3600,
+                    s % 3600 / 60
+                )
+            }
             Some(s) => format!("{}m{:02}s", s / 60, s % 60),
             None => "-".into(),
+        };
+        let eta = match &self.eta_note {
+            Some(note) => format!("{eta} ({note})"),
+            None => eta,
         };
         let schedule = match &self.send_at {
             Some(at) if self.state == Phase::Scheduled && self.enqueued == 0 => format!(

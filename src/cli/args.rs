@@ -17,6 +17,7 @@ mod flow;
 mod messages;
 mod people;
 mod processes;
+mod rate_warmup;
 mod webhook;
 use crate::redact;
 pub use apikey::{ApikeyCommand, ScopeArg};
@@ -28,6 +29,7 @@ pub use flow::FlowCommand;
 pub use messages::{MessageCommand, SendArgs, TemplateCommand, TemplateContent};
 pub use people::{SubscriberCommand, SuppressCommand};
 pub use processes::{BounceArgs, ServeArgs, TestArgs, WorkerArgs};
+pub use rate_warmup::WarmupArgs;
 pub use webhook::WebhookCommand;
 
 #[derive(Parser, Debug)]
@@ -348,6 +350,10 @@ pub enum RateCommand {
     },
     /// The groups with their configured and observed rates
     List,
+    /// Start a group slow and let it grow day by day: mail past a day's allowance waits for the next day
+    ///
+    /// Day k allows min(START × FACTOR^k, UNTIL) for one day (--every), counted across every worker; within a day mail goes at the group's rate (a new group is created at UNTIL). `rate list` shows the day, its allowance and what is used; `status` shows how many days a campaign takes.
+    Warmup(WarmupArgs),
     /// Remove a group (its mail is no longer limited by it)
     Delete { group: String },
 }

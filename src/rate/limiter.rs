@@ -143,7 +143,12 @@ impl Limiter {
         let mut changed = rows.len() != map.len();
         for config in rows {
             let group = match map.remove(&config.name) {
-                Some(old) if old.config.rate == config.rate && old.config.burst == config.burst => {
+                // `updated_at`: `rate set` and `rate warmup` mark a change.
+                Some(old)
+                    if old.config.rate == config.rate
+                        && old.config.burst == config.burst
+                        && old.config.updated_at == config.updated_at =>
+                {
                     old
                 }
                 old => {
@@ -305,7 +310,10 @@ impl Limiter {
         let name = group.config.name.clone();
         let lease = self
             .db
-            .run(move |c| rates::lease(c, &name, want, now_us(), LEASE_HORIZON.as_micros() as i64))
+            .run(move |c| {
+                let horizon = LEASE_HORIZON.as_micros() as i64;
+                crate::store::warmups::lease(c, &name, want, now_us(), horizon)
+            })
             .await;
         match lease {
             Err(e) => {

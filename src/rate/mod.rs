@@ -3,6 +3,7 @@
 //! workers' side of the same rows is [`crate::rate::limiter`].
 
 pub mod limiter;
+pub mod warmup;
 
 use crate::campaign;
 use crate::campaign::status;
@@ -88,6 +89,8 @@ pub fn set(conn: &mut Conn, set: &Set) -> Result<(), LimitError> {
 /// Remove a group and its connection limit.
 pub fn delete(conn: &mut Conn, group: &str) -> Result<(), LimitError> {
     let had_connections = connections::delete(conn, group)?;
+    let name = rates::check_name(group).unwrap_or_else(|_| group.to_string());
+    crate::store::warmups::delete(conn, &name)?;
     if !rates::delete(conn, group)? && !had_connections {
         return Err(LimitError::Bad(format!(
             "no rate group {group:?}; `mailsplit rate list` shows them"
@@ -118,6 +121,15 @@ pub fn overview(conn: &mut Conn) -> Result<Overview, StoreError> {
             .map(|g| status::rate_line(g, &usage))
             .collect()
     };
+    let warm = warmup::lines(conn)?;
+    let rate_lines = rate_lines
+        .into_iter()
+        .zip(&groups)
+        .map(|(line, g)| match warm.iter().find(|(n, _)| n == &g.name) {
+            Some((_, w)) => format!("{line}\n{w}"),
+            None => line,
+        })
+        .collect();
     let connection_lines = connections::list(conn)?
         .iter()
         .map(status::connections_line)

@@ -56,6 +56,7 @@ pub mod timeline;
 pub mod unverified;
 mod versions;
 pub mod views;
+pub mod warmups;
 pub mod webhooks;
 pub mod workers;
 

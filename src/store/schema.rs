@@ -219,6 +219,20 @@ diesel::table! {
 }
 
 diesel::table! {
+    /// A rate group's warm-up schedule (see `store::warmups`).
+    rate_warmups (name) {
+        name -> Text,
+        start_rate -> Double,
+        factor -> Double,
+        every_ms -> BigInt,
+        until_rate -> Double,
+        since_ms -> BigInt,
+        period -> BigInt,
+        used -> BigInt,
+    }
+}
+
+diesel::table! {
     dkim_keys (domain, selector) {
         domain -> Text,
         selector -> Text,

@@ -69,6 +69,7 @@ mod suppress;
 mod template_links;
 mod throttle;
 mod tracking;
+mod warmup;
 mod webhooks;
 mod worker;
 mod worker_in_process;

@@ -1,8 +1,9 @@
-//! `mailsplit rate set|list|delete`.
+//! `mailsplit rate set|list|warmup|delete`.
 
-use crate::cli::args::{Global, RateCommand};
+use crate::cli::args::{Global, RateCommand, WarmupArgs};
 use crate::cli::out::outln;
-use crate::rate::{self, SetRequest};
+use crate::rate::warmup::{self, WarmupRequest};
+use crate::rate::{self, LimitError, SetRequest};
 
 use super::{open_migrated, open_read_only, Result};
 
@@ -24,6 +25,7 @@ pub fn rate(g: &Global, cmd: RateCommand) -> Result {
             },
         ),
         RateCommand::List => list(g),
+        RateCommand::Warmup(args) => warm(g, args),
         RateCommand::Delete { group } => {
             rate::delete(&mut open_migrated(g)?, &group)?;
             outln!("rate group {group} deleted")?;
@@ -61,5 +63,32 @@ fn list(g: &Global) -> Result {
     for line in all.rates.iter().chain(&all.connections) {
         outln!("{line}")?;
     }
+    Ok(())
+}
+
+/// `rate warmup GROUP --start R [--factor F] [--every D] --until R`, or
+/// `rate warmup GROUP --off`.
+fn warm(g: &Global, args: WarmupArgs) -> Result {
+    if args.off {
+        warmup::off(&mut open_migrated(g)?, &args.group)?;
+        outln!("warm-up of {} ended; the group keeps its rate", args.group)?;
+        return Ok(());
+    }
+    let (Some(start), Some(until)) = (args.start.as_deref(), args.until.as_deref()) else {
+        return Err(LimitError::Bad("give --start and --until, or --off".into()).into());
+    };
+    let checked = warmup::check(&WarmupRequest {
+        group: &args.group,
+        start,
+        factor: args.factor,
+        every: &args.every,
+        until,
+    })?;
+    warmup::set(&mut open_migrated(g)?, &checked)?;
+    outln!(
+        "rate group {}: warm-up from now, {}; workers pick it up within 2 s; `mailsplit rate list` shows each day's allowance",
+        checked.group,
+        warmup::describe(&checked.schedule)
+    )?;
     Ok(())
 }
