@@ -28,6 +28,8 @@ pub mod deliveries;
 pub mod dkim_keys;
 pub mod drafts;
 pub mod engagement;
+pub mod flow_report;
+pub mod flow_sql;
 pub mod flows;
 pub mod import_lock;
 pub mod imports;

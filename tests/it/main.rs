@@ -41,6 +41,7 @@ mod edit;
 mod eta;
 mod fencing;
 mod fleet;
+mod flow_sql;
 mod flows;
 mod headers;
 mod messages;
