@@ -251,39 +251,62 @@ fn join_flows(conn: &mut Conn, list_id: i64) -> Result<Vec<(i64, i64)>> {
         .load(c))?)
 }
 
+/// Who enters a flow: the active recipients among these.
+#[derive(Debug, Clone, Copy)]
+pub enum Entrants<'a> {
+    /// Every member of a list (`--include-existing`).
+    Members(i64),
+    /// The recipients of these mailbox keys (new members).
+    Keys(&'a [&'a str]),
+}
+
+/// Enter the active recipients among `who` into flow `flow_id`, the
+/// first step due `first` ms from now: one INSERT … SELECT, an entry
+/// already there kept (the unique index). The number entered.
+fn enter(conn: &mut Conn, flow_id: i64, first: i64, who: Entrants) -> Result<u64> {
+    use diesel::sql_types::{BigInt, Nullable, Text};
+    let now = now_ms();
+    let n = on!(conn, |c| {
+        let source = r::table
+            .filter(r::status.eq(RecipientStatus::Active))
+            .into_boxed();
+        let source = match who {
+            Entrants::Members(list_id) => source.filter(
+                r::id.eq_any(
+                    lm::table
+                        .filter(lm::list_id.eq(list_id))
+                        .select(lm::recipient_id),
+                ),
+            ),
+            Entrants::Keys(keys) => source.filter(r::email_key.eq_any(keys)),
+        };
+        diesel::insert_into(e::table)
+            .values(source.select((
+                flow_id.into_sql::<BigInt>(),
+                r::id,
+                Some(now + first).into_sql::<Nullable<BigInt>>(),
+                EntryState::Active.as_str().into_sql::<Text>(),
+                now.into_sql::<BigInt>(),
+                now.into_sql::<BigInt>(),
+            )))
+            .into_columns((
+                e::flow_id,
+                e::recipient_id,
+                e::due_at,
+                e::state,
+                e::entered_at,
+                e::updated_at,
+            ))
+            .on_conflict_do_nothing()
+            .execute(c)
+    })?;
+    Ok(n as u64)
+}
+
 /// Enter every active member of `list_id` into flow `flow_id`
 /// (`--include-existing`); the number entered.
 pub fn enter_existing(conn: &mut Conn, flow_id: i64, list_id: i64, first: i64) -> Result<u64> {
-    let now = now_ms();
-    let n = on!(conn, |c| diesel::insert_into(e::table)
-        .values(
-            lm::table
-                .inner_join(r::table.on(r::id.eq(lm::recipient_id)))
-                .filter(lm::list_id.eq(list_id))
-                .filter(r::status.eq(RecipientStatus::Active))
-                .select((
-                    flow_id.into_sql::<diesel::sql_types::BigInt>(),
-                    r::id,
-                    Some(now + first)
-                        .into_sql::<diesel::sql_types::Nullable<diesel::sql_types::BigInt>>(),
-                    EntryState::Active
-                        .as_str()
-                        .into_sql::<diesel::sql_types::Text>(),
-                    now.into_sql::<diesel::sql_types::BigInt>(),
-                    now.into_sql::<diesel::sql_types::BigInt>(),
-                ))
-        )
-        .into_columns((
-            e::flow_id,
-            e::recipient_id,
-            e::due_at,
-            e::state,
-            e::entered_at,
-            e::updated_at,
-        ))
-        .on_conflict_do_nothing()
-        .execute(c))?;
-    Ok(n as u64)
+    enter(conn, flow_id, first, Entrants::Members(list_id))
 }
 
 /// New members of `list_id` (by mailbox key) enter the list's join flows,
@@ -294,36 +317,8 @@ pub fn joined(conn: &mut Conn, list_id: i64, keys: &[&str]) -> Result<()> {
     if keys.is_empty() {
         return Ok(());
     }
-    let flows = join_flows(conn, list_id)?;
-    let now = now_ms();
-    for (flow_id, first) in flows {
-        on!(conn, |c| diesel::insert_into(e::table)
-            .values(
-                r::table
-                    .filter(r::email_key.eq_any(keys))
-                    .filter(r::status.eq(RecipientStatus::Active))
-                    .select((
-                        flow_id.into_sql::<diesel::sql_types::BigInt>(),
-                        r::id,
-                        Some(now + first)
-                            .into_sql::<diesel::sql_types::Nullable<diesel::sql_types::BigInt>>(),
-                        EntryState::Active
-                            .as_str()
-                            .into_sql::<diesel::sql_types::Text>(),
-                        now.into_sql::<diesel::sql_types::BigInt>(),
-                        now.into_sql::<diesel::sql_types::BigInt>(),
-                    ))
-            )
-            .into_columns((
-                e::flow_id,
-                e::recipient_id,
-                e::due_at,
-                e::state,
-                e::entered_at,
-                e::updated_at,
-            ))
-            .on_conflict_do_nothing()
-            .execute(c))?;
+    for (flow_id, first) in join_flows(conn, list_id)? {
+        enter(conn, flow_id, first, Entrants::Keys(keys))?;
     }
     Ok(())
 }
