@@ -72,6 +72,10 @@ pub struct Vars<'a> {
     /// A transactional message's own data (`data.KEY`); campaigns have none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data: Option<Value>,
+    /// A flow step's row from its SQL trigger (`row.COL`): the `row`
+    /// member of the message's data.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub row: Option<Value>,
 }
 
 fn is_blank(s: &&str) -> bool {
@@ -115,6 +119,7 @@ impl<'a> Vars<'a> {
             links: Vec::new(),
             linker: None,
             data: None,
+            row: None,
         }
     }
 
@@ -194,6 +199,9 @@ impl Compiled {
         let mut sample = Vars::sample(name);
         if extra.contains(&"data") {
             sample.data = Some(Value::Object(Map::new()));
+        }
+        if extra.contains(&"row") {
+            sample.row = Some(Value::Object(Map::new()));
         }
         Compiled::build(sources, extra, &sample)
     }

@@ -20,7 +20,8 @@ use crate::templates::Rendered;
 use crate::tokens::Identity;
 
 /// The variables a message template may use besides the campaign ones.
-pub const MESSAGE_VARIABLES: &[&str] = &["data"];
+/// `row`: a SQL-triggered flow step's row (the data's `row` member).
+pub const MESSAGE_VARIABLES: &[&str] = &["data", "row"];
 
 /// What one send of a template needs, read from the database at send time.
 pub struct TemplateMail {
@@ -119,6 +120,7 @@ pub fn compose_message(
         &mail.template.name,
     );
     vars.data = Some(data.clone());
+    vars.row = data.get("row").filter(|r| r.is_object()).cloned();
     let (subject, room) = mail.compiled.subject(&vars).map_err(|e| invalid(&e))?;
     vars.campaign.subject = Some(subject.clone());
     let (html, text) = mail

@@ -8,9 +8,11 @@
 //! step of each entry exactly once, whatever crashes in between.
 
 pub mod scheduler;
+pub mod sql;
 
 use serde::Serialize;
 
+use crate::audience::source::SourceError;
 use crate::messages::MessageError;
 use crate::store::flows::{self as store, EntryState, Flow, FlowState, NewFlow, Trigger};
 use crate::store::message_templates::{self, Stream};
@@ -40,7 +42,19 @@ pub enum FlowError {
     UnknownTemplate(String),
     #[error("message template {0:?} is transactional; flow steps are marketing mail (`mailsplit template edit {0} --stream marketing`)")]
     Transactional(String),
-    #[error("say what starts the flow: --list LIST --trigger join")]
+    #[error("the --trigger-sql query returns {0}: it must return the columns `email` and `key` (e.g. SELECT email, cart_id AS key, total FROM carts WHERE …)")]
+    TriggerColumns(String),
+    #[error(
+        "--trigger-sql needs --source URL (or MAILSPLIT_SOURCE_URL) and --every DELAY (e.g. 5m)"
+    )]
+    NeedsSource,
+    #[error("bad --every {0:?}: write a delay of at least 1s, e.g. 30s, 5m, 1h")]
+    BadEvery(String),
+    #[error("a --trigger-sql flow has no list (its rows become recipients); leave out --list and --trigger")]
+    SqlWithList,
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error("say what starts the flow: --list LIST --trigger join, or --trigger-sql QUERY --source URL --every DELAY")]
     NoTrigger,
     #[error("--trigger join needs --list LIST")]
     NoList,
@@ -60,6 +74,7 @@ impl FlowError {
         match self {
             FlowError::Message(e) => e.is_usage(),
             FlowError::Store(e) => e.is_usage(),
+            FlowError::Source(e) => e.is_usage(),
             _ => true,
         }
     }
@@ -104,13 +119,25 @@ pub struct CreateFlow {
     pub trigger: Option<String>,
     pub steps: Vec<String>,
     pub include_existing: bool,
+    /// `--trigger-sql` instead of a list.
+    pub sql: Option<SqlTrigger>,
+}
+
+/// `--trigger-sql QUERY --source URL --every DELAY`.
+#[derive(Debug, Clone)]
+pub struct SqlTrigger {
+    pub query: String,
+    pub source: Option<String>,
+    pub every: Option<String>,
+    pub allow_privileged: bool,
 }
 
 /// What `flow create` did.
 #[derive(Debug, Clone, Serialize)]
 pub struct Created {
     pub id: i64,
-    pub list: String,
+    /// The list (a join flow), or none (a SQL trigger).
+    pub list: Option<String>,
     pub steps: usize,
     /// Members on the list at creation: entered with
     /// `--include-existing`, left out without.
@@ -120,6 +147,9 @@ pub struct Created {
 
 /// Check and store a flow.
 pub fn create(conn: &mut Conn, c: &CreateFlow) -> Result<Created, FlowError> {
+    if let Some(sql) = &c.sql {
+        return create_sql(conn, c, sql);
+    }
     let trigger = match c.trigger.as_deref() {
         Some("join") => Trigger::Join,
         Some(t) => return Err(FlowError::BadTrigger(t.to_string())),
@@ -139,6 +169,7 @@ pub fn create(conn: &mut Conn, c: &CreateFlow) -> Result<Created, FlowError> {
                 sql_query: None,
                 sql_source: None,
                 every_ms: None,
+                allow_privileged: false,
                 steps: &steps,
             },
         )?
@@ -151,11 +182,48 @@ pub fn create(conn: &mut Conn, c: &CreateFlow) -> Result<Created, FlowError> {
         };
         Ok(Created {
             id,
-            list: list.to_string(),
+            list: Some(list.to_string()),
             steps: steps.len(),
             existing,
             entered,
         })
+    })
+}
+
+/// Check and store a `--trigger-sql` flow: the source opens, the query
+/// is one read-only statement returning `email` and `key`.
+fn create_sql(conn: &mut Conn, c: &CreateFlow, sql: &SqlTrigger) -> Result<Created, FlowError> {
+    if c.list.is_some() || c.trigger.is_some() || c.include_existing {
+        return Err(FlowError::SqlWithList);
+    }
+    let (Some(url), Some(every)) = (&sql.source, &sql.every) else {
+        return Err(FlowError::NeedsSource);
+    };
+    let every_ms = parse_delay(every)
+        .filter(|&ms| ms >= sql::MIN_EVERY_MS)
+        .ok_or_else(|| FlowError::BadEvery(every.clone()))?;
+    let steps = steps(conn, &c.steps)?;
+    sql::check(url, &sql.query, sql.allow_privileged)?;
+    let id = store::create(
+        conn,
+        &NewFlow {
+            name: &c.name,
+            trigger: Trigger::Sql,
+            list_id: None,
+            sql_query: Some(&sql.query),
+            sql_source: Some(url),
+            every_ms: Some(every_ms),
+            allow_privileged: sql.allow_privileged,
+            steps: &steps,
+        },
+    )?
+    .ok_or_else(|| FlowError::Exists(c.name.clone()))?;
+    Ok(Created {
+        id,
+        list: None,
+        steps: steps.len(),
+        existing: 0,
+        entered: 0,
     })
 }
 
@@ -301,6 +369,12 @@ pub struct StepReport {
     pub sent: i64,
     pub failed: i64,
     pub suppressed: i64,
+    /// Entries that left as unsubscribed after this step, before the next.
+    pub unsubscribed: i64,
+    /// Unique opens and clicks: `null`, flow messages carry no tracking
+    /// yet (campaigns do).
+    pub opened: Option<i64>,
+    pub clicked: Option<i64>,
 }
 
 /// The report of flow `name`.
@@ -330,6 +404,7 @@ pub fn report(conn: &mut Conn, name: &str) -> Result<Report, FlowError> {
             _ => {}
         }
     }
+    unsubscribed_after(conn, flow.id, &mut steps)?;
     let (mut active, mut done) = (0, 0);
     let mut left = std::collections::BTreeMap::new();
     for (state, reason, n) in store::entry_counts(conn, flow.id)? {
@@ -352,6 +427,24 @@ pub fn report(conn: &mut Conn, name: &str) -> Result<Report, FlowError> {
         steps,
         left,
     })
+}
+
+/// Count on each step the entries that left as unsubscribed while
+/// waiting for the next one.
+fn unsubscribed_after(
+    conn: &mut Conn,
+    flow_id: i64,
+    steps: &mut [StepReport],
+) -> Result<(), FlowError> {
+    for (next, reason, n) in crate::store::flow_report::left_by_step(conn, flow_id)? {
+        if reason.as_deref() != Some("unsubscribed") || next < 1 {
+            continue;
+        }
+        if let Some(step) = steps.get_mut(next as usize - 1) {
+            step.unsubscribed += n;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

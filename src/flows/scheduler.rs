@@ -87,6 +87,7 @@ async fn round(
     lease_ms: i64,
     stop: &CancellationToken,
 ) -> Result<bool, FlowError> {
+    let mut first = true;
     loop {
         let now = now_ms();
         let me = owner.to_string();
@@ -95,6 +96,13 @@ async fn round(
             .await?
         {
             return Ok(false);
+        }
+        if first {
+            // SQL triggers first: a due step then goes out on fresh rows.
+            first = false;
+            if let Err(e) = super::sql::poll_due(db).await {
+                tracing::warn!(error = %e, "flow scheduler: cannot poll the SQL triggers");
+            }
         }
         let q = Arc::clone(queue);
         let handled = db.run(move |c| Ok(batch(c, &q, now))).await??;
@@ -131,6 +139,9 @@ pub fn batch(conn: &mut Conn, queue: &Queue, now: i64) -> Result<usize, FlowErro
             store::leave(conn, d.id, d.next_step, reason)?;
             continue;
         }
+        if flow.trigger_kind == Trigger::Sql && !still_matched(conn, flow, d, step, now)? {
+            continue;
+        }
         if flow.trigger_kind == Trigger::Join {
             let member = match flow.list_id {
                 Some(list) => store::is_member(conn, list, d.recipient_id)?,
@@ -141,8 +152,13 @@ pub fn batch(conn: &mut Conn, queue: &Queue, now: i64) -> Result<usize, FlowErro
                 continue;
             }
         }
-        let data: Value =
+        let row: Value =
             serde_json::from_str(&d.row_data).unwrap_or(Value::Object(Default::default()));
+        // A SQL trigger's row is `row` in the step's templates.
+        let data = match flow.trigger_kind {
+            Trigger::Sql => serde_json::json!({ "row": row }),
+            Trigger::Join => row,
+        };
         let submitted = messages::submit(
             conn,
             queue,
@@ -178,6 +194,29 @@ pub fn batch(conn: &mut Conn, queue: &Queue, now: i64) -> Result<usize, FlowErro
         }
     }
     Ok(due.len())
+}
+
+/// Whether a SQL trigger's entry `d` may get its due `step`: the last
+/// complete poll began after the step fell due (else it is tried again
+/// later: the source may be down) and returned the entry's (email, key)
+/// (else it leaves, `no longer matched`).
+fn still_matched(
+    conn: &mut Conn,
+    flow: &Flow,
+    d: &store::Due,
+    step: &Step,
+    now: i64,
+) -> Result<bool, FlowError> {
+    // Due by the step's own time, not by a retry's.
+    if flow.matched_at < d.entered_at + step.delay_ms {
+        store::postpone(conn, d.id, d.next_step, now + RETRY_MS)?;
+        return Ok(false);
+    }
+    if d.seen_at < flow.matched_at {
+        store::leave(conn, d.id, d.next_step, super::sql::NO_LONGER_MATCHED)?;
+        return Ok(false);
+    }
+    Ok(true)
 }
 
 /// The recipient as `to`: with the name on file, so that `{{ name }}`

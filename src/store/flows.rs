@@ -12,6 +12,8 @@ use super::schema::{list_members, lists, recipients};
 use super::schema::{list_members as lm, lists as l, recipients as r};
 use super::{now_ms, on, Conn, Result};
 
+pub use super::flow_report::{entry_counts, step_messages};
+
 diesel::table! {
     flows (id) {
         id -> BigInt,
@@ -24,6 +26,8 @@ diesel::table! {
         polled_at -> BigInt,
         state -> Text,
         created_at -> BigInt,
+        matched_at -> BigInt,
+        allow_privileged -> Bool,
     }
 }
 
@@ -49,6 +53,7 @@ diesel::table! {
         left_reason -> Nullable<Text>,
         entered_at -> BigInt,
         updated_at -> BigInt,
+        seen_at -> BigInt,
     }
 }
 
@@ -111,6 +116,10 @@ pub struct Flow {
     pub polled_at: i64,
     pub state: FlowState,
     pub created_at: i64,
+    /// SQL trigger: when the last complete poll began.
+    pub matched_at: i64,
+    /// SQL trigger: the source's user may do more than read.
+    pub allow_privileged: bool,
 }
 
 /// One step.
@@ -131,6 +140,7 @@ pub struct NewFlow<'a> {
     pub sql_query: Option<&'a str>,
     pub sql_source: Option<&'a str>,
     pub every_ms: Option<i64>,
+    pub allow_privileged: bool,
     /// (delay, template) in order.
     pub steps: &'a [(i64, String)],
 }
@@ -147,6 +157,7 @@ pub fn create(conn: &mut Conn, n: &NewFlow) -> Result<Option<i64>> {
                 f::sql_query.eq(n.sql_query),
                 f::sql_source.eq(n.sql_source),
                 f::every_ms.eq(n.every_ms),
+                f::allow_privileged.eq(n.allow_privileged),
                 f::state.eq(FlowState::Active),
                 f::created_at.eq(now),
             ))
@@ -240,39 +251,62 @@ fn join_flows(conn: &mut Conn, list_id: i64) -> Result<Vec<(i64, i64)>> {
         .load(c))?)
 }
 
+/// Who enters a flow: the active recipients among these.
+#[derive(Debug, Clone, Copy)]
+pub enum Entrants<'a> {
+    /// Every member of a list (`--include-existing`).
+    Members(i64),
+    /// The recipients of these mailbox keys (new members).
+    Keys(&'a [&'a str]),
+}
+
+/// Enter the active recipients among `who` into flow `flow_id`, the
+/// first step due `first` ms from now: one INSERT … SELECT, an entry
+/// already there kept (the unique index). The number entered.
+fn enter(conn: &mut Conn, flow_id: i64, first: i64, who: Entrants) -> Result<u64> {
+    use diesel::sql_types::{BigInt, Nullable, Text};
+    let now = now_ms();
+    let n = on!(conn, |c| {
+        let source = r::table
+            .filter(r::status.eq(RecipientStatus::Active))
+            .into_boxed();
+        let source = match who {
+            Entrants::Members(list_id) => source.filter(
+                r::id.eq_any(
+                    lm::table
+                        .filter(lm::list_id.eq(list_id))
+                        .select(lm::recipient_id),
+                ),
+            ),
+            Entrants::Keys(keys) => source.filter(r::email_key.eq_any(keys)),
+        };
+        diesel::insert_into(e::table)
+            .values(source.select((
+                flow_id.into_sql::<BigInt>(),
+                r::id,
+                Some(now + first).into_sql::<Nullable<BigInt>>(),
+                EntryState::Active.as_str().into_sql::<Text>(),
+                now.into_sql::<BigInt>(),
+                now.into_sql::<BigInt>(),
+            )))
+            .into_columns((
+                e::flow_id,
+                e::recipient_id,
+                e::due_at,
+                e::state,
+                e::entered_at,
+                e::updated_at,
+            ))
+            .on_conflict_do_nothing()
+            .execute(c)
+    })?;
+    Ok(n as u64)
+}
+
 /// Enter every active member of `list_id` into flow `flow_id`
 /// (`--include-existing`); the number entered.
 pub fn enter_existing(conn: &mut Conn, flow_id: i64, list_id: i64, first: i64) -> Result<u64> {
-    let now = now_ms();
-    let n = on!(conn, |c| diesel::insert_into(e::table)
-        .values(
-            lm::table
-                .inner_join(r::table.on(r::id.eq(lm::recipient_id)))
-                .filter(lm::list_id.eq(list_id))
-                .filter(r::status.eq(RecipientStatus::Active))
-                .select((
-                    flow_id.into_sql::<diesel::sql_types::BigInt>(),
-                    r::id,
-                    Some(now + first)
-                        .into_sql::<diesel::sql_types::Nullable<diesel::sql_types::BigInt>>(),
-                    EntryState::Active
-                        .as_str()
-                        .into_sql::<diesel::sql_types::Text>(),
-                    now.into_sql::<diesel::sql_types::BigInt>(),
-                    now.into_sql::<diesel::sql_types::BigInt>(),
-                ))
-        )
-        .into_columns((
-            e::flow_id,
-            e::recipient_id,
-            e::due_at,
-            e::state,
-            e::entered_at,
-            e::updated_at,
-        ))
-        .on_conflict_do_nothing()
-        .execute(c))?;
-    Ok(n as u64)
+    enter(conn, flow_id, first, Entrants::Members(list_id))
 }
 
 /// New members of `list_id` (by mailbox key) enter the list's join flows,
@@ -283,36 +317,8 @@ pub fn joined(conn: &mut Conn, list_id: i64, keys: &[&str]) -> Result<()> {
     if keys.is_empty() {
         return Ok(());
     }
-    let flows = join_flows(conn, list_id)?;
-    let now = now_ms();
-    for (flow_id, first) in flows {
-        on!(conn, |c| diesel::insert_into(e::table)
-            .values(
-                r::table
-                    .filter(r::email_key.eq_any(keys))
-                    .filter(r::status.eq(RecipientStatus::Active))
-                    .select((
-                        flow_id.into_sql::<diesel::sql_types::BigInt>(),
-                        r::id,
-                        Some(now + first)
-                            .into_sql::<diesel::sql_types::Nullable<diesel::sql_types::BigInt>>(),
-                        EntryState::Active
-                            .as_str()
-                            .into_sql::<diesel::sql_types::Text>(),
-                        now.into_sql::<diesel::sql_types::BigInt>(),
-                        now.into_sql::<diesel::sql_types::BigInt>(),
-                    ))
-            )
-            .into_columns((
-                e::flow_id,
-                e::recipient_id,
-                e::due_at,
-                e::state,
-                e::entered_at,
-                e::updated_at,
-            ))
-            .on_conflict_do_nothing()
-            .execute(c))?;
+    for (flow_id, first) in join_flows(conn, list_id)? {
+        enter(conn, flow_id, first, Entrants::Keys(keys))?;
     }
     Ok(())
 }
@@ -366,6 +372,8 @@ pub struct Due {
     pub row_data: String,
     pub next_step: i64,
     pub entered_at: i64,
+    /// SQL trigger: when a poll last returned the entry.
+    pub seen_at: i64,
     pub email: String,
     pub name: String,
     pub status: RecipientStatus,
@@ -389,6 +397,7 @@ pub fn due(conn: &mut Conn, now: i64, limit: i64) -> Result<Vec<Due>> {
             e::row_data,
             e::next_step,
             e::entered_at,
+            e::seen_at,
             r::email,
             r::name,
             r::status,
@@ -447,18 +456,6 @@ pub fn leave(conn: &mut Conn, id: i64, at: i64, reason: &str) -> Result<bool> {
     Ok(n == 1)
 }
 
-/// A flow's entries counted by (state, left reason).
-pub fn entry_counts(
-    conn: &mut Conn,
-    flow_id: i64,
-) -> Result<Vec<(EntryState, Option<String>, i64)>> {
-    Ok(on!(conn, |c| e::table
-        .filter(e::flow_id.eq(flow_id))
-        .group_by((e::state, e::left_reason))
-        .select((e::state, e::left_reason, diesel::dsl::count_star()))
-        .load(c))?)
-}
-
 /// Why recipient `id` (of `status`) may get no further step, if so:
 /// `complained`, `bounced` or `unsubscribed`.
 pub fn leave_reason(
@@ -493,15 +490,4 @@ pub fn postpone(conn: &mut Conn, id: i64, at: i64, due_at: i64) -> Result<()> {
     .set(e::due_at.eq(Some(due_at)))
     .execute(c))?;
     Ok(())
-}
-
-/// The step messages of flow `flow_id`: (idempotency key, status), read
-/// by the key's prefix `flow:ID:`.
-pub fn step_messages(conn: &mut Conn, flow_id: i64) -> Result<Vec<(Option<String>, String)>> {
-    use super::schema::messages as m;
-    let prefix = format!("flow:{flow_id}:%");
-    Ok(on!(conn, |c| m::table
-        .filter(m::idempotency_key.like(prefix))
-        .select((m::idempotency_key, m::status))
-        .load(c))?)
 }

@@ -29,6 +29,8 @@ pub mod dkim_keys;
 pub mod drafts;
 pub mod engagement;
 pub mod erase;
+pub mod flow_report;
+pub mod flow_sql;
 pub mod flows;
 pub mod forgotten;
 pub mod import_lock;

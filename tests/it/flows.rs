@@ -195,6 +195,10 @@ fn welcome_series(kind: Kind) {
     assert_eq!(r["steps"][1]["sent"], 4, "{r}");
     assert_eq!(r["left"]["unsubscribed"], 1, "{r}");
     assert_eq!(r["left"]["removed"], 1, "{r}");
+    // new5 unsubscribed after step 1; new6 was removed, not unsubscribed.
+    assert_eq!(r["steps"][0]["unsubscribed"], 1, "{r}");
+    assert_eq!(r["steps"][1]["unsubscribed"], 0, "{r}");
+    assert!(r["steps"][0]["opened"].is_null(), "{r}");
     // Why each leaver left.
     let mut c = env.conn();
     let flow = mailsplit::store::flows::find(&mut c, "welcome")

@@ -42,6 +42,7 @@ mod edit;
 mod eta;
 mod fencing;
 mod fleet;
+mod flow_sql;
 mod flows;
 mod forget;
 mod headers;

@@ -2,7 +2,7 @@
 
 use crate::cli::args::{FlowCommand, Global};
 use crate::cli::out::outln;
-use crate::flows::{self, show_delay, CreateFlow};
+use crate::flows::{self, show_delay, CreateFlow, SqlTrigger};
 
 use super::{open_migrated, open_read_only, Result};
 
@@ -15,27 +15,44 @@ pub fn flow(g: &Global, cmd: FlowCommand) -> Result {
             trigger,
             steps,
             include_existing,
+            trigger_sql,
+            source,
+            every,
+            allow_privileged_source,
         } => {
+            let sql = trigger_sql.map(|query| SqlTrigger {
+                query,
+                source,
+                every: every.clone(),
+                allow_privileged: allow_privileged_source,
+            });
             let c = CreateFlow {
                 name: name.clone(),
                 list,
                 trigger,
                 steps,
                 include_existing,
+                sql,
             };
             let done = flows::create(&mut open_migrated(g)?, &c)?;
+            let Some(list) = &done.list else {
+                outln!(
+                    "created flow {name:?}: the workers run its query every {}; each new (email, key) enters, {} step(s)",
+                    every.unwrap_or_default(),
+                    done.steps
+                )?;
+                return Ok(());
+            };
             outln!(
-                "created flow {name:?}: new members of {:?} enter, {} step(s)",
-                done.list,
+                "created flow {name:?}: new members of {list:?} enter, {} step(s)",
                 done.steps
             )?;
             if include_existing {
                 outln!("entered {} member(s) already on the list", done.entered)?;
             } else if done.existing > 0 {
                 outln!(
-                    "{} member(s) already on {:?} do not enter; --include-existing enters them",
+                    "{} member(s) already on {list:?} do not enter; --include-existing enters them",
                     done.existing,
-                    done.list
                 )?;
             }
         }

@@ -1,0 +1,41 @@
+//! What `flow report` and the dashboard's flow page read: a flow's entries
+//! counted by state and left reason (and by the step they left before),
+//! and its step messages by status, found by their idempotency keys.
+
+use diesel::prelude::*;
+
+use super::flows::{flow_entries as e, EntryState};
+use super::{on, Conn, Result};
+
+/// A flow's entries counted by (state, left reason).
+pub fn entry_counts(
+    conn: &mut Conn,
+    flow_id: i64,
+) -> Result<Vec<(EntryState, Option<String>, i64)>> {
+    Ok(on!(conn, |c| e::table
+        .filter(e::flow_id.eq(flow_id))
+        .group_by((e::state, e::left_reason))
+        .select((e::state, e::left_reason, diesel::dsl::count_star()))
+        .load(c))?)
+}
+
+/// A flow's leavers counted by (the step they were waiting for, reason).
+pub fn left_by_step(conn: &mut Conn, flow_id: i64) -> Result<Vec<(i64, Option<String>, i64)>> {
+    Ok(on!(conn, |c| e::table
+        .filter(e::flow_id.eq(flow_id))
+        .filter(e::state.eq(EntryState::Left))
+        .group_by((e::next_step, e::left_reason))
+        .select((e::next_step, e::left_reason, diesel::dsl::count_star()))
+        .load(c))?)
+}
+
+/// The step messages of flow `flow_id`: (idempotency key, status), read
+/// by the key's prefix `flow:ID:`.
+pub fn step_messages(conn: &mut Conn, flow_id: i64) -> Result<Vec<(Option<String>, String)>> {
+    use super::schema::messages as m;
+    let prefix = format!("flow:{flow_id}:%");
+    Ok(on!(conn, |c| m::table
+        .filter(m::idempotency_key.like(prefix))
+        .select((m::idempotency_key, m::status))
+        .load(c))?)
+}
