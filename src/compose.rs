@@ -21,6 +21,7 @@ pub mod template_links;
 pub mod tracking;
 pub mod tracking_urls;
 pub mod transfer;
+mod variant;
 
 use std::sync::Arc;
 

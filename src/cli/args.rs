@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::{self, DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY};
 
+mod ab;
 mod apikey;
 mod doctor;
 mod flow;
@@ -15,6 +16,7 @@ mod messages;
 mod people;
 mod webhook;
 use crate::redact;
+pub use ab::AbArgs;
 pub use apikey::{ApikeyCommand, ScopeArg};
 pub use doctor::DoctorArgs;
 pub use flow::FlowCommand;
@@ -554,6 +556,8 @@ pub enum CampaignCommand {
         /// clicks, opens,clicks or none (the default); needs --public-url
         #[arg(long, value_name = "opens,clicks")]
         track: Option<String>,
+        #[command(flatten)]
+        ab: AbArgs,
     },
     /// Change a draft, scheduled or paused campaign: each edit is a new content
     /// version, checked as `create` checks it; workers send the new one

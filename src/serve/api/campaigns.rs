@@ -154,6 +154,7 @@ fn create_blocking(url: &str, body: NewCampaign) -> Result<CampaignStatus, Probl
         max_failure_rate: body.max_failure_rate.unwrap_or_else(|| "20%".into()),
         send_at: body.send_at,
         track: body.track,
+        ab: Default::default(),
     };
     let checked = campaign::check(request).map_err(|e| readable(e, dir.0.as_path()))?;
     let mut conn = Conn::open(url).map_err(|e| store_problem(&e))?;
