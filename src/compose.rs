@@ -21,6 +21,7 @@ pub mod template_links;
 pub mod tracking;
 pub mod tracking_urls;
 pub mod transfer;
+mod variant;
 pub mod view;
 
 use std::sync::Arc;

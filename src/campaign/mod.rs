@@ -5,6 +5,7 @@
 //! order (name, template, From, return path, failure rate, start time,
 //! subject, public URL; then the list, in the database).
 
+pub mod ab;
 pub mod content;
 pub mod control;
 pub mod edit;
@@ -78,6 +79,8 @@ pub struct CreateRequest {
     pub send_at: Option<String>,
     /// `--track`: `opens`, `clicks`, `opens,clicks`, `none`.
     pub track: Option<String>,
+    /// `--variant-subject`, `--ab-sample`, `--ab-wait`, `--ab-metric`.
+    pub ab: ab::AbRequest,
 }
 
 /// A [`CreateRequest`] whose values passed every check that needs no
@@ -93,6 +96,7 @@ pub struct Checked {
     max_complaint_rate: Option<f64>,
     send_at: Option<i64>,
     tracking: VersionTracking,
+    ab: Option<crate::store::ab::NewAb>,
 }
 
 /// A created campaign and what its creator should hear about it.
@@ -108,6 +112,8 @@ pub struct Created {
     /// What it tracks, and how many links it numbered.
     pub track: Track,
     pub links: usize,
+    /// Its A/B test, if it has one.
+    pub ab: Option<crate::store::ab::NewAb>,
 }
 
 /// Something large providers require of bulk mail that this campaign's
@@ -182,6 +188,7 @@ pub fn check(request: CreateRequest) -> Result<Checked, CampaignError> {
         track,
         public_url.as_deref(),
     )?;
+    let ab = ab::check(&request.ab, &request.name, tracking.track)?;
     Ok(Checked {
         request,
         content,
@@ -192,6 +199,7 @@ pub fn check(request: CreateRequest) -> Result<Checked, CampaignError> {
         max_complaint_rate,
         send_at,
         tracking,
+        ab,
     })
 }
 
@@ -295,6 +303,9 @@ pub fn create(conn: &mut Conn, checked: Checked) -> Result<Created, CampaignErro
             &c.text,
             &checked.tracking,
         )?;
+        if let Some(test) = &checked.ab {
+            crate::store::ab::create(conn, campaign.id, test)?;
+        }
         Ok::<_, StoreError>(campaign)
     })?;
     let mut warnings: Vec<Warning> = checked
@@ -324,6 +335,7 @@ pub fn create(conn: &mut Conn, checked: Checked) -> Result<Created, CampaignErro
         warnings,
         track: checked.tracking.track,
         links: checked.tracking.links.len(),
+        ab: checked.ab,
     })
 }
 

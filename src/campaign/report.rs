@@ -46,6 +46,9 @@ pub struct Report {
     pub rate_per_minute: Vec<Minute>,
     /// Opens and clicks per link: `null` when the campaign tracks neither.
     pub tracking: Option<Activity>,
+    /// Its A/B test: each variant's rate with a 95 % interval; `null`
+    /// without one.
+    pub ab: Option<crate::campaign::ab::AbReport>,
 }
 
 /// What readers did, for a campaign that tracks opens or clicks.
@@ -144,6 +147,8 @@ pub fn build(conn: &mut Conn, name_or_id: &str, top: usize) -> Result<Report, St
         .pop()
         .ok_or_else(|| StoreError::UnknownCampaign(name_or_id.to_owned()))?;
     let tracking = tracking(conn, campaign.id)?;
+    let ab = crate::campaign::ab::view(conn, campaign.id, &campaign.subject)?
+        .map(|v| crate::campaign::ab::report(&v));
     let (domains, unsubscribed) = domains(q::by_domain(conn, campaign.id)?, top);
     let mut reasons = group_reasons(q::failure_replies(conn, campaign.id, REPLIES_READ)?, "send");
     reasons.extend(group_reasons(
@@ -171,6 +176,7 @@ pub fn build(conn: &mut Conn, name_or_id: &str, top: usize) -> Result<Report, St
         versions_sent,
         rate_per_minute: minutes(q::per_minute(conn, campaign.id)?),
         tracking,
+        ab,
     })
 }
 

@@ -26,6 +26,12 @@ pub fn with_versions(
             let mut status = CampaignStatus::new(c, counters).with_versions(now, &sent);
             status.engagement = engaged.get(&c.id).copied().unwrap_or_default();
             status.hold_to_warmups(&warm);
+            if let Some(v) = crate::campaign::ab::view(conn, c.id, &c.subject)? {
+                status.ab = AbStatus {
+                    winner: Some(v.winner()),
+                    variants: Some(v.variants),
+                };
+            }
             Ok(status)
         })
         .collect()
@@ -121,6 +127,21 @@ pub struct CampaignStatus {
     /// `machine_opens`, `clicks` totals.
     #[serde(flatten)]
     pub engagement: Engagement,
+    /// Its A/B test (`variants`, `winner`), if it has one.
+    #[serde(flatten)]
+    pub ab: AbStatus,
+}
+
+/// A campaign's A/B test in `status --json`: each variant's counts, and
+/// the winner's name (`null` until decided).
+/// Both are left out for a campaign without a test.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct AbStatus {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variants: Option<Vec<crate::campaign::ab::VariantStatus>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub winner: Option<Option<String>>,
 }
 
 /// The complaint rate Gmail and Yahoo hold bulk senders to (0.3 %).
@@ -189,6 +210,7 @@ impl CampaignStatus {
                 .send_at
                 .map(|at| crate::clock::rfc3339(at, crate::clock::Precision::AsNeeded)),
             engagement: Engagement::default(),
+            ab: AbStatus::default(),
         }
     }
 

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::{self, DEFAULT_BATCH_SIZE};
 
+mod ab;
 mod apikey;
 mod audience;
 mod campaign;
@@ -20,6 +21,7 @@ mod processes;
 mod rate_warmup;
 mod webhook;
 use crate::redact;
+pub use ab::AbArgs;
 pub use apikey::{ApikeyCommand, ScopeArg};
 pub use audience::{ImportArgs, ListFaceArgs};
 pub use campaign::TemplatesCommand;
@@ -427,6 +429,8 @@ pub enum CampaignCommand {
         /// clicks, opens,clicks or none (the default); needs --public-url
         #[arg(long, value_name = "opens,clicks")]
         track: Option<String>,
+        #[command(flatten)]
+        ab: AbArgs,
     },
     /// Change a draft, scheduled or paused campaign: each edit is a new content
     /// version, checked as `create` checks it; workers send the new one

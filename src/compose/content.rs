@@ -317,6 +317,11 @@ impl Compiled {
     pub fn max_message(&self) -> usize {
         self.max_message
     }
+
+    /// Cap one message at `max` bytes (as the version it varies renders).
+    pub fn set_max_message(&mut self, max: usize) {
+        self.max_message = max;
+    }
 }
 
 /// Work one render may do: minijinja's fuel, one unit per instruction and

@@ -16,6 +16,7 @@ mod text_enum;
 mod url;
 pub use url::{backend_of, exposed_sqlite_file, Access, Backend, DbFile};
 use url::{sqlite_path, sqlite_target, with_link_checks};
+pub mod ab;
 pub mod api_keys;
 pub mod autopause;
 pub mod bounces;

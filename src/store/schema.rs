@@ -119,6 +119,8 @@ diesel::table! {
         complained_at -> Nullable<BigInt>,
         /// The content version a sent message had.
         content_version -> Nullable<BigInt>,
+        /// The A/B variant it was given (0 = A; NULL: no A/B test).
+        variant -> Nullable<BigInt>,
     }
 }
 

@@ -27,6 +27,8 @@ pub struct CampaignInfo {
     pub mail: CampaignMail,
     /// beanstalkd priority of its jobs.
     pub priority: u32,
+    /// Its A/B test, if it has one.
+    pub ab: Option<Arc<super::ab::AbPlan>>,
     /// The DKIM keys `mail` signs with, as (selector, created_at), sorted:
     /// what a refresh compares with the stored keys.
     keys: Vec<(String, i64)>,
@@ -79,7 +81,24 @@ pub struct Campaigns {
 }
 
 /// A campaign as [`Campaigns::info`] loads it.
-type Loaded = (crate::store::Campaign, CampaignMail, Vec<(String, i64)>);
+type Loaded = (
+    crate::store::Campaign,
+    CampaignMail,
+    Vec<(String, i64)>,
+    Option<Arc<super::ab::AbPlan>>,
+);
+
+impl CampaignInfo {
+    /// The mail of variant `variant` (A when `None` or unknown).
+    pub fn mail_for(&self, variant: Option<i64>) -> &CampaignMail {
+        match (variant, &self.ab) {
+            (Some(v), Some(plan)) if v >= 1 => {
+                plan.others.get(v as usize - 1).unwrap_or(&self.mail)
+            }
+            _ => &self.mail,
+        }
+    }
+}
 
 /// Load a campaign's settings, its current content compiled (from `cache`)
 /// and its DKIM keys; `None` if it does not exist.
@@ -98,7 +117,10 @@ async fn load(
         let mail = CampaignMail::load_cached(conn, &c, &identity, &cache)
             .map_err(|e| load_error(e, &c.from_addr))?;
         let keys = key_versions(dkim_keys::for_domain(conn, &mail.domain)?.iter());
-        Ok(Some((c, mail, keys)))
+        let ab = super::ab::load(conn, &c, &mail)
+            .map_err(|e| load_error(e, &c.from_addr))?
+            .map(Arc::new);
+        Ok(Some((c, mail, keys, ab)))
     })
     .await
 }
@@ -123,13 +145,14 @@ impl Campaigns {
         if let Some(found) = self.info.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
             return Ok(Some(Arc::clone(found)));
         }
-        let Some((c, mail, keys)) = load(db, identity, &self.content, id).await? else {
+        let Some((c, mail, keys, ab)) = load(db, identity, &self.content, id).await? else {
             return Ok(None);
         };
         let info = Arc::new(CampaignInfo {
             mail,
             priority: queue::priority(c.priority),
             keys,
+            ab,
         });
         self.info
             .lock()
@@ -199,7 +222,7 @@ impl Campaigns {
             return;
         }
         match load(db, &old.mail.identity, &self.content, id).await {
-            Ok(Some((c, mail, keys))) => {
+            Ok(Some((c, mail, keys, ab))) => {
                 tracing::info!(
                     campaign = %mail.name,
                     version = mail.content_version,
@@ -209,6 +232,7 @@ impl Campaigns {
                     mail,
                     priority: queue::priority(c.priority),
                     keys,
+                    ab,
                 });
                 self.info
                     .lock()
@@ -284,10 +308,12 @@ impl Campaigns {
             );
             let mut mail = info.mail.clone();
             mail.dkim = dkim.into();
+            let ab = info.ab.as_ref().map(|p| Arc::new(p.with_dkim(&mail.dkim)));
             let fresh = Arc::new(CampaignInfo {
                 mail,
                 priority: info.priority,
                 keys: versions,
+                ab,
             });
             self.info
                 .lock()

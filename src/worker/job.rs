@@ -62,6 +62,10 @@ struct Claimed {
     people: Vec<recipients::Recipient>,
     /// Of `people`, those on the suppression list, with the reason.
     suppressed: HashMap<i64, String>,
+    /// A/B test: each claimed recipient's variant, and until when the
+    /// job's held-back recipients wait (see [`super::ab`]).
+    variants: Arc<HashMap<i64, i64>>,
+    held_until: Option<i64>,
 }
 
 /// Check a job and claim its recipients, or say what to do with the job
@@ -97,6 +101,26 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
         Err(e) => return Err(retry_later("cannot read the campaign", e)),
     };
     check_flags(shared, id, &info).await?;
+    let mut body = body;
+    let ab = match &info.ab {
+        Some(plan) => {
+            let split = super::ab::split(&shared.db, plan, info.mail.id, &body.recipients)
+                .await
+                .map_err(|e| retry_later("cannot read the A/B test", e))?;
+            if let (true, Some(until)) = (split.claim.is_empty(), split.held_until) {
+                // Nobody of the sample: back once, at the decision.
+                return Err(Cmd::Release {
+                    id,
+                    priority: info.priority,
+                    delay: held_delay(until),
+                });
+            }
+            body.recipients = split.claim.clone();
+            split
+        }
+        None => super::ab::Split::default(),
+    };
+    let groups_of = ab.variants.clone();
     let token = rand::random_range(1..i64::MAX);
     let lease = job_ttr().as_millis() as i64;
     let (campaign_id, list_id) = (info.mail.id, info.mail.list_id);
@@ -125,6 +149,8 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
                 lease,
                 keep.as_deref(),
             )?;
+            let groups = super::ab::groups(&groups_of, &claimed.claim.owned);
+            crate::store::ab::set_variants(c, campaign_id, token, &groups)?;
             // The suppression list as of now (an entry added after
             // enqueue still applies): one lookup for the whole batch.
             let suppressed = suppressed_among(c, &claimed.people)?;
@@ -147,7 +173,15 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
         claim,
         people,
         suppressed,
+        variants: Arc::new(ab.variants),
+        held_until: ab.held_until,
     })
+}
+
+/// How long a job whose recipients are held back for an A/B test's
+/// decision at `until` (ms) waits: until a moment after it.
+pub(super) fn held_delay(until: i64) -> Duration {
+    Duration::from_millis((until - crate::store::now_ms()).max(0) as u64 + 500)
 }
 
 /// Which of `people` the suppression list names (address or domain), by
@@ -186,6 +220,8 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
         claim,
         people,
         suppressed,
+        variants,
+        held_until,
     } = match prepare(&shared, id, &body).await {
         Ok(c) => c,
         Err(cmd) => {
@@ -205,6 +241,7 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
         permit: Mutex::new(Some(permit)),
         done: CancellationToken::new(),
         lease: Lease::new(asked),
+        held_until,
     });
     if people.is_empty() {
         return finish(&shared, &tracker).await;
@@ -260,7 +297,7 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
         };
         let batch: Vec<recipients::Recipient> = people.by_ref().take(take).collect();
         let ids: Vec<i64> = batch.iter().map(|r| r.id).collect();
-        let composed = compose_batch(&shared, &info, batch).await;
+        let composed = compose_batch(&shared, &info, &variants, batch).await;
         // Those an abort left unrendered (the end of the batch).
         let unrendered = ids.get(composed.len()..).unwrap_or_default().to_vec();
         for (rid, email, composed) in composed {
@@ -383,8 +420,10 @@ fn inline(info: &CampaignInfo) -> bool {
 async fn compose_batch(
     shared: &Shared,
     info: &Arc<CampaignInfo>,
+    variants: &Arc<HashMap<i64, i64>>,
     batch: Vec<recipients::Recipient>,
 ) -> Vec<Composing> {
+    let variants = Arc::clone(variants);
     let abort = shared.scheduler.abort().clone();
     // After an abort the rest of the batch is left unrendered (the caller
     // hands it back): a batch of renders that each use their whole budget
@@ -394,7 +433,8 @@ async fn compose_batch(
             .into_iter()
             .take_while(|_| !abort.is_cancelled())
             .map(|r| {
-                let composed = compose::compose(&info.mail, &r);
+                let mail = info.mail_for(variants.get(&r.id).copied());
+                let composed = compose::compose(mail, &r);
                 (r.id, r.email, composed)
             })
             .collect::<Vec<Composing>>()

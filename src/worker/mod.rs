@@ -25,6 +25,7 @@
 //! stop signal: no more reserving, jobs in flight finish within the grace
 //! period (or their unsent messages are handed back), then exit 0.
 
+pub mod ab;
 pub mod fate;
 pub mod flags;
 pub mod fleet;

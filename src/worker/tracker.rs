@@ -107,6 +107,9 @@ pub struct Tracker {
     pub done: CancellationToken,
     /// Until when its messages may be started (see [`super::lease`]).
     pub lease: super::lease::Lease,
+    /// Recipients held back for an A/B test's decision: the job comes
+    /// back at this time (ms; see [`super::ab`]).
+    pub held_until: Option<i64>,
 }
 
 impl Tracker {

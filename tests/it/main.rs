@@ -17,6 +17,7 @@
 #[macro_use]
 mod util;
 
+mod ab;
 mod admin;
 mod api;
 mod api_flows;

@@ -28,6 +28,7 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
             max_complaint_rate,
             send_at,
             track,
+            ab,
         } => create(
             g,
             CreateRequest {
@@ -43,6 +44,7 @@ pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
                 max_complaint_rate,
                 send_at,
                 track,
+                ab: ab.request(),
             },
         ),
         CampaignCommand::Edit {
@@ -114,6 +116,16 @@ fn print_created(c: &Created) -> Result {
         outln!(
             "scheduled: no message leaves before {} (`mailsplit enqueue {}` any time before)",
             crate::clock::rfc3339(at, crate::clock::Precision::AsNeeded),
+            c.campaign.name
+        )?;
+    }
+    if let Some(ab) = &c.ab {
+        outln!(
+            "A/B test: {} variants to a random {}% of the list; {}s after the first send the best by {} goes to the rest (`mailsplit status {}` shows the winner)",
+            ab.subjects.len() + 1,
+            ab.sample_permille as f64 / 10.0,
+            ab.wait_ms / 1000,
+            ab.metric,
             c.campaign.name
         )?;
     }

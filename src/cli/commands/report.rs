@@ -24,7 +24,46 @@ pub fn report(g: &Global, campaign: &str, json: bool, top: usize) -> Result {
     print_domains(&r)?;
     print_reasons(&r)?;
     print_tracking(&r)?;
+    print_ab(&r)?;
     print_versions_and_rate(&r)
+}
+
+/// Each variant's rate with its 95 % interval, and whether the lead means
+/// anything.
+fn print_ab(r: &Report) -> Result {
+    let Some(ab) = &r.ab else {
+        return Ok(());
+    };
+    let winner = ab.winner.as_deref().unwrap_or("not decided yet");
+    outln!(
+        "
+A/B test ({}% sample, {}s wait, by {}): winner {winner}",
+        ab.sample_percent,
+        ab.wait_seconds,
+        ab.metric
+    )?;
+    outln!(
+        "  {:<7} {:>9} {:>9} {:>7}  {:<17}  subject",
+        "variant",
+        "sent",
+        ab.metric,
+        "rate",
+        "95% interval"
+    )?;
+    for v in &ab.variants {
+        outln!(
+            "  {:<7} {:>9} {:>9} {:>6.1}%  {:>6.1}% – {:>5.1}%  {}",
+            v.name,
+            v.sent,
+            v.hits,
+            v.rate * 100.0,
+            v.low * 100.0,
+            v.high * 100.0,
+            v.subject
+        )?;
+    }
+    outln!("  {}", ab.verdict)?;
+    Ok(())
 }
 
 fn print_tracking(r: &Report) -> Result {

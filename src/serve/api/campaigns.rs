@@ -157,6 +157,7 @@ fn create_blocking(url: &str, body: NewCampaign) -> Result<CampaignStatus, Probl
         max_complaint_rate: body.max_complaint_rate.unwrap_or_default(),
         send_at: body.send_at,
         track: body.track,
+        ab: Default::default(),
     };
     let checked = campaign::check(request).map_err(|e| readable(e, dir.0.as_path()))?;
     let mut conn = Conn::open(url).map_err(|e| store_problem(&e))?;
