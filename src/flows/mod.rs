@@ -313,7 +313,7 @@ fn row(conn: &mut Conn, f: Flow) -> Result<FlowRow, FlowError> {
         None => None,
     };
     let (mut active, mut done, mut left) = (0, 0, 0);
-    for (state, _, n) in store::entry_counts(conn, f.id)? {
+    for (state, _, n) in crate::store::flow_report::entry_counts(conn, f.id)? {
         match state {
             EntryState::Active => active += n,
             EntryState::Done => done += n,
@@ -388,7 +388,7 @@ pub fn report(conn: &mut Conn, name: &str) -> Result<Report, FlowError> {
             ..StepReport::default()
         })
         .collect();
-    for (key, status) in store::step_messages(conn, flow.id)? {
+    for (key, status) in crate::store::flow_report::step_messages(conn, flow.id)? {
         let n = key
             .as_deref()
             .and_then(|k| k.rsplit(':').next())
@@ -407,7 +407,7 @@ pub fn report(conn: &mut Conn, name: &str) -> Result<Report, FlowError> {
     unsubscribed_after(conn, flow.id, &mut steps)?;
     let (mut active, mut done) = (0, 0);
     let mut left = std::collections::BTreeMap::new();
-    for (state, reason, n) in store::entry_counts(conn, flow.id)? {
+    for (state, reason, n) in crate::store::flow_report::entry_counts(conn, flow.id)? {
         match state {
             EntryState::Active => active += n,
             EntryState::Done => done += n,

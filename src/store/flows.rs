@@ -12,8 +12,6 @@ use super::schema::{list_members, lists, recipients};
 use super::schema::{list_members as lm, lists as l, recipients as r};
 use super::{now_ms, on, Conn, Result};
 
-pub use super::flow_report::{entry_counts, step_messages};
-
 diesel::table! {
     flows (id) {
         id -> BigInt,

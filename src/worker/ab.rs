@@ -153,3 +153,9 @@ pub fn groups(variants: &HashMap<i64, i64>, owned: &[(i64, i32)]) -> Vec<(i64, V
     }
     by.into_iter().collect()
 }
+
+/// How long a job whose recipients are held back for an A/B test's
+/// decision at `until` (ms) waits: until a moment after it.
+pub(super) fn held_delay(until: i64) -> std::time::Duration {
+    std::time::Duration::from_millis((until - crate::store::now_ms()).max(0) as u64 + 500)
+}

@@ -64,7 +64,7 @@ pub async fn finish(shared: &Shared, t: &Tracker) {
     let defer_delay = deferred.values().map(|d| d.delay).max().unwrap_or_default();
     // Recipients held back for an A/B decision: the job comes back for
     // them then (never deleted, never put again as a new job).
-    let held = t.held_until.map(super::job::held_delay);
+    let held = t.held_until.map(super::ab::held_delay);
     let unclaimed = unclaimed || held.is_some();
     let defer_delay = defer_delay.max(held.unwrap_or_default());
     let flags = shared.campaigns.flag_state(t.campaign_id).await;

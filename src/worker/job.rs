@@ -112,7 +112,7 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
                 return Err(Cmd::Release {
                     id,
                     priority: info.priority,
-                    delay: held_delay(until),
+                    delay: super::ab::held_delay(until),
                 });
             }
             body.recipients = split.claim.clone();
@@ -176,12 +176,6 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
         variants: Arc::new(ab.variants),
         held_until: ab.held_until,
     })
-}
-
-/// How long a job whose recipients are held back for an A/B test's
-/// decision at `until` (ms) waits: until a moment after it.
-pub(super) fn held_delay(until: i64) -> Duration {
-    Duration::from_millis((until - crate::store::now_ms()).max(0) as u64 + 500)
 }
 
 /// Which of `people` the suppression list names (address or domain), by

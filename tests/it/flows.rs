@@ -204,7 +204,7 @@ fn welcome_series(kind: Kind) {
     let flow = mailsplit::store::flows::find(&mut c, "welcome")
         .unwrap()
         .unwrap();
-    let mut counts = mailsplit::store::flows::entry_counts(&mut c, flow.id).unwrap();
+    let mut counts = mailsplit::store::flow_report::entry_counts(&mut c, flow.id).unwrap();
     counts.sort_by(|x, y| x.1.cmp(&y.1));
     let left: Vec<(String, i64)> = counts
         .into_iter()
