@@ -44,7 +44,7 @@ pub(super) fn record(
         .parse::<lettre::message::Mailbox>()
         .map(|to| to.email.to_string())
         .unwrap_or_else(|_| m.to_addr.clone());
-    let Some(f) = finding_about(report, &email) else {
+    let Some(f) = trust::finding_about(report, &email) else {
         return Ok(None);
     };
     let bounced = match f.kind {
@@ -73,27 +73,6 @@ pub(super) fn record(
         bounced,
         address_now,
     }))
-}
-
-/// The finding naming `email`, else the most serious one.
-fn finding_about(report: &Report, email: &str) -> Option<Finding> {
-    let key = crate::mailbox::key(email).ok();
-    report
-        .findings
-        .iter()
-        .find(|f| {
-            f.address
-                .as_deref()
-                .and_then(|a| crate::mailbox::key(a).ok())
-                .is_some_and(|k| Some(k) == key)
-        })
-        .or_else(|| {
-            report
-                .findings
-                .iter()
-                .max_by_key(|f| trust::severity(f.kind))
-        })
-        .cloned()
 }
 
 /// The address's fate after finding `f`: a recipient on file takes the

@@ -83,8 +83,22 @@ fn target(
     let Some(r) = crate::store::recipients::load(conn, &[recipient])?.pop() else {
         return Ok(None);
     };
-    let key = crate::mailbox::key(&r.email).ok();
-    let finding = report
+    let Some(finding) = finding_about(report, &r.email) else {
+        return Ok(None);
+    };
+    Ok(Some(Target {
+        recipient_id: r.id,
+        email: r.email,
+        campaign_id: campaigns::get(conn, campaign)?.map(|c| c.id),
+        finding,
+    }))
+}
+
+/// The finding about `email`: the one naming that mailbox, else the most
+/// serious one.
+pub(super) fn finding_about(report: &Report, email: &str) -> Option<Finding> {
+    let key = crate::mailbox::key(email).ok();
+    report
         .findings
         .iter()
         .find(|f| {
@@ -94,16 +108,7 @@ fn target(
                 .is_some_and(|k| Some(k) == key)
         })
         .or_else(|| report.findings.iter().max_by_key(|f| severity(f.kind)))
-        .cloned();
-    let Some(finding) = finding else {
-        return Ok(None);
-    };
-    Ok(Some(Target {
-        recipient_id: r.id,
-        email: r.email,
-        campaign_id: campaigns::get(conn, campaign)?.map(|c| c.id),
-        finding,
-    }))
+        .cloned()
 }
 
 /// How much a finding weighs when one has to be picked.
