@@ -45,7 +45,12 @@ fn per_day(times: &[Instant], day0: Instant, every: Duration, days: u32) -> Vec<
         .collect()
 }
 
-/// 20/s ×2 every 3 s up to 80/s: days of 60, 120, 240, then 240 each.
+/// 10/s ×2 every 6 s up to 40/s: days of 60, 120, 240, then 240 each.
+/// The days are longer than a day's budget takes at the group's pace
+/// (240 at 200/s: 1.2 s) plus the most a deferred job comes back after
+/// the day begins (its backlog estimate, capped at 4 s, less the 1 s it
+/// comes early): with 3 s days a job deferred late in one day came back
+/// too late to fill the next.
 /// Two workers, a group paced at 200/s within a day (so a day's budget
 /// goes out in its first part and the budget, not the pace, shapes the
 /// days). Without a budget shared in the database, two workers would send
@@ -66,10 +71,10 @@ fn two_workers_follow_a_warm_up_schedule(kind: Kind) {
         .collect();
     wait_for(60, "two workers' heartbeats", || env.workers().len() == 2);
     let said = env.ok(&[
-        "rate", "warmup", &relay, "--start", "20/s", "--factor", "2", "--every", "3s", "--until",
-        "80/s",
+        "rate", "warmup", &relay, "--start", "10/s", "--factor", "2", "--every", "6s", "--until",
+        "40/s",
     ]);
-    assert!(said.contains("20/s ×2 every 3s up to 80/s"), "{said}");
+    assert!(said.contains("10/s ×2 every 6s up to 40/s"), "{said}");
     let w = schedule_of(&env, &relay);
     let every = Duration::from_millis(w.every_ms as u64);
     // The peer's clock is Instant: day 0 began this long before now.
@@ -104,7 +109,7 @@ fn two_workers_follow_a_warm_up_schedule(kind: Kind) {
     let allowed: Vec<usize> = (0..judged + 4)
         .map(|k| w.allowance(i64::from(k)) as usize)
         .collect();
-    eprintln!("accepted per 3 s warm-up day: {days:?}, allowed {allowed:?}");
+    eprintln!("accepted per 6 s warm-up day: {days:?}, allowed {allowed:?}");
     for k in 0..(judged + 4) as usize {
         let (got, want) = (days[k], allowed[k]);
         assert!(
