@@ -114,8 +114,14 @@ fn a_bounce_marks_its_message_and_stops_the_next(kind: Kind) {
     // The same report again changes nothing more.
     let again = bounce(&env, &[&verp_ada], &dsn);
     assert!(again.contains("message_now=\"unchanged\""), "{again}");
-    let (next, _) = send(&env, "order", "ada@example.org", &[]);
-    wait_status(&env, next, MessageStatus::Suppressed, 30);
+    // Refused at submit now that she is on the suppression list.
+    let out = env.run(&["send", "order", "--to", "ada@example.org", "--json"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("suppression list"),
+        "{}",
+        stderr(&out)
+    );
 
     // A complaint about Bob's message: it arrived (still `sent`), and Bob,
     // a recipient on file, is unsubscribed as by a campaign's complaint;

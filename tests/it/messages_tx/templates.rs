@@ -30,11 +30,12 @@ fn template_commands(kind: Kind) {
     let out = create("bad");
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("bad.html:2"), "{}", stderr(&out));
-    std::fs::write(&bad, "<p>{{ row.x }}</p>\n").unwrap();
+    // `row` is a flow row's (a variable of every message template now).
+    std::fs::write(&bad, "<p>{{ cart.x }}</p>\n").unwrap();
     let out = create("bad");
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
-    assert!(err.contains("unknown variable `row`"), "{err}");
+    assert!(err.contains("unknown variable `cart`"), "{err}");
     // A name already taken: refused, the stored one unchanged.
     std::fs::write(&bad, "<p>fine</p>\n").unwrap();
     assert_eq!(create("order").status.code(), Some(2));
