@@ -383,16 +383,6 @@ pub fn delete(conn: &mut Conn, name_or_id: &str) -> Result<String, CampaignError
     }
 }
 
-/// Whether a campaign of exactly this name exists (not an id, not another
-/// spelling): what a `campaign:NAME` rate group must name.
-pub fn exists(conn: &mut Conn, name: &str) -> Result<bool, StoreError> {
-    match campaigns::find(conn, name) {
-        Ok(c) => Ok(c.name == name),
-        Err(StoreError::UnknownCampaign(_)) => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
 /// `--max-failure-rate` and `--max-complaint-rate` (`flag`): a percentage
 /// (`20%`), a fraction (`0.2`) or `off`.
 fn parse_share(flag: &str, example: &str, raw: &str) -> Result<Option<f64>, CampaignError> {

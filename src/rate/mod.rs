@@ -5,7 +5,6 @@
 pub mod limiter;
 pub mod warmup;
 
-use crate::campaign;
 use crate::campaign::status;
 use crate::rate_group::Group;
 use crate::store::{connections, rates, Conn, StoreError};
@@ -69,7 +68,7 @@ pub fn check(req: &SetRequest<'_>) -> Result<Set, LimitError> {
 pub fn set(conn: &mut Conn, set: &Set) -> Result<(), LimitError> {
     let group = &set.group;
     if let Group::Campaign(name) = &set.parsed {
-        if !campaign::exists(conn, name)? {
+        if !rates::campaign_exists(conn, name)? {
             return Err(LimitError::Bad(format!(
                 "bad rate group {group:?}: there is no campaign {name:?}; a campaign group is campaign:NAME with the name of an existing campaign (`mailsplit status` lists them), e.g. campaign:news"
             )));

@@ -70,22 +70,13 @@ pub fn check(req: &WarmupRequest<'_>) -> Result<Checked, LimitError> {
     })
 }
 
-/// Whether campaign `name` exists (by its name, not an id).
-fn campaign_exists(conn: &mut Conn, name: &str) -> Result<bool, crate::store::StoreError> {
-    match crate::store::campaigns::find(conn, name) {
-        Ok(c) => Ok(c.name == name),
-        Err(crate::store::StoreError::UnknownCampaign(_)) => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
 /// Store a checked schedule, day 0 beginning now. A group that does not
 /// exist yet is created at the `--until` rate (the pace within a day);
 /// an existing group keeps its rate and burst.
 pub fn set(conn: &mut Conn, req: &Checked) -> Result<(), LimitError> {
     let group = &req.group;
     if let Group::Campaign(name) = &req.parsed {
-        if !campaign_exists(conn, name)? {
+        if !rates::campaign_exists(conn, name)? {
             return Err(LimitError::Bad(format!(
                 "bad rate group {group:?}: there is no campaign {name:?} (`mailsplit status` lists them)"
             )));

@@ -232,6 +232,17 @@ pub fn check_name(name: &str) -> Result<String> {
     Ok(name.parse::<Group>()?.to_string())
 }
 
+/// Whether a campaign of exactly this name exists (not an id, not another
+/// spelling): what a `campaign:NAME` group must name.
+pub fn campaign_exists(conn: &mut Conn, name: &str) -> Result<bool> {
+    use super::schema::campaigns as c;
+    let n: i64 = on!(conn, |x| c::table
+        .filter(c::name.eq(name))
+        .count()
+        .get_result(x))?;
+    Ok(n > 0)
+}
+
 /// Create or change a group; its position in time (`tat`) is kept, and a
 /// new rate starts unadapted (the operator's word stands until the relay
 /// throttles again).
