@@ -26,13 +26,20 @@ pub fn worker(g: &Global, args: &WorkerArgs) -> Result {
         let _watcher = install(stop.clone()).map_err(WorkerError::Run)?;
         worker::run(settings, stop).await
     });
-    // A database call the worker gave up on (its link went silent) may
-    // still be blocked on its thread: it must not keep the process from
+    // Wait for the runtime's threads before the process exits: exit runs
+    // the C libraries' clean-up (OpenSSL's, under libpq's TLS), and a
+    // thread still closing a PostgreSQL connection beside it crashed a
+    // worker with SIGSEGV after "worker stopped". The wait is bounded: a
+    // database call the worker gave up on (its link went silent) may
+    // still be blocked on its thread, and must not keep the process from
     // exiting, which dropping the runtime would (it waits for every
     // blocking task).
-    runtime.shutdown_background();
+    runtime.shutdown_timeout(WIND_DOWN);
     Ok(result?)
 }
+
+/// How long an exiting worker waits for its runtime's threads to end.
+const WIND_DOWN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Trip `stop` on SIGTERM, SIGINT, and when this executable is replaced.
 fn install(stop: CancellationToken) -> anyhow::Result<notify::RecommendedWatcher> {
