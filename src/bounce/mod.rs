@@ -170,7 +170,26 @@ pub fn handle(
         Ok(target) => target,
         Err(why) => return record_unverified(conn, &report, &fingerprint, why),
     };
+    record_for(conn, target, &report, &fingerprint, settings)
+}
+
+/// Record the report's finding for the recipient the report was traced
+/// to, with the action its kind and the settings call for.
+fn record_for(
+    conn: &mut Conn,
+    target: trust::Target,
+    report: &Report,
+    fingerprint: &str,
+    settings: &Settings,
+) -> Result<Handled, StoreError> {
     let f = &target.finding;
+    let action = action_for(
+        f.kind,
+        f.status.as_deref(),
+        &f.reason,
+        report.format,
+        settings,
+    );
     let done = bounces::record(
         conn,
         &NewBounce {
@@ -181,15 +200,9 @@ pub fn handle(
             status: f.status.as_deref(),
             reason: &f.reason,
             source: BounceSource::Report,
-            fingerprint: &fingerprint,
+            fingerprint,
         },
-        &action_for(
-            f.kind,
-            f.status.as_deref(),
-            &f.reason,
-            report.format,
-            settings,
-        ),
+        &action,
     )?;
     Ok(Handled::Recorded(vec![Applied {
         recipient_id: target.recipient_id,

@@ -31,6 +31,36 @@ pub(super) fn resolve_in_doubt(
     let Some(intent) = campaign.pending_intent()? else {
         return Ok(());
     };
+    let (seen, in_queue) = seen_in_window(conn, campaign, run, opts, &intent)?;
+    let in_ledger = seen.len() - in_queue;
+    widen_intent(conn, campaign, run, &intent)?;
+
+    let (found, put, put_jobs, confirm) =
+        put_unseen(conn, campaign, run, opts, &seen, intent.upto)?;
+    tracing::info!(
+        window_upto = intent.upto,
+        found_in_queue = in_queue,
+        found_in_ledger = in_ledger,
+        put_again = put,
+        "interrupted run resolved: {found} recipients of its last window found in the queue or the ledger, {put} put again"
+    );
+    run.step(conn, campaign, Some(&confirm), None)?;
+    report.recovered = found > 0;
+    report.jobs += put_jobs as u64;
+    report.recipients += put as u64;
+    Ok(())
+}
+
+/// The window's recipients already in a job on a server (above the job
+/// id the intent recorded) or in the ledger, and how many of them were
+/// found in the queue.
+fn seen_in_window(
+    conn: &mut Conn,
+    campaign: &Campaign,
+    run: &mut Run,
+    opts: &Options,
+    intent: &campaigns::Intent,
+) -> Result<(HashSet<i64>, usize), EnqueueError> {
     let after = campaign.enqueue_cursor;
     let window = (after + 1)..=intent.upto;
     let mut seen: HashSet<i64> = HashSet::new();
@@ -54,33 +84,26 @@ pub(super) fn resolve_in_doubt(
         after,
         intent.upto,
     )?);
-    let in_ledger = seen.len() - in_queue;
+    Ok((seen, in_queue))
+}
 
-    // The jobs put from here on must be found by a later recovery too: every
-    // server of this run goes into the intent.
+/// The jobs put from here on must be found by a later recovery too: every
+/// server of this run goes into the intent.
+fn widen_intent(
+    conn: &mut Conn,
+    campaign: &Campaign,
+    run: &mut Run,
+    intent: &campaigns::Intent,
+) -> Result<(), EnqueueError> {
     let mut wider = intent.clone();
     for (addr, newest) in run.fanout.intent(intent.upto).servers {
         if !wider.servers.iter().any(|(a, _)| *a == addr) {
             wider.servers.push((addr, newest));
         }
     }
-    if wider != intent {
+    if wider != *intent {
         run.step(conn, campaign, None, Some(&wider))?;
     }
-
-    let (found, put, put_jobs, confirm) =
-        put_unseen(conn, campaign, run, opts, &seen, intent.upto)?;
-    tracing::info!(
-        window_upto = intent.upto,
-        found_in_queue = in_queue,
-        found_in_ledger = in_ledger,
-        put_again = put,
-        "interrupted run resolved: {found} recipients of its last window found in the queue or the ledger, {put} put again"
-    );
-    run.step(conn, campaign, Some(&confirm), None)?;
-    report.recovered = found > 0;
-    report.jobs += put_jobs as u64;
-    report.recipients += put as u64;
     Ok(())
 }
 

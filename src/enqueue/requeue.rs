@@ -69,33 +69,18 @@ pub fn requeue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Requeued, 
         }
         CampaignState::Queued => {}
     }
-    let identity = Identity::from(&installation::load(conn)?);
-    let mut servers = Vec::with_capacity(opts.servers.len());
-    for &addr in &opts.servers {
-        let mut server = Server::connect(addr)?;
-        server.use_tube(&opts.tube)?;
-        servers.push(server);
-    }
+    let mut out = Putter {
+        servers: connect_all(opts)?,
+        identity: Identity::from(&installation::load(conn)?),
+        campaign: &campaign,
+        priority: queue::priority(campaign.priority),
+    };
     let mut report = Requeued::default();
     if opts.failed {
         report.reopened = deliveries::reopen_failed(conn, campaign.id)?;
     }
     campaigns::include_members(conn, &campaign)?;
-    let priority = queue::priority(campaign.priority);
     let mut batch: Vec<i64> = Vec::with_capacity(opts.batch_size);
-    let mut put = |batch: &mut Vec<i64>, report: &mut Requeued| -> Result<(), RequeueError> {
-        let slot = report.jobs as usize % servers.len();
-        let body = JobBody::new(campaign.id, std::mem::take(batch));
-        // A campaign not started yet: its jobs wait until then, like
-        // `enqueue`'s.
-        match crate::send_at::wait(campaign.send_at, crate::store::now_ms()) {
-            Some(delay) => servers[slot].put_delayed(&body.encode(&identity), priority, delay)?,
-            None => servers[slot].put(&body.encode(&identity), priority)?,
-        };
-        report.jobs += 1;
-        report.recipients += body.recipients.len() as u64;
-        Ok(())
-    };
     // Keyset pages of the list up to where enqueue went; per page, one
     // query for the finished ones. Memory: one page and one batch.
     let mut after = 0;
@@ -111,13 +96,50 @@ pub fn requeue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Requeued, 
         for rid in page.into_iter().filter(|r| !finished.contains(r)) {
             batch.push(rid);
             if batch.len() == opts.batch_size {
-                put(&mut batch, &mut report)?;
+                out.put(&mut batch, &mut report)?;
             }
         }
         after = last;
     }
     if !batch.is_empty() {
-        put(&mut batch, &mut report)?;
+        out.put(&mut batch, &mut report)?;
     }
     Ok(report)
+}
+
+/// A connection to every server, each on the tube.
+fn connect_all(opts: &Options) -> Result<Vec<Server>, RequeueError> {
+    let mut servers = Vec::with_capacity(opts.servers.len());
+    for &addr in &opts.servers {
+        let mut server = Server::connect(addr)?;
+        server.use_tube(&opts.tube)?;
+        servers.push(server);
+    }
+    Ok(servers)
+}
+
+/// Puts a campaign's jobs round-robin over the servers.
+struct Putter<'a> {
+    servers: Vec<Server>,
+    identity: Identity,
+    campaign: &'a crate::store::Campaign,
+    priority: u32,
+}
+
+impl Putter<'_> {
+    /// Put `batch` (emptied) as one job, and count it in `report`.
+    fn put(&mut self, batch: &mut Vec<i64>, report: &mut Requeued) -> Result<(), RequeueError> {
+        let slot = report.jobs as usize % self.servers.len();
+        let body = JobBody::new(self.campaign.id, std::mem::take(batch));
+        let encoded = body.encode(&self.identity);
+        // A campaign not started yet: its jobs wait until then, like
+        // `enqueue`'s.
+        match crate::send_at::wait(self.campaign.send_at, crate::store::now_ms()) {
+            Some(delay) => self.servers[slot].put_delayed(&encoded, self.priority, delay)?,
+            None => self.servers[slot].put(&encoded, self.priority)?,
+        };
+        report.jobs += 1;
+        report.recipients += body.recipients.len() as u64;
+        Ok(())
+    }
 }

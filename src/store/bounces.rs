@@ -106,23 +106,8 @@ pub struct Recorded {
 pub fn record(conn: &mut Conn, e: &NewBounce, action: &Action) -> Result<Recorded> {
     let now = now_ms();
     conn.transaction(|conn| {
-        let inserted = on!(conn, |c| diesel::insert_into(b::table)
-            .values((
-                b::recipient_id.eq(e.recipient_id),
-                b::campaign_id.eq(e.campaign_id),
-                b::email.eq(e.email),
-                b::kind.eq(e.kind),
-                b::status.eq(e.status),
-                b::reason.eq(super::clip_line(e.reason, 500)),
-                b::source.eq(e.source),
-                b::fingerprint.eq(e.fingerprint),
-                b::received_at.eq(now),
-            ))
-            .on_conflict((b::fingerprint, b::recipient_id))
-            .do_nothing()
-            .execute(c))?;
         let mut done = Recorded {
-            new: inserted == 1,
+            new: insert_event(conn, e, now)?,
             changed_to: None,
             soft_count: 0,
         };
@@ -132,37 +117,70 @@ pub fn record(conn: &mut Conn, e: &NewBounce, action: &Action) -> Result<Recorde
         if let Some(campaign_id) = e.campaign_id {
             mark_delivery(conn, campaign_id, e.recipient_id, e.kind, now)?;
         }
-        let to = |status, from: &'static [RecipientStatus], reason: &str, conn: &mut Conn| {
-            set_status(conn, e.recipient_id, status, from, reason, now)
-                .map(|changed| changed.then_some(status))
-        };
-        use RecipientStatus::{Active, Bounced, Unsubscribed};
-        done.changed_to = match action {
-            Action::Record => None,
-            Action::Bounce(reason) => to(Bounced, &[Active], reason, conn)?,
-            // A complaint outranks a bounce: the address works, and its
-            // owner does not want the mail.
-            Action::Unsubscribe(reason) => to(Unsubscribed, &[Active, Bounced], reason, conn)?,
-            Action::CountSoft {
-                limit,
-                window_ms,
-                reason,
-            } => {
-                done.soft_count = on!(conn, |c| b::table
-                    .filter(b::recipient_id.eq(e.recipient_id))
-                    .filter(b::kind.eq(BounceKind::Soft))
-                    .filter(b::received_at.gt(now - window_ms))
-                    .count()
-                    .get_result::<i64>(c))?;
-                if done.soft_count >= *limit {
-                    to(Bounced, &[Active], reason, conn)?
-                } else {
-                    None
-                }
-            }
-        };
+        apply(conn, e, action, now, &mut done)?;
         Ok(done)
     })
+}
+
+/// Insert the event; false when this message's event for this recipient
+/// is on file already.
+fn insert_event(conn: &mut Conn, e: &NewBounce, now: i64) -> Result<bool> {
+    let inserted = on!(conn, |c| diesel::insert_into(b::table)
+        .values((
+            b::recipient_id.eq(e.recipient_id),
+            b::campaign_id.eq(e.campaign_id),
+            b::email.eq(e.email),
+            b::kind.eq(e.kind),
+            b::status.eq(e.status),
+            b::reason.eq(super::clip_line(e.reason, 500)),
+            b::source.eq(e.source),
+            b::fingerprint.eq(e.fingerprint),
+            b::received_at.eq(now),
+        ))
+        .on_conflict((b::fingerprint, b::recipient_id))
+        .do_nothing()
+        .execute(c))?;
+    Ok(inserted == 1)
+}
+
+/// Apply a new event's action to the recipient's status.
+fn apply(
+    conn: &mut Conn,
+    e: &NewBounce,
+    action: &Action,
+    now: i64,
+    done: &mut Recorded,
+) -> Result<()> {
+    let to = |status, from: &'static [RecipientStatus], reason: &str, conn: &mut Conn| {
+        set_status(conn, e.recipient_id, status, from, reason, now)
+            .map(|changed| changed.then_some(status))
+    };
+    use RecipientStatus::{Active, Bounced, Unsubscribed};
+    done.changed_to = match action {
+        Action::Record => None,
+        Action::Bounce(reason) => to(Bounced, &[Active], reason, conn)?,
+        // A complaint outranks a bounce: the address works, and its
+        // owner does not want the mail.
+        Action::Unsubscribe(reason) => to(Unsubscribed, &[Active, Bounced], reason, conn)?,
+        Action::CountSoft {
+            limit,
+            window_ms,
+            reason,
+        } => {
+            done.soft_count = on!(conn, |c| b::table
+                .filter(b::recipient_id.eq(e.recipient_id))
+                .filter(b::kind.eq(BounceKind::Soft))
+                .filter(b::received_at.gt(now - window_ms))
+                .count()
+                .get_result::<i64>(c))?;
+            if done.soft_count >= *limit {
+                to(Bounced, &[Active], reason, conn)?
+            } else {
+                None
+            }
+        }
+    };
+    Ok(())
 }
 
 /// Mark the campaign's delivery to the recipient as bounced or complained

@@ -125,37 +125,57 @@ pub fn lease(
             .filter(l::owner.ne(owner))
             .select((l::slots, l::waiting))
             .load(x))?;
-        let others_hold: i64 = others.iter().map(|(s, _)| s).sum();
-        let others_wait = others.iter().any(|&(_, w)| w > 0);
-        let contenders = 1 + others.iter().filter(|&&(s, w)| s > 0 || w > 0).count() as i64;
-        let share = if others_wait {
-            (limit / contenders).max(1)
-        } else {
-            limit
-        };
-        let want = want.max(in_use);
-        let allowed = want.min(share).min(limit - others_hold).max(0);
-        let slots = allowed.max(in_use);
-        let waiting = (want - allowed).max(0);
+        let share = allot(limit, &others, in_use, want);
         let until = now + LEASE_TTL_MS;
         on!(conn, |x| diesel::insert_into(l::table)
             .values((
                 l::name.eq(name),
                 l::owner.eq(owner),
-                l::slots.eq(slots),
-                l::waiting.eq(waiting),
+                l::slots.eq(share.slots),
+                l::waiting.eq(share.waiting),
                 l::until.eq(until),
             ))
             .on_conflict((l::name, l::owner))
             .do_update()
             .set((
-                l::slots.eq(slots),
-                l::waiting.eq(waiting),
+                l::slots.eq(share.slots),
+                l::waiting.eq(share.waiting),
                 l::until.eq(until),
             ))
             .execute(x))?;
+        let allowed = share.allowed;
         Ok(Some(Grant { limit, allowed }))
     })
+}
+
+/// What one renewal grants: `allowed` new-or-kept sessions, the `slots`
+/// the lease holds (never fewer than those open), and how many more it
+/// waits for.
+#[derive(Debug, PartialEq, Eq)]
+struct Share {
+    allowed: i64,
+    slots: i64,
+    waiting: i64,
+}
+
+/// The decision of [`lease`], apart from the database: `others` are the
+/// other live leases' (slots, waiting).
+fn allot(limit: i64, others: &[(i64, i64)], in_use: i64, want: i64) -> Share {
+    let others_hold: i64 = others.iter().map(|(s, _)| s).sum();
+    let others_wait = others.iter().any(|&(_, w)| w > 0);
+    let contenders = 1 + others.iter().filter(|&&(s, w)| s > 0 || w > 0).count() as i64;
+    let share = if others_wait {
+        (limit / contenders).max(1)
+    } else {
+        limit
+    };
+    let want = want.max(in_use);
+    let allowed = want.min(share).min(limit - others_hold).max(0);
+    Share {
+        allowed,
+        slots: allowed.max(in_use),
+        waiting: (want - allowed).max(0),
+    }
 }
 
 /// A worker stops: its slots are free at once.
@@ -165,4 +185,47 @@ pub fn release(conn: &mut Conn, name: &str, owner: &str) -> Result<()> {
     )
     .execute(x))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{allot, Share};
+
+    #[test]
+    fn alone_a_worker_may_take_the_whole_limit() {
+        let s = allot(10, &[], 0, 25);
+        assert_eq!(
+            s,
+            Share {
+                allowed: 10,
+                slots: 10,
+                waiting: 15
+            }
+        );
+    }
+
+    #[test]
+    fn with_others_waiting_a_worker_gets_its_fair_share_of_what_is_free() {
+        // Two others: one holds 6 and waits for more, one holds 0 and waits.
+        let s = allot(12, &[(6, 4), (0, 5)], 0, 10);
+        assert_eq!(s.allowed, 4, "12 over 3 contenders");
+        // Only 2 are free when the others hold 10.
+        assert_eq!(allot(12, &[(10, 1)], 0, 10).allowed, 2);
+    }
+
+    #[test]
+    fn open_sessions_are_never_taken_away() {
+        // Its fair share is 5 but 8 are open: the lease keeps 8 slots.
+        let s = allot(10, &[(2, 3)], 8, 8);
+        assert_eq!((s.allowed, s.slots), (5, 8));
+        let s = allot(10, &[(10, 0)], 3, 3);
+        assert_eq!(
+            s,
+            Share {
+                allowed: 0,
+                slots: 3,
+                waiting: 3
+            }
+        );
+    }
 }

@@ -12,7 +12,7 @@
 //! `--sync` then removes the members the import never marked ([`sweep`]):
 //! one DELETE, whatever the list's size.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text};
@@ -193,14 +193,62 @@ pub fn write_batch(conn: &mut Conn, run: Run, rows: &[Row], resubscribe: bool) -
         InnerMut::Sqlite(c) => find_sqlite(c, run, &keys)?,
         InnerMut::Pg(c) => find_pg(c, run, &keys)?,
     };
+    let (done, plan) = plan_batch(rows, run, &forgotten, &found, &marks, resubscribe);
+    match conn.inner_mut() {
+        InnerMut::Sqlite(c) => {
+            upsert_sqlite(c, &plan.writes)?;
+            mark_members_sqlite(c, run, &plan.marked)?;
+        }
+        InnerMut::Pg(c) => {
+            // Members by id: the ids of the recipients found, and those the
+            // upsert returns for the rows that were not (new recipients).
+            let mut ids: Vec<i64> = plan
+                .marked
+                .iter()
+                .filter_map(|k| found.get(*k).map(|f| f.0))
+                .collect();
+            ids.extend(
+                upsert_pg(c, &plan.writes, &plan.new_ids)?
+                    .into_iter()
+                    .filter(|(key, _)| !found.contains_key(key))
+                    .map(|(_, id)| id),
+            );
+            mark_members_pg(c, run, &ids)?;
+        }
+    }
+    super::flows::joined(conn, run.list_id, &plan.joined)?;
+    Ok(done)
+}
+
+/// What a batch writes: the recipients' rows, the list's marks, and who
+/// joins the list's flows.
+struct Plan<'a> {
+    writes: Vec<Write>,
+    /// Per write: the id a new recipient gets (an existing one keeps its own).
+    new_ids: Vec<Option<i64>>,
+    /// The keys whose membership this run marks.
+    marked: Vec<&'a str>,
+    /// Mailboxes that were not members of the list: they join its flows.
+    joined: Vec<&'a str>,
+}
+
+/// Decide, per row, what the batch writes and what it counts.
+fn plan_batch<'a>(
+    rows: &'a [Row],
+    run: Run,
+    forgotten: &HashSet<&str>,
+    found: &HashMap<String, Found>,
+    marks: &HashMap<i64, Option<i64>>,
+    resubscribe: bool,
+) -> (Written, Plan<'a>) {
     let now = now_ms();
     let mut done = Written::default();
-    let mut writes = Vec::new();
-    // Per write: the id a new recipient gets (an existing one keeps its own).
-    let mut new_ids = Vec::new();
-    let mut marked = Vec::new();
-    // Mailboxes that were not members of the list: they join its flows.
-    let mut joined = Vec::new();
+    let mut plan = Plan {
+        writes: Vec::new(),
+        new_ids: Vec::new(),
+        marked: Vec::new(),
+        joined: Vec::new(),
+    };
     for row in rows {
         if forgotten.contains(row.email_key.as_str()) {
             done.forgotten += 1;
@@ -208,10 +256,10 @@ pub fn write_batch(conn: &mut Conn, run: Run, rows: &[Row], resubscribe: bool) -
         }
         let Some(f) = found.get(&row.email_key) else {
             done.added += 1;
-            writes.push(new_recipient(row, now));
-            new_ids.push(row.new_id);
-            marked.push(row.email_key.as_str());
-            joined.push(row.email_key.as_str());
+            plan.writes.push(new_recipient(row, now));
+            plan.new_ids.push(row.new_id);
+            plan.marked.push(row.email_key.as_str());
+            plan.joined.push(row.email_key.as_str());
             continue;
         };
         let mark = marks.get(&f.0);
@@ -222,7 +270,7 @@ pub fn write_batch(conn: &mut Conn, run: Run, rows: &[Row], resubscribe: bool) -
         let (write, kept) = merge(row, f, resubscribe, now);
         done.kept_unsubscribed += u64::from(kept);
         if mark.is_none() {
-            joined.push(row.email_key.as_str());
+            plan.joined.push(row.email_key.as_str());
         }
         match (mark.is_some(), write.is_some()) {
             (false, _) => done.added += 1,
@@ -230,34 +278,12 @@ pub fn write_batch(conn: &mut Conn, run: Run, rows: &[Row], resubscribe: bool) -
             (true, false) => done.unchanged += 1,
         }
         if let Some(write) = write {
-            writes.push(write);
-            new_ids.push(None);
+            plan.writes.push(write);
+            plan.new_ids.push(None);
         }
-        marked.push(row.email_key.as_str());
+        plan.marked.push(row.email_key.as_str());
     }
-    match conn.inner_mut() {
-        InnerMut::Sqlite(c) => {
-            upsert_sqlite(c, &writes)?;
-            mark_members_sqlite(c, run, &marked)?;
-        }
-        InnerMut::Pg(c) => {
-            // Members by id: the ids of the recipients found, and those the
-            // upsert returns for the rows that were not (new recipients).
-            let mut ids: Vec<i64> = marked
-                .iter()
-                .filter_map(|k| found.get(*k).map(|f| f.0))
-                .collect();
-            ids.extend(
-                upsert_pg(c, &writes, &new_ids)?
-                    .into_iter()
-                    .filter(|(key, _)| !found.contains_key(key))
-                    .map(|(_, id)| id),
-            );
-            mark_members_pg(c, run, &ids)?;
-        }
-    }
-    super::flows::joined(conn, run.list_id, &joined)?;
-    Ok(done)
+    (done, plan)
 }
 
 /// The batch's recipients on file, by key, and the list's marks on those

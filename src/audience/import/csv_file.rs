@@ -104,26 +104,11 @@ pub(super) fn read_csv(
             offset: 0,
             newlines: Rc::clone(&newlines),
         });
-    // The line a record starts on, from the offset where the csv reader
-    // began it: skip the line ends (blank lines, the LF of a CRLF) found
-    // there, then count the LFs before the first byte of the record. The csv
-    // crate's own line numbers skip blank lines and miscount CRLF files.
-    let mut lines_before = 0u64;
-    let mut line_at = |byte: u64| {
-        let mut q = newlines.borrow_mut();
-        let mut at = byte;
-        while let Some(&(offset, b)) = q.front() {
-            if offset > at {
-                break;
-            }
-            if offset == at {
-                at += 1;
-            }
-            lines_before += u64::from(b == b'\n');
-            q.pop_front();
-        }
-        lines_before + 1
+    let mut lines = LineCounter {
+        newlines,
+        lines_before: 0,
     };
+    let mut line_at = |byte: u64| lines.line_at(byte);
     let columns = read_header(&mut reader, shown)?;
     let mut record = csv::ByteRecord::new();
     loop {
@@ -156,6 +141,34 @@ pub(super) fn read_csv(
     Ok(())
 }
 
+/// The line a record starts on, from the offset where the csv reader
+/// began it: skip the line ends (blank lines, the LF of a CRLF) found
+/// there, then count the LFs before the first byte of the record. The csv
+/// crate's own line numbers skip blank lines and miscount CRLF files.
+struct LineCounter {
+    /// Line-end bytes and their offsets, as [`LineIndex`] reads them.
+    newlines: Rc<RefCell<VecDeque<(u64, u8)>>>,
+    lines_before: u64,
+}
+
+impl LineCounter {
+    fn line_at(&mut self, byte: u64) -> u64 {
+        let mut q = self.newlines.borrow_mut();
+        let mut at = byte;
+        while let Some(&(offset, b)) = q.front() {
+            if offset > at {
+                break;
+            }
+            if offset == at {
+                at += 1;
+            }
+            self.lines_before += u64::from(b == b'\n');
+            q.pop_front();
+        }
+        self.lines_before + 1
+    }
+}
+
 /// Validate one record into a row, or say what is wrong with it. The row
 /// holds only the columns the file has; an empty attribute clears its key.
 fn parse_row(record: &csv::ByteRecord, columns: &Columns) -> Result<Row, String> {
@@ -186,8 +199,25 @@ fn parse_row(record: &csv::ByteRecord, columns: &Columns) -> Result<Row, String>
         Some(i) => Some(RecipientStatus::from_input(field(i)?).map_err(|e| e.to_string())?),
         None => None,
     };
+    let attributes = attributes_of(columns, &field)?;
+    Ok(Row {
+        line: 0,
+        email,
+        email_key,
+        name: name.map(str::to_string),
+        attributes,
+        status,
+        new_id: None,
+    })
+}
+
+/// The record's other columns as attributes; an empty one is null.
+fn attributes_of<'r>(
+    columns: &Columns,
+    field: &dyn Fn(usize) -> Result<&'r str, String>,
+) -> Result<Map<String, Value>, String> {
     let mut attributes = Map::new();
-    for (i, column) in names.iter().enumerate() {
+    for (i, column) in columns.names.iter().enumerate() {
         if i == columns.email
             || Some(i) == columns.name
             || Some(i) == columns.status
@@ -209,13 +239,5 @@ fn parse_row(record: &csv::ByteRecord, columns: &Columns) -> Result<Row, String>
         };
         attributes.insert(column.clone(), value);
     }
-    Ok(Row {
-        line: 0,
-        email,
-        email_key,
-        name: name.map(str::to_string),
-        attributes,
-        status,
-        new_id: None,
-    })
+    Ok(attributes)
 }

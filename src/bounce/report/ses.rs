@@ -4,39 +4,28 @@ use super::{addresses, Finding, ParsedReport};
 use crate::bounce::classify;
 use crate::mail::Enhanced;
 use crate::store::bounces::BounceKind;
+use serde_json::Value;
 
 /// Amazon SES notifications delivered as mail (SNS): a JSON body with
 /// `notificationType` Complaint or Bounce.
 pub fn ses(body: &str, report: &mut ParsedReport) -> bool {
-    let Some(start) = body.find('{') else {
+    let Some(value) = notification(body) else {
         return false;
     };
-    let Some(end) = body.rfind('}') else {
-        return false;
-    };
-    // Mail transports break lines over 990 characters with "!" CRLF SP.
-    let json = body[start..=end].replace("!\r\n ", "").replace("!\n ", "");
-    let Ok(value) = serde_json::from_str::<serde_json::Value>(&json) else {
-        return false;
-    };
-    // SNS wraps the notification as a string in `Message`.
-    let value = match value.get("Message").and_then(|m| m.as_str()) {
-        Some(inner) => serde_json::from_str(inner).unwrap_or(value),
-        None => value,
-    };
-    let get =
-        |v: &serde_json::Value, k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
-    let (kind_of, list, status_key, reason_key) = match get(&value, "notificationType")
-        .or_else(|| get(&value, "eventType"))
+    let kind_of = match text(&value, "notificationType")
+        .or_else(|| text(&value, "eventType"))
         .as_deref()
     {
-        Some("Complaint") => ("complaint", "complainedRecipients", "", ""),
-        Some("Bounce") => ("bounce", "bouncedRecipients", "status", "diagnosticCode"),
+        Some("Complaint") => "complaint",
+        Some("Bounce") => "bounce",
         _ => return false,
     };
+    let list = if kind_of == "complaint" {
+        "complainedRecipients"
+    } else {
+        "bouncedRecipients"
+    };
     let inner = value.get(kind_of).cloned().unwrap_or_default();
-    let bounce_type = get(&inner, "bounceType").unwrap_or_default();
-    let feedback = get(&inner, "complaintFeedbackType").unwrap_or_else(|| "abuse".into());
     report.format = "ses";
     for r in inner
         .get(list)
@@ -44,32 +33,63 @@ pub fn ses(body: &str, report: &mut ParsedReport) -> bool {
         .cloned()
         .unwrap_or_default()
     {
-        let Some(address) = get(&r, "emailAddress").and_then(|a| addresses(&a).into_iter().next())
+        let Some(address) = text(&r, "emailAddress").and_then(|a| addresses(&a).into_iter().next())
         else {
             continue;
         };
         let finding = if kind_of == "complaint" {
-            Finding {
-                address: Some(address),
-                kind: BounceKind::Complaint,
-                status: Some(feedback.clone()),
-                reason: format!("{feedback} complaint (SES)"),
-            }
+            complaint(&inner, address)
         } else {
-            let status = get(&r, status_key).and_then(|s| Enhanced::parse(&s));
-            let diagnostic = get(&r, reason_key).unwrap_or_default();
-            let (kind, code) = match bounce_type.as_str() {
-                "Transient" => (BounceKind::Soft, status),
-                _ => classify::failure(status, &diagnostic),
-            };
-            Finding {
-                address: Some(address),
-                kind,
-                status: code.map(|c| c.to_string()),
-                reason: diagnostic,
-            }
+            bounce(&inner, &r, address)
         };
         report.findings.push(finding);
     }
     true
+}
+
+/// The notification's JSON object in a mail body, unwrapped from SNS's
+/// envelope when it has one.
+fn notification(body: &str) -> Option<Value> {
+    let start = body.find('{')?;
+    let end = body.rfind('}')?;
+    // Mail transports break lines over 990 characters with "!" CRLF SP.
+    let json = body[start..=end].replace("!\r\n ", "").replace("!\n ", "");
+    let value = serde_json::from_str::<Value>(&json).ok()?;
+    // SNS wraps the notification as a string in `Message`.
+    Some(match value.get("Message").and_then(|m| m.as_str()) {
+        Some(inner) => serde_json::from_str(inner).unwrap_or(value),
+        None => value,
+    })
+}
+
+/// A string field of a JSON object.
+fn text(v: &Value, k: &str) -> Option<String> {
+    v.get(k).and_then(|x| x.as_str()).map(str::to_string)
+}
+
+/// A complained recipient: the feedback type is the status.
+fn complaint(inner: &Value, address: String) -> Finding {
+    let feedback = text(inner, "complaintFeedbackType").unwrap_or_else(|| "abuse".into());
+    Finding {
+        address: Some(address),
+        kind: BounceKind::Complaint,
+        reason: format!("{feedback} complaint (SES)"),
+        status: Some(feedback),
+    }
+}
+
+/// A bounced recipient `r`: SES's `Transient` is soft whatever the code.
+fn bounce(inner: &Value, r: &Value, address: String) -> Finding {
+    let status = text(r, "status").and_then(|s| Enhanced::parse(&s));
+    let diagnostic = text(r, "diagnosticCode").unwrap_or_default();
+    let (kind, code) = match text(inner, "bounceType").as_deref() {
+        Some("Transient") => (BounceKind::Soft, status),
+        _ => classify::failure(status, &diagnostic),
+    };
+    Finding {
+        address: Some(address),
+        kind,
+        status: code.map(|c| c.to_string()),
+        reason: diagnostic,
+    }
 }
