@@ -65,33 +65,9 @@ pub fn subscribe(
     form: &Form,
     mailer: Option<&Mailer>,
 ) -> Result<(), SubscribeError> {
-    let mut mistakes = Vec::new();
-    let email = form.email.trim();
-    let key = match crate::mailbox::key(email) {
-        Ok(k) if messages::submit::parse_to(email).is_ok() => Some(k),
-        _ => {
-            mistakes.push((
-                "email",
-                "Enter an email address, like name@example.com.".into(),
-            ));
-            None
-        }
-    };
-    let name = form.name.trim();
-    if name.chars().count() > MAX_NAME || name.chars().any(char::is_control) {
-        mistakes.push(("name", format!("Use at most {MAX_NAME} characters.")));
-    }
     let offered = lists::public(conn)?;
-    let chosen: Vec<&PublicList> = offered
-        .iter()
-        .filter(|l| form.lists.iter().any(|n| n == &l.name))
-        .collect();
-    if chosen.is_empty() {
-        mistakes.push(("list", "Choose at least one list.".into()));
-    }
-    let Some(key) = key.filter(|_| mistakes.is_empty()) else {
-        return Err(SubscribeError::Fields(mistakes));
-    };
+    let (key, chosen) = check(form, &offered)?;
+    let (email, name) = (form.email.trim(), form.name.trim());
     let now = now_ms();
     let single: Vec<String> = chosen
         .iter()
@@ -109,15 +85,64 @@ pub fn subscribe(
         tracing::warn!("a double-opt-in sign-up dropped: serve has no MAILSPLIT_PUBLIC_URL for the confirmation link");
         return Ok(());
     };
+    send_confirmation(conn, mailer, email, &key, name, &double, now)
+}
+
+/// The form's fields checked: the address's key and the chosen lists
+/// among those `offered`, or every mistake beside its field.
+fn check<'a>(
+    form: &Form,
+    offered: &'a [PublicList],
+) -> Result<(String, Vec<&'a PublicList>), SubscribeError> {
+    let mut mistakes = Vec::new();
+    let email = form.email.trim();
+    let key = match crate::mailbox::key(email) {
+        Ok(k) if messages::submit::parse_to(email).is_ok() => Some(k),
+        _ => {
+            mistakes.push((
+                "email",
+                "Enter an email address, like name@example.com.".into(),
+            ));
+            None
+        }
+    };
+    let name = form.name.trim();
+    if name.chars().count() > MAX_NAME || name.chars().any(char::is_control) {
+        mistakes.push(("name", format!("Use at most {MAX_NAME} characters.")));
+    }
+    let chosen: Vec<&PublicList> = offered
+        .iter()
+        .filter(|l| form.lists.iter().any(|n| n == &l.name))
+        .collect();
+    if chosen.is_empty() {
+        mistakes.push(("list", "Choose at least one list.".into()));
+    }
+    match key.filter(|_| mistakes.is_empty()) {
+        Some(key) => Ok((key, chosen)),
+        None => Err(SubscribeError::Fields(mistakes)),
+    }
+}
+
+/// Send the confirmation mail for the double-opt-in lists, unless the
+/// address had its day's share of them.
+fn send_confirmation(
+    conn: &mut Conn,
+    mailer: &Mailer,
+    email: &str,
+    key: &str,
+    name: &str,
+    double: &[&PublicList],
+    now: i64,
+) -> Result<(), SubscribeError> {
     signups::expire(conn, now - signups::KEEP_MS)?;
-    if signups::count_since(conn, &key, now - DAY_MS)? >= MAILS_PER_DAY {
+    if signups::count_since(conn, key, now - DAY_MS)? >= MAILS_PER_DAY {
         tracing::info!(
             "a sign-up dropped: its address had {MAILS_PER_DAY} confirmation mails today"
         );
         return Ok(());
     }
     let ids: Vec<i64> = double.iter().map(|l| l.id).collect();
-    let id = signups::insert(conn, email, &key, name, &ids, now)?;
+    let id = signups::insert(conn, email, key, name, &ids, now)?;
     let token = mailer.signer.confirm_token(id, now);
     let titles: Vec<&str> = double.iter().map(|l| l.label()).collect();
     let template = super::confirm_mail::template(conn, &mailer.from)?;

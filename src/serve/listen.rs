@@ -213,18 +213,7 @@ async fn connection(
     registry: &Arc<Registry>,
     stop: CancellationToken,
 ) {
-    let id = registry.next.fetch_add(1, Ordering::Relaxed);
-    let slot = Arc::new(Slot {
-        busy: AtomicUsize::new(0),
-        idle_since: AtomicU64::new(registry.now()),
-        head_since: AtomicU64::new(0),
-        evict: CancellationToken::new(),
-    });
-    registry
-        .slots
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(id, Arc::clone(&slot));
+    let (id, slot) = registry.register();
     let app = TowerToHyperService::new(router);
     let (s, r) = (Arc::clone(&slot), Arc::clone(registry));
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
@@ -275,6 +264,24 @@ async fn connection(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&id);
+}
+
+impl Registry {
+    /// A new connection's slot, under a fresh id.
+    fn register(&self) -> (u64, Arc<Slot>) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let slot = Arc::new(Slot {
+            busy: AtomicUsize::new(0),
+            idle_since: AtomicU64::new(self.now()),
+            head_since: AtomicU64::new(0),
+            evict: CancellationToken::new(),
+        });
+        self.slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, Arc::clone(&slot));
+        (id, slot)
+    }
 }
 
 /// The client's socket, noting when a request header starts to arrive.

@@ -23,31 +23,9 @@ pub fn import(g: &Global, args: &ImportArgs) -> Result {
         allow_empty: args.allow_empty,
     };
     // The source first: a bad query is reported before anything changes.
-    let mut source = match (&args.from_sql, &args.source) {
-        (Some(query), Some(url)) => {
-            warn_if_password_shows(url);
-            let options = source::Options {
-                allow_privileged: args.allow_privileged_source,
-                max_row_bytes: import::MAX_RECORD_BYTES,
-            };
-            Some(SqlSource::open(url, query, options).map_err(import::ImportError::from)?)
-        }
-        (Some(_), None) => {
-            return Err(UsageError(
-                "--from-sql needs --source URL (or MAILSPLIT_SOURCE_URL)".into(),
-            )
-            .into())
-        }
-        (None, _) => None,
-    };
+    let mut source = open_source(args)?;
     let mut conn = open_migrated(g)?;
-    let bar = if std::io::stderr().is_terminal() {
-        let bar = indicatif::ProgressBar::new_spinner();
-        bar.set_message("importing");
-        bar
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let bar = spinner();
     let started = std::time::Instant::now();
     let label = match &args.file {
         Some(file) => format!("{}: line", file.display()),
@@ -99,6 +77,37 @@ pub fn import(g: &Global, args: &ImportArgs) -> Result {
     };
     bar.finish_and_clear();
     print_summary(list, &summary, options, started)
+}
+
+/// The SQL source of `--from-sql`, opened and its query checked.
+fn open_source(args: &ImportArgs) -> Result<Option<SqlSource>> {
+    match (&args.from_sql, &args.source) {
+        (Some(query), Some(url)) => {
+            warn_if_password_shows(url);
+            let options = source::Options {
+                allow_privileged: args.allow_privileged_source,
+                max_row_bytes: import::MAX_RECORD_BYTES,
+            };
+            Ok(Some(
+                SqlSource::open(url, query, options).map_err(import::ImportError::from)?,
+            ))
+        }
+        (Some(_), None) => {
+            Err(UsageError("--from-sql needs --source URL (or MAILSPLIT_SOURCE_URL)".into()).into())
+        }
+        (None, _) => Ok(None),
+    }
+}
+
+/// A spinner on a terminal, nothing otherwise.
+fn spinner() -> indicatif::ProgressBar {
+    if std::io::stderr().is_terminal() {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_message("importing");
+        bar
+    } else {
+        indicatif::ProgressBar::hidden()
+    }
 }
 
 /// The variable `--source` may come from instead of the command line.
