@@ -46,8 +46,9 @@ use super::guard::{Client, Credential};
 use super::State;
 use crate::store::{now_ms, sessions};
 
-/// Largest form body read to find its CSRF field.
-const MAX_FORM: usize = 16 * 1024;
+/// Largest form body read to find its CSRF field: the campaign forms
+/// carry a whole message's content, up to the API's own body limit.
+const MAX_FORM: usize = 1024 * 1024;
 
 /// How a request got in; handlers read it to put the right CSRF token
 /// into the forms they render.

@@ -137,7 +137,10 @@ fn content_of(body: &NewCampaign, dir: &Scratch) -> Result<ContentSource, Proble
 }
 
 /// Check and create, on a blocking thread: the content is read from files.
-fn create_blocking(url: &str, body: NewCampaign) -> Result<CampaignStatus, Problem> {
+pub(in crate::serve) fn create_blocking(
+    url: &str,
+    body: NewCampaign,
+) -> Result<CampaignStatus, Problem> {
     let dir = Scratch::new().map_err(|e| Problem::internal(&e))?;
     let request = CreateRequest {
         content: content_of(&body, &dir)?,
