@@ -11,7 +11,7 @@ use askama::Template;
 use axum::extract::{Path, State as Extract};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use axum::Extension;
+use axum::{Extension, Form};
 
 use super::actions::{parse_action, run_control, ControlFailure};
 use super::auth::Access;
@@ -128,6 +128,7 @@ pub async fn control(
     Extract(state): Extract<State>,
     super::guard::Client(client): super::guard::Client,
     Path((name, action)): Path<(String, String)>,
+    back: Result<Form<Back>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     let Some(action) = parse_action(&action) else {
         return failure_page(
@@ -136,9 +137,21 @@ pub async fn control(
         );
     };
     match run_control(&state, client, &name, action).await {
+        // The campaign page's buttons lead back to it.
+        Ok(done) if back.is_ok_and(|b| b.back == "page") => {
+            Redirect::to(&format!("/campaigns/{}", done.campaign.id)).into_response()
+        }
         Ok(_) => Redirect::to("/").into_response(),
         Err(ControlFailure { status, message }) => failure_page(status, &message),
     }
+}
+
+/// Where a button leads afterwards: `page` for the campaign's page,
+/// anything else the dashboard.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+pub struct Back {
+    back: String,
 }
 
 #[derive(Template)]

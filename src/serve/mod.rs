@@ -20,6 +20,7 @@ pub mod actions;
 pub mod admin;
 pub mod api;
 pub mod auth;
+pub mod campaign_actions;
 pub mod campaign_form;
 pub mod campaign_page;
 pub mod chart;

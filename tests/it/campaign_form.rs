@@ -201,4 +201,187 @@ fn new_campaign_form(kind: Kind) {
     assert!(r.body.contains("id=\"e-name\""), "{}", r.body);
 }
 
-both!(new_campaign_form);
+/// The campaign page's forms, each through the CLI's stage: preview for a
+/// chosen member, a test send (`[TEST]` at the relay, nothing in the
+/// ledger), the edit's refusals beside their field, schedule (enqueued,
+/// delayed until the start), pause, edit, resume and cancel from the
+/// page, back to the page each time; an edit of a cancelled campaign is
+/// refused in `campaign edit`'s words.
+fn campaign_page_forms(kind: Kind) {
+    let (_tmp, _bs, peer, env) = setup(
+        kind,
+        Script {
+            keep_data: true,
+            ..Script::default()
+        },
+    );
+    let (served, cookie, csrf) = logged_in(&env);
+    let fields = |pairs: &[(&'static str, &str)]| -> Vec<(&'static str, String)> {
+        let mut f: Vec<_> = pairs.iter().map(|(k, v)| (*k, v.to_string())).collect();
+        f.push(("csrf", csrf.clone()));
+        f
+    };
+    let new = fields(&[
+        ("name", "spring"),
+        ("list", "news"),
+        ("subject", "Spring is here"),
+        ("from", "shop@example.test"),
+        ("format", "markdown"),
+        ("content", MARKDOWN),
+    ]);
+    let r = post(&served, &cookie, "/campaigns/new", &new);
+    assert_eq!(r.status, 303, "{}", r.body);
+    let page_path = r.header("location").unwrap().to_string();
+    let get = |path: &str| http("GET", served.admin, path, &[("Cookie", &cookie)], None);
+
+    // A draft: its forms, no empty charts, previewed for a chosen member.
+    let page = get(&page_path);
+    assert_eq!(page.status, 200, "{}", page.body);
+    for needle in [
+        "action=\"/campaigns/spring/send\"",
+        "action=\"/campaigns/spring/test\"",
+        "href=\"/campaigns/spring/edit\"",
+        "No sends yet.",
+    ] {
+        assert!(page.body.contains(needle), "{needle}: {}", page.body);
+    }
+    assert!(!page.body.contains("00:00–00:00"), "{}", page.body);
+    assert!(
+        !page.body.contains("<figure class=\"chart"),
+        "{}",
+        page.body
+    );
+    let csp = page.header("content-security-policy").unwrap();
+    assert!(
+        csp.contains("form-action 'self'") && !csp.contains("script-src"),
+        "{csp}"
+    );
+    let cid = get(&format!("{page_path}?member=cid%40example.test"));
+    assert!(
+        cid.body
+            .contains("Rendered for <code>cid@example.test</code>"),
+        "{}",
+        cid.body
+    );
+    assert!(cid.body.contains("Hello Cid"), "{}", cid.body);
+    let nobody = get(&format!("{page_path}?member=nobody%40example.test"));
+    assert!(
+        nobody.body.contains("class=\"error no-preview\""),
+        "{}",
+        nobody.body
+    );
+
+    // A test send: forged refused; the real one reaches the relay only.
+    let test = fields(&[("to", "qa@test.example"), ("recipient", "bob@example.test")]);
+    let mut forged = test.clone();
+    forged.pop();
+    assert_eq!(
+        post(&served, &cookie, "/campaigns/spring/test", &forged).status,
+        403
+    );
+    let r = post(&served, &cookie, "/campaigns/spring/test", &test);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        r.body.contains("sent a test message to qa@test.example"),
+        "{}",
+        r.body
+    );
+    let got = peer.messages.lock().unwrap().clone();
+    assert_eq!(got.len(), 1, "{got:?}");
+    let m = parts(&got[0].1);
+    assert_eq!(m.subject, "[TEST] Spring is here");
+    assert!(m.text.contains("Hello Bob"), "{}", m.text);
+    assert_eq!(env.status("spring")["sent"], 0);
+
+    // Edit: the stage's refusal beside its field, then a good edit.
+    let r = post(
+        &served,
+        &cookie,
+        "/campaigns/spring/edit",
+        &fields(&[("send_at", "soon")]),
+    );
+    assert_eq!(r.status, 422, "{}", r.body);
+    assert!(r.body.contains("id=\"e-send_at\""), "{}", r.body);
+    let r = post(
+        &served,
+        &cookie,
+        "/campaigns/spring/edit",
+        &fields(&[("subject", "Spring, at last")]),
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert!(get(&page_path)
+        .body
+        .contains("<strong>Spring, at last</strong>"));
+
+    // Schedule: enqueued, delayed until its start.
+    let start = mailsplit::store::now_ms() + 3_600_000;
+    let start =
+        mailsplit::clock::rfc3339(start - start % 1000, mailsplit::clock::Precision::AsNeeded);
+    let r = post(
+        &served,
+        &cookie,
+        "/campaigns/spring/send",
+        &fields(&[("send_at", &start)]),
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(r.header("location"), Some(page_path.as_str()));
+    wait_for(30, "the enqueue", || env.status("spring")["enqueued"] == 3);
+    let s = env.status("spring");
+    assert_eq!(
+        (s["state"].as_str(), s["send_at"].as_str()),
+        (Some("scheduled"), Some(start.as_str()))
+    );
+
+    // Pause, edit, resume and cancel from the page, back to it each time.
+    let control = |action: &str| {
+        let r = post(
+            &served,
+            &cookie,
+            &format!("/campaigns/spring/{action}"),
+            &fields(&[("back", "page")]),
+        );
+        assert_eq!(r.status, 303, "{action}: {}", r.body);
+        assert_eq!(r.header("location"), Some(page_path.as_str()));
+    };
+    assert!(get(&page_path)
+        .body
+        .contains("action=\"/campaigns/spring/pause\""));
+    control("pause");
+    assert_eq!(env.status("spring")["state"], "paused");
+    let r = post(
+        &served,
+        &cookie,
+        "/campaigns/spring/edit",
+        &fields(&[("subject", "Spring, fixed")]),
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+    control("resume");
+    control("cancel");
+    assert_eq!(env.status("spring")["state"], "cancelled");
+    let page = get(&page_path);
+    assert!(
+        !page.body.contains("nothing leaves before"),
+        "{}",
+        page.body
+    );
+    assert!(
+        !page.body.contains("/campaigns/spring/send\""),
+        "{}",
+        page.body
+    );
+    let r = post(
+        &served,
+        &cookie,
+        "/campaigns/spring/edit",
+        &fields(&[("subject", "Too late")]),
+    );
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(
+        r.body.contains("there is nothing left to send an edit to"),
+        "{}",
+        r.body
+    );
+    assert_eq!(env.status("spring")["sent"], 0);
+}
+
+both!(new_campaign_form, campaign_page_forms);
