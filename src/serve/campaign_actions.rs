@@ -70,7 +70,7 @@ fn done(status: StatusCode, name: &str, back: &str, lines: &[String]) -> Respons
     }
 }
 
-fn refusal(name: &str, p: Problem) -> Response {
+pub(super) fn refusal(name: &str, p: Problem) -> Response {
     let status = StatusCode::from_u16(p.status).unwrap_or(StatusCode::UNPROCESSABLE_ENTITY);
     done(status, name, "/", &[p.detail])
 }

@@ -21,6 +21,7 @@ pub mod admin;
 pub mod api;
 pub mod auth;
 pub mod campaign_actions;
+pub mod campaign_archive;
 pub mod campaign_form;
 pub mod campaign_page;
 pub mod chart;

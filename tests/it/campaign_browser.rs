@@ -20,6 +20,31 @@ async fn fill(c: &Client, css: &str, value: &str) {
     e.send_keys(value).await.unwrap();
 }
 
+/// The document's scroll width and the window's width, in CSS pixels.
+async fn widths(c: &Client) -> (i64, i64) {
+    let v = c
+        .execute(
+            "return [document.documentElement.scrollWidth, document.documentElement.clientWidth];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    (v[0].as_i64().unwrap(), v[1].as_i64().unwrap())
+}
+
+/// The elements that reach past the window's right edge (what a failing
+/// width check shows).
+async fn wider(c: &Client) -> String {
+    let v = c
+        .execute(
+            "const w = document.documentElement.clientWidth; return [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > w + 1).slice(0, 12).map(e => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right)).join(', ');",
+            vec![],
+        )
+        .await
+        .unwrap();
+    v.as_str().unwrap_or_default().to_string()
+}
+
 /// Sent rows in the ledger and distinct recipients among them.
 fn ledger(env: &Env, campaign: i64) -> (i64, i64) {
     use diesel::sql_types::BigInt;
@@ -116,6 +141,16 @@ fn write_test_schedule_pause_fix_resume_in_chromium() {
             env.status("spring")["enqueued"] == MEMBERS
         });
 
+        // The dashboard's row with its buttons fits 1280 px.
+        c.set_window_size(1280, 900).await.unwrap();
+        c.goto(&format!("{base}/")).await.unwrap();
+        wait_text(&c, 10, "td.actions", |t| {
+            t.contains("Pause") && t.contains("Cancel")
+        })
+        .await;
+        let (scroll, client) = widths(&c).await;
+        assert!(scroll <= client, "{scroll} > {client}: {}", wider(&c).await);
+
         // Pause, fix the subject (and start now), resume.
         c.goto(&page_url).await.unwrap();
         click(&c, "button.pause").await;
@@ -126,9 +161,43 @@ fn write_test_schedule_pause_fix_resume_in_chromium() {
         click(&c, "button.primary").await;
         wait_text(&c, 10, "p.subject strong", |t| t == "Spring news").await;
         click(&c, "button.resume").await;
+        wait_done(&env, "spring", 60);
+
+        // The dashboard at 1280 px: the whole table, no horizontal
+        // scroll; at 360 and 1920 neither.
+        for width in [1280, 360, 1920] {
+            c.set_window_size(width, 900).await.unwrap();
+            c.goto(&format!("{base}/")).await.unwrap();
+            wait_text(&c, 10, "td.name", |t| t.contains("spring")).await;
+            screenshot(&c, &format!("dashboard-{width}.png")).await;
+            let (scroll, client) = widths(&c).await;
+            assert!(
+                scroll <= client,
+                "{width} px: {scroll} > {client}: {}",
+                wider(&c).await
+            );
+        }
+        c.set_window_size(1280, 900).await.unwrap();
+        c.goto(&page_url).await.unwrap();
+        let (scroll, client) = widths(&c).await;
+        assert!(scroll <= client, "campaign page: {scroll} > {client}");
+
+        // Archived: off the dashboard, on the archived list, and back.
+        assert!(text(&c, "p.send-at, section.schedule p")
+            .await
+            .is_some_and(|t| !t.contains("nothing leaves before")));
+        click(&c, "button.archive").await;
+        wait_text(&c, 10, "p.new-campaign", |t| {
+            t.contains("Archived campaigns (1)")
+        })
+        .await;
+        assert!(text(&c, "td.name").await.is_none());
+        click(&c, "p.new-campaign a[href='/campaigns/archived']").await;
+        wait_text(&c, 10, "table.archived td.name", |t| t == "spring").await;
+        click(&c, "button.unarchive").await;
+        wait_text(&c, 10, "p.empty", |t| t.contains("No archived campaigns")).await;
         page_url
     });
-    wait_done(&env, "spring", 60);
 
     // Every member exactly once, with the fixed subject; the test message
     // went to its own address only.

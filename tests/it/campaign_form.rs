@@ -384,4 +384,73 @@ fn campaign_page_forms(kind: Kind) {
     assert_eq!(env.status("spring")["sent"], 0);
 }
 
-both!(new_campaign_form, campaign_page_forms);
+/// Archive: refused in the stage's words while the campaign may still
+/// send; a finished one leaves the dashboard's list (and only that: the
+/// API and `status` still show it), is listed under "Archived
+/// campaigns", and comes back.
+fn archive_hides_a_finished_campaign(kind: Kind) {
+    let env = Env::new(kind, "127.0.0.1:1");
+    let (served, cookie, csrf) = logged_in(&env);
+    env.create_campaign("old", "news", &[]);
+    env.create_campaign("new", "news", &[]);
+    let archive = |name: &str| {
+        post(
+            &served,
+            &cookie,
+            &format!("/campaigns/{name}/archive"),
+            &[("csrf", csrf.clone())],
+        )
+    };
+    let dashboard = || http("GET", served.admin, "/", &[("Cookie", &cookie)], None).body;
+    let r = archive("old");
+    assert_eq!(r.status, 422, "{}", r.body);
+    assert!(
+        r.body
+            .contains("only a finished (done or cancelled) campaign can be archived"),
+        "{}",
+        r.body
+    );
+    env.ok(&["cancel", "old"]);
+    assert!(dashboard().contains("action=\"/campaigns/old/archive\""));
+    assert!(!dashboard().contains("action=\"/campaigns/new/archive\""));
+    assert_eq!(archive("old").status, 303);
+    let d = dashboard();
+    assert!(!d.contains("data-campaign=\"old\""), "{d}");
+    assert!(d.contains("data-campaign=\"new\""), "{d}");
+    assert!(d.contains("Archived campaigns (1)"), "{d}");
+    assert_eq!(env.status("old")["state"], "cancelled");
+    let list = http(
+        "GET",
+        served.admin,
+        "/campaigns/archived",
+        &[("Cookie", &cookie)],
+        None,
+    );
+    assert!(list.body.contains("data-campaign=\"old\""), "{}", list.body);
+    assert!(
+        !list.body.contains("data-campaign=\"new\""),
+        "{}",
+        list.body
+    );
+    let r = post(
+        &served,
+        &cookie,
+        "/campaigns/old/unarchive",
+        &[("csrf", csrf.clone())],
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert!(dashboard().contains("data-campaign=\"old\""));
+    // Without the CSRF token: nothing.
+    env.ok(&["cancel", "new"]);
+    assert_eq!(
+        post(&served, &cookie, "/campaigns/new/archive", &[]).status,
+        403
+    );
+    assert!(dashboard().contains("data-campaign=\"new\""));
+}
+
+both!(
+    new_campaign_form,
+    campaign_page_forms,
+    archive_hides_a_finished_campaign
+);
