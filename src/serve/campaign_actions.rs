@@ -13,7 +13,7 @@
 use askama::Template;
 use axum::extract::{Path, State as Extract};
 use axum::http::StatusCode;
-use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Form, Router};
 use serde::Deserialize;
@@ -22,7 +22,7 @@ use super::api::campaigns::{begin_enqueue, readable, refused as problem_of, Scra
 use super::api::Problem;
 use super::auth::Access;
 use super::campaign_form::field_of;
-use super::page::{path_segment, secure};
+use super::page::{path_segment, rendered, with_status};
 use super::State;
 use crate::campaign::test_send::send_test;
 use crate::campaign::{self, control, CampaignError, EditRequest};
@@ -50,24 +50,13 @@ struct Done<'a> {
 
 fn done(status: StatusCode, name: &str, back: &str, lines: &[String]) -> Response {
     let ok = status.is_success();
-    match (Done {
+    let page = Done {
         name,
         back,
         ok,
         lines,
-    })
-    .render()
-    {
-        Ok(html) => {
-            let mut r = secure(Html(html).into_response());
-            *r.status_mut() = status;
-            r
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "cannot render a campaign form's outcome");
-            (StatusCode::INTERNAL_SERVER_ERROR, "cannot render page\n").into_response()
-        }
-    }
+    };
+    with_status(rendered(&page, "a campaign form's outcome"), status)
 }
 
 pub(super) fn refusal(name: &str, p: Problem) -> Response {
@@ -244,13 +233,7 @@ fn edit_page(
         csrf: &csrf,
         error: error.map(|m| (m, field_of(m))),
     };
-    match page.render() {
-        Ok(html) => secure(Html(html).into_response()),
-        Err(e) => {
-            tracing::error!(error = %e, "cannot render the edit form");
-            (StatusCode::INTERNAL_SERVER_ERROR, "cannot render page\n").into_response()
-        }
-    }
+    rendered(&page, "the edit form")
 }
 
 /// `GET /campaigns/NAME/edit`.
@@ -304,11 +287,10 @@ async fn edit(
         Ok(id) => Redirect::to(&format!("/campaigns/{id}")).into_response(),
         Err(p) => {
             let status = StatusCode::from_u16(p.status).unwrap_or(StatusCode::UNPROCESSABLE_ENTITY);
-            let mut page = edit_page(&state, &access, &name, &f, Some(&p.detail));
-            if page.status().is_success() {
-                *page.status_mut() = status;
-            }
-            page
+            with_status(
+                edit_page(&state, &access, &name, &f, Some(&p.detail)),
+                status,
+            )
         }
     }
 }

@@ -6,14 +6,14 @@
 use askama::Template;
 use axum::extract::{Path, State as Extract};
 use axum::http::StatusCode;
-use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 
 use super::api::campaigns::refused as problem_of;
 use super::auth::Access;
 use super::campaign_actions::refusal;
-use super::page::{secure, CampaignRow};
+use super::page::{rendered, secure, CampaignRow};
 use super::State;
 use crate::campaign::{self, archive::archive};
 use crate::store::{archive as archived, StoreError};
@@ -80,16 +80,9 @@ async fn page(Extract(state): Extract<State>, Extension(access): Extension<Acces
         }
     };
     let csrf = access.csrf(&state);
-    match (Page {
+    let page = Page {
         campaigns: &rows,
         csrf: &csrf,
-    })
-    .render()
-    {
-        Ok(html) => secure(Html(html).into_response()),
-        Err(e) => {
-            tracing::error!(error = %e, "cannot render the archived campaigns");
-            (StatusCode::INTERNAL_SERVER_ERROR, "cannot render page\n").into_response()
-        }
-    }
+    };
+    rendered(&page, "the archived campaigns")
 }

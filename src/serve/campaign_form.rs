@@ -14,14 +14,14 @@
 use askama::Template;
 use axum::extract::State as Extract;
 use axum::http::StatusCode;
-use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::{Extension, Form, Router};
 use serde::Deserialize;
 
 use super::api::campaigns::{create_blocking, NewCampaign};
 use super::auth::Access;
-use super::page::secure;
+use super::page::{rendered, secure, with_status};
 use super::State;
 use crate::store::lists::{self, ListSummary};
 
@@ -159,13 +159,7 @@ async fn show(state: &State, access: &Access, f: &NewForm, error: Option<&str>) 
         csrf: &csrf,
         error: error.map(|m| (m, field_of(m))),
     };
-    match page.render() {
-        Ok(html) => secure(Html(html).into_response()),
-        Err(e) => {
-            tracing::error!(error = %e, "cannot render the campaign form");
-            (StatusCode::INTERNAL_SERVER_ERROR, "cannot render page\n").into_response()
-        }
-    }
+    rendered(&page, "the campaign form")
 }
 
 /// `GET /campaigns/new`.
@@ -220,11 +214,7 @@ async fn refused(
     status: StatusCode,
     why: &str,
 ) -> Response {
-    let mut page = show(state, access, f, Some(why)).await;
-    if page.status().is_success() {
-        *page.status_mut() = status;
-    }
-    page
+    with_status(show(state, access, f, Some(why)).await, status)
 }
 
 /// `GET /static/campaign_form.css`.
