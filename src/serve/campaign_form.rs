@@ -12,15 +12,16 @@
 //! like every admin POST).
 
 use askama::Template;
+use axum::body::Bytes;
 use axum::extract::State as Extract;
-use axum::http::StatusCode;
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
-use axum::{Extension, Form, Router};
-use serde::Deserialize;
+use axum::{Extension, Router};
 
 use super::api::campaigns::{create_blocking, NewCampaign};
 use super::auth::Access;
+use super::multipart;
 use super::page::{rendered, secure, with_status};
 use super::State;
 use crate::store::lists::{self, ListSummary};
@@ -33,8 +34,7 @@ pub fn routes() -> Router<State> {
 }
 
 /// What the form posts, every field as typed (checked by the stage).
-#[derive(Debug, Default, Clone, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Default, Clone)]
 pub struct NewForm {
     pub name: String,
     pub list: String,
@@ -54,6 +54,67 @@ pub struct NewForm {
 }
 
 impl NewForm {
+    /// The form as posted, URL-encoded or `multipart/form-data` (with the
+    /// content as an uploaded file, field `upload`: Markdown unless its
+    /// name ends in `.html` or `.htm`); and why an upload could not be
+    /// read.
+    pub fn read(content_type: &str, posted: &[u8]) -> (NewForm, Option<String>) {
+        let mut f = NewForm::default();
+        let Some(boundary) = multipart::boundary(content_type) else {
+            for (k, v) in url::form_urlencoded::parse(posted) {
+                f.set(&k, v.into_owned());
+            }
+            return (f, None);
+        };
+        let Some(parts) = multipart::parse(&boundary, posted) else {
+            return (f, Some("the form could not be read: send it again".into()));
+        };
+        let mut why = None;
+        for p in parts {
+            match (p.name.as_str(), p.filename) {
+                ("upload", Some(file)) if !p.value.is_empty() => match String::from_utf8(p.value) {
+                    Ok(text) => {
+                        let html = [".html", ".htm"]
+                            .iter()
+                            .any(|e| file.to_ascii_lowercase().ends_with(e));
+                        f.format = if html { "html" } else { "markdown" }.into();
+                        f.content = text;
+                    }
+                    Err(_) => {
+                        why = Some(format!(
+                            "content: the uploaded file {file:?} is not UTF-8 text"
+                        ))
+                    }
+                },
+                (_, Some(_)) => {}
+                (name, None) => f.set(name, String::from_utf8_lossy(&p.value).into_owned()),
+            }
+        }
+        (f, why)
+    }
+
+    /// One posted field (an upload, read after the fields, wins over the
+    /// pasted content).
+    fn set(&mut self, name: &str, value: String) {
+        if name == "content" && !self.content.is_empty() {
+            return;
+        }
+        match name {
+            "name" => self.name = value,
+            "list" => self.list = value,
+            "subject" => self.subject = value,
+            "from" => self.from = value,
+            "format" if self.content.is_empty() || self.format.is_empty() => self.format = value,
+            "content" => self.content = value,
+            "starter" => self.starter = value,
+            "track_opens" => self.track_opens = Some(value),
+            "track_clicks" => self.track_clicks = Some(value),
+            "priority" => self.priority = value,
+            "send_at" => self.send_at = value,
+            _ => {}
+        }
+    }
+
     /// The API's body for this form; `Err` names the field that is not
     /// even of the right type (the only thing this page judges).
     pub fn body(&self) -> Result<NewCampaign, (&'static str, String)> {
@@ -176,8 +237,17 @@ async fn blank(Extract(state): Extract<State>, Extension(access): Extension<Acce
 async fn create(
     Extract(state): Extract<State>,
     Extension(access): Extension<Access>,
-    Form(f): Form<NewForm>,
+    headers: HeaderMap,
+    posted: Bytes,
 ) -> Response {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let (f, unreadable) = NewForm::read(content_type, &posted);
+    if let Some(why) = unreadable {
+        return refused(&state, &access, &f, StatusCode::UNPROCESSABLE_ENTITY, &why).await;
+    }
     let body = match f.body() {
         Ok(b) => b,
         Err((_, why)) => {

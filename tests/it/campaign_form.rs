@@ -449,8 +449,93 @@ fn archive_hides_a_finished_campaign(kind: Kind) {
     assert!(dashboard().contains("data-campaign=\"new\""));
 }
 
+/// A `multipart/form-data` body of `fields` and one file `upload`.
+fn multipart(fields: &[(&str, String)], file: (&str, &[u8])) -> (String, Vec<u8>) {
+    let boundary = "----mailsplitTestBoundary7";
+    let mut body = Vec::new();
+    for (k, v) in fields {
+        body.extend_from_slice(
+            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n")
+                .as_bytes(),
+        );
+    }
+    body.extend_from_slice(
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"upload\"; filename=\"{}\"\r\nContent-Type: application/octet-stream\r\n\r\n",
+            file.0
+        )
+        .as_bytes(),
+    );
+    body.extend_from_slice(file.1);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+/// Content uploaded as a file (as the form's file input sends it): HTML
+/// by its name, the CSRF token read from the multipart body, a file that
+/// is not text refused beside the content.
+fn upload_a_file(kind: Kind) {
+    let env = Env::new(kind, "127.0.0.1:1");
+    let (served, cookie, csrf) = logged_in(&env);
+    let send = |fields: &[(&str, String)], file: (&str, &[u8])| {
+        let (ct, body) = multipart(fields, file);
+        let agent = ureq::AgentBuilder::new().redirects(0).build();
+        let url = format!("http://127.0.0.1:{}/campaigns/new", served.admin);
+        let r = agent
+            .post(&url)
+            .set("Cookie", &cookie)
+            .set("Content-Type", &ct)
+            .send_bytes(&body);
+        match r {
+            Ok(r) | Err(ureq::Error::Status(_, r)) => (r.status(), r.into_string().unwrap()),
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let mut fields: Vec<(&str, String)> = [
+        ("name", "upload"),
+        ("list", "news"),
+        ("subject", "Uploaded"),
+        ("from", "shop@example.test"),
+        ("format", "markdown"),
+        ("content", ""),
+    ]
+    .iter()
+    .map(|(k, v)| (*k, v.to_string()))
+    .collect();
+    let html: &[u8] = b"<html><body><p>Uploaded for {{ email }}</p></body></html>";
+    assert_eq!(send(&fields, ("page.html", html)).0, 403, "no CSRF field");
+    fields.push(("csrf", csrf.clone()));
+    let (status, body) = send(&fields, ("bad.md", &[0xff, 0xfe, 0x00, 0x41]));
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body.contains("<p class=\"error\" id=\"e-content\">"),
+        "{body}"
+    );
+    assert!(
+        body.contains("the uploaded file &#34;bad.md&#34; is not UTF-8 text"),
+        "{body}"
+    );
+    let (status, body) = send(&fields, ("page.html", html));
+    assert_eq!(status, 303, "{body}");
+    let page_path = format!("/campaigns/{}", env.status("upload")["id"]);
+    let page = http(
+        "GET",
+        served.admin,
+        &page_path,
+        &[("Cookie", &cookie)],
+        None,
+    );
+    assert!(page.body.contains("<td>html</td>"), "{}", page.body);
+    assert!(
+        page.body.contains("Uploaded for ann@example.test"),
+        "{}",
+        page.body
+    );
+}
+
 both!(
     new_campaign_form,
     campaign_page_forms,
-    archive_hides_a_finished_campaign
+    archive_hides_a_finished_campaign,
+    upload_a_file
 );
