@@ -22,12 +22,12 @@ use super::api::campaigns::{begin_enqueue, readable, refused as problem_of, Scra
 use super::api::Problem;
 use super::auth::Access;
 use super::campaign_form::field_of;
-use super::page::{path_segment, rendered, with_status};
+use super::page::{path_segment, rendered, secure, with_status};
 use super::State;
 use crate::campaign::test_send::send_test;
 use crate::campaign::{self, control, CampaignError, EditRequest};
 use crate::config::{SmtpUrl, DEFAULT_SMTP_TIMEOUT};
-use crate::store::{campaigns, Conn};
+use crate::store::{campaigns, content, Conn};
 
 /// The routes of these forms (merged into the admin router, behind its gate).
 pub fn routes() -> Router<State> {
@@ -207,6 +207,8 @@ pub struct EditForm {
 struct EditPage<'a> {
     name: &'a str,
     path: String,
+    /// The current subject and From, shown as the fields' placeholders.
+    now: (String, String),
     f: &'a EditForm,
     csrf: &'a str,
     error: Option<(&'a str, &'static str)>,
@@ -218,16 +220,38 @@ impl EditPage<'_> {
     }
 }
 
-fn edit_page(
+async fn edit_page(
     state: &State,
     access: &Access,
     name: &str,
     f: &EditForm,
     error: Option<&str>,
 ) -> Response {
+    let campaign = name.to_string();
+    let now = state
+        .admin
+        .db(move |c| {
+            let Some(found) = campaigns::find(c, &campaign).ok() else {
+                return Ok(None);
+            };
+            let subject = content::latest(c, found.id)?.map_or(found.subject, |v| v.subject);
+            Ok(Some((subject, found.from_addr)))
+        })
+        .await;
+    let now = match now {
+        Ok(Some(now)) => now,
+        Ok(None) => return secure((StatusCode::NOT_FOUND, "no such campaign\n").into_response()),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the campaign to edit");
+            return secure(
+                (StatusCode::SERVICE_UNAVAILABLE, "database unavailable\n").into_response(),
+            );
+        }
+    };
     let csrf = access.csrf(state);
     let page = EditPage {
         name,
+        now,
         path: path_segment(name),
         f,
         csrf: &csrf,
@@ -246,7 +270,7 @@ async fn edit_form(
         format: "markdown".into(),
         ..EditForm::default()
     };
-    edit_page(&state, &access, &name, &f, None)
+    edit_page(&state, &access, &name, &f, None).await
 }
 
 /// The edit as `campaign edit` takes it: content in files under `dir`.
@@ -288,7 +312,7 @@ async fn edit(
         Err(p) => {
             let status = StatusCode::from_u16(p.status).unwrap_or(StatusCode::UNPROCESSABLE_ENTITY);
             with_status(
-                edit_page(&state, &access, &name, &f, Some(&p.detail)),
+                edit_page(&state, &access, &name, &f, Some(&p.detail)).await,
                 status,
             )
         }

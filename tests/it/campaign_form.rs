@@ -293,7 +293,20 @@ fn campaign_page_forms(kind: Kind) {
     assert!(m.text.contains("Hello Bob"), "{}", m.text);
     assert_eq!(env.status("spring")["sent"], 0);
 
-    // Edit: the stage's refusal beside its field, then a good edit.
+    // Edit: the current subject and From shown; the stage's refusal
+    // beside its field, then a good edit.
+    let form = get("/campaigns/spring/edit");
+    assert!(
+        form.body.contains("placeholder=\"Spring is here\""),
+        "{}",
+        form.body
+    );
+    assert!(
+        form.body.contains("placeholder=\"shop@example.test\""),
+        "{}",
+        form.body
+    );
+    assert_eq!(get("/campaigns/nope/edit").status, 404);
     let r = post(
         &served,
         &cookie,
