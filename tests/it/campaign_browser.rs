@@ -169,7 +169,7 @@ fn write_test_schedule_pause_fix_resume_in_chromium() {
             c.set_window_size(width, 900).await.unwrap();
             c.goto(&format!("{base}/")).await.unwrap();
             wait_text(&c, 10, "td.name", |t| t.contains("spring")).await;
-            screenshot(&c, &format!("dashboard-{width}.png")).await;
+            screenshot(&c, &format!("campaign-table-{width}.png")).await;
             let (scroll, client) = widths(&c).await;
             assert!(
                 scroll <= client,
