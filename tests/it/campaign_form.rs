@@ -359,6 +359,11 @@ fn campaign_page_forms(kind: Kind) {
     assert!(get(&page_path)
         .body
         .contains("action=\"/campaigns/spring/pause\""));
+    // Cancel, for good, sits behind a second step (no script needed).
+    let page = get(&page_path).body;
+    let confirm = page.find("<details class=\"confirm\"><summary>Cancel…</summary>");
+    let cancel = page.find("action=\"/campaigns/spring/cancel\"");
+    assert!(confirm.is_some() && confirm < cancel, "{page}");
     control("pause");
     assert_eq!(env.status("spring")["state"], "paused");
     let r = post(
