@@ -159,6 +159,9 @@ pub struct ServeSettings {
     /// `MAILSPLIT_CONFIRM_FROM`: the sender of the built-in confirmation
     /// mail; `None`: `no-reply@` the public URL's host.
     pub confirm_from: Option<String>,
+    /// `SMTP_URL` (the workers' relay): where the dashboard's test sends
+    /// go, as `campaign test --smtp`; read when one is asked for.
+    pub smtp_url: String,
 }
 
 /// `serve --api-rate`'s default.
@@ -200,6 +203,7 @@ impl fmt::Debug for ServeSettings {
                 "webhook_token",
                 &self.webhook_token.as_ref().map(|_| redact::Hidden),
             )
+            .field("smtp_url", &redact::Url(&self.smtp_url))
             .finish()
     }
 }
@@ -391,6 +395,7 @@ mod tests {
             api_burst: DEFAULT_API_BURST,
             public_url: None,
             confirm_from: None,
+            smtp_url: "smtp://relay:S3cret@mail:587".into(),
         };
         for shown in [
             format!("{smtp:?}"),
@@ -398,7 +403,7 @@ mod tests {
             format!("{worker:#?}"),
             format!("{serve:?}"),
         ] {
-            for secret in ["Pa55word", "DbPa55", "T0ken", "W3bhook"] {
+            for secret in ["Pa55word", "DbPa55", "T0ken", "W3bhook", "S3cret"] {
                 assert!(!shown.contains(secret), "{shown}");
             }
             assert!(shown.contains("***"), "{shown}");

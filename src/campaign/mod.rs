@@ -6,6 +6,7 @@
 //! subject, public URL; then the list, in the database).
 
 pub mod ab;
+pub mod archive;
 pub mod content;
 pub mod control;
 pub mod edit;

@@ -95,6 +95,10 @@ pub fn serve_settings(g: &Global, args: &ServeArgs) -> Result<ServeSettings, Con
             .map(|u| config::parse_public_url(&u))
             .transpose()?,
         confirm_from: confirm_from()?,
+        smtp_url: std::env::var("SMTP_URL")
+            .ok()
+            .filter(|u| !u.trim().is_empty())
+            .unwrap_or_else(|| config::DEFAULT_SMTP_URL.into()),
     })
 }
 

@@ -6,6 +6,9 @@
 //! |---|---|
 //! | `GET /` , `GET /live` | the [`dashboard`] and its live part |
 //! | `GET /campaigns/ID` | one campaign: content, versions, schedule ([`campaign_page`]) |
+//! | `GET /campaigns/new`, `POST /campaigns/new` | the new-campaign form ([`campaign_form`](super::campaign_form)) |
+//! | `POST /campaigns/NAME/send\|test`, `GET`/`POST /campaigns/NAME/edit` | the campaign page's forms ([`campaign_actions`](super::campaign_actions)) |
+//! | `POST /campaigns/NAME/archive\|unarchive`, `GET /campaigns/archived` | archived campaigns ([`campaign_archive`](super::campaign_archive)) |
 //! | `GET /flows`, `GET /flows/NAME` | the flows and one flow's report ([`flow_page`](super::flow_page)) |
 //! | `GET /login`, `POST /login`, `POST /logout` | the session cookie |
 //! | `POST /campaigns/NAME/ACTION` | the dashboard's buttons (303 back) |
@@ -45,6 +48,9 @@ pub fn router(state: State) -> Router {
         .route("/api/workers", get(api_workers))
         .route("/metrics", get(get_metrics))
         .merge(campaign_page::routes())
+        .merge(super::campaign_form::routes())
+        .merge(super::campaign_actions::routes())
+        .merge(super::campaign_archive::routes())
         .merge(super::flow_page::routes())
         .layer(middleware::from_fn_with_state(
             state.clone(),

@@ -16,7 +16,8 @@
 //! was not forged by another site: either it carries the bearer header
 //! (which a browser never attaches on its own, and which another site's
 //! script cannot add without a CORS preflight this server never grants),
-//! or the CSRF token of its session, as form field `csrf` or header
+//! or the CSRF token of its session, as form field `csrf` (URL-encoded or
+//! `multipart/form-data`) or header
 //! `X-CSRF-Token`. A POST marked `Sec-Fetch-Site: cross-site` is refused
 //! outright.
 //!
@@ -46,8 +47,9 @@ use super::guard::{Client, Credential};
 use super::State;
 use crate::store::{now_ms, sessions};
 
-/// Largest form body read to find its CSRF field.
-const MAX_FORM: usize = 16 * 1024;
+/// Largest form body read to find its CSRF field: the campaign forms
+/// carry a whole message's content, up to the API's own body limit.
+const MAX_FORM: usize = 1024 * 1024;
 
 /// How a request got in; handlers read it to put the right CSRF token
 /// into the forms they render.
@@ -242,23 +244,32 @@ async fn check_forgery(state: &State, access: &Access, req: Request) -> Result<R
             Err(forbidden("wrong CSRF token: reload the page\n"))
         };
     }
-    let is_form = headers
+    let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
-    if !is_form {
+        .unwrap_or_default();
+    let is_form = content_type.starts_with("application/x-www-form-urlencoded");
+    let upload = super::multipart::boundary(content_type);
+    if !is_form && upload.is_none() {
         return Err(forbidden(
             "a POST needs the bearer token or the page's CSRF token\n",
         ));
     }
-    // The form's own `csrf` field: read the (small) body, then hand it on.
+    // The form's own `csrf` field: read the (bounded) body, then hand it on.
     let (parts, body) = req.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, MAX_FORM).await else {
         return Err((StatusCode::PAYLOAD_TOO_LARGE, "form too large\n").into_response());
     };
-    let ok = url::form_urlencoded::parse(&bytes)
-        .find(|(k, _)| k == "csrf")
-        .is_some_and(|(_, v)| access.csrf_ok(state, &v));
+    let ok = match upload {
+        Some(boundary) => super::multipart::parse(&boundary, &bytes)
+            .unwrap_or_default()
+            .iter()
+            .find(|p| p.name == "csrf")
+            .is_some_and(|p| access.csrf_ok(state, &String::from_utf8_lossy(&p.value))),
+        None => url::form_urlencoded::parse(&bytes)
+            .find(|(k, _)| k == "csrf")
+            .is_some_and(|(_, v)| access.csrf_ok(state, &v)),
+    };
     if !ok {
         return Err(forbidden("missing or wrong CSRF token: reload the page\n"));
     }

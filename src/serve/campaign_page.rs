@@ -28,12 +28,13 @@ use std::time::{Duration, Instant};
 
 use crate::clock::{rfc3339, Precision};
 use askama::Template;
-use axum::extract::{Path, State as Extract};
+use axum::extract::{Path, Query, State as Extract};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
-use axum::Router;
+use axum::{Extension, Router};
 
+use super::auth::Access;
 use super::chart::{self, Axis, Figure, Series};
 use super::page::{secure, CampaignRow};
 use super::State;
@@ -49,9 +50,10 @@ use crate::tokens::Identity;
 
 /// This page's Content-Security-Policy: no script anywhere, styles from
 /// this listener and inline ones (the preview's), images from this
-/// listener or inline `data:` only; never framed itself.
+/// listener or inline `data:` only; its own forms post only here; never
+/// framed itself.
 pub const POLICY: &str = "default-src 'none'; style-src 'self' 'unsafe-inline'; \
-     img-src 'self' data:; form-action 'none'; frame-ancestors 'none'; base-uri 'none'";
+     img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// The routes of this page (merged into the admin router, behind its gate).
 pub fn routes() -> Router<State> {
@@ -121,6 +123,8 @@ pub const PREVIEW_WAIT: Duration = Duration::from_secs(10);
 #[template(path = "admin/campaign.html")]
 struct Page<'a> {
     v: &'a CampaignView,
+    /// The token the page's forms carry (see `auth`).
+    csrf: &'a str,
 }
 
 /// The timelines last read, by campaign. Counting a campaign's outcomes
@@ -194,6 +198,7 @@ pub fn gather(
     id: i64,
     identity: &Identity,
     timelines: &Timelines,
+    member: Option<&str>,
 ) -> Result<Option<(CampaignView, Sample)>, StoreError> {
     let Some(c) = campaigns::get(conn, id)? else {
         return Ok(None);
@@ -226,7 +231,7 @@ pub fn gather(
             version: v.version,
         })
         .collect();
-    let sample = match preview_sample(conn, &c, identity) {
+    let sample = match preview_sample(conn, &c, identity, member) {
         Ok(s) => Ok(s),
         Err(ComposeError::Store(e)) => return Err(e),
         Err(e) => Err(e.to_string()),
@@ -291,14 +296,15 @@ fn links(conn: &mut Conn, campaign: i64) -> Result<Vec<LinkRow>, StoreError> {
         .collect())
 }
 
-/// The current content and the first active list member, to render the
-/// preview from.
+/// The current content and the recipient it is previewed for (`member`,
+/// or the first active list member), to render the preview from.
 fn preview_sample(
     conn: &mut Conn,
     c: &crate::store::Campaign,
     identity: &Identity,
+    member: Option<&str>,
 ) -> Result<(CampaignMail, Recipient), ComposeError> {
-    let r = sample(conn, c.list_id, None)?;
+    let r = sample(conn, c.list_id, member)?;
     let mail = CampaignMail::load(conn, c, identity)?;
     Ok((mail, r))
 }
@@ -332,15 +338,36 @@ pub async fn preview(sample: Sample) -> Result<Preview, String> {
     }
 }
 
-/// `GET /campaigns/ID`.
-pub async fn page(Extract(state): Extract<State>, Path(id): Path<String>) -> Response {
+/// `?member=EMAIL`: whom the preview is rendered for.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+pub struct PreviewFor {
+    pub member: String,
+}
+
+/// `GET /campaigns/ID[?member=EMAIL]`.
+pub async fn page(
+    Extract(state): Extract<State>,
+    Extension(access): Extension<Access>,
+    Path(id): Path<String>,
+    Query(preview_for): Query<PreviewFor>,
+) -> Response {
     let Ok(id) = id.parse::<i64>() else {
         return not_found();
     };
     let shared = state.clone();
+    let member = Some(preview_for.member.trim().to_string()).filter(|m| !m.is_empty());
     let (mut view, sample) = match state
         .admin
-        .db(move |c| gather(c, id, &shared.identity, &shared.timelines))
+        .db(move |c| {
+            gather(
+                c,
+                id,
+                &shared.identity,
+                &shared.timelines,
+                member.as_deref(),
+            )
+        })
         .await
     {
         Ok(Some(v)) => v,
@@ -353,7 +380,13 @@ pub async fn page(Extract(state): Extract<State>, Path(id): Path<String>) -> Res
         }
     };
     view.preview = preview(sample).await;
-    match (Page { v: &view }).render() {
+    let csrf = access.csrf(&state);
+    match (Page {
+        v: &view,
+        csrf: &csrf,
+    })
+    .render()
+    {
         Ok(html) => with_policy(Html(html).into_response()),
         Err(e) => {
             tracing::error!(error = %e, "cannot render the campaign page");

@@ -11,7 +11,7 @@ use askama::Template;
 use axum::extract::{Path, State as Extract};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use axum::Extension;
+use axum::{Extension, Form};
 
 use super::actions::{parse_action, run_control, ControlFailure};
 use super::auth::Access;
@@ -27,15 +27,24 @@ pub const REFRESH_SECONDS: u32 = 2;
 pub struct View {
     pub s: Snapshot,
     pub campaigns: Vec<CampaignRow>,
+    /// How many campaigns are archived (left out of `campaigns`).
+    pub archived: usize,
     /// `HH:MM:SS` UTC of the snapshot.
     pub time: String,
 }
 
 impl View {
-    fn new(s: Snapshot) -> View {
+    fn new(s: Snapshot, archived: &[i64]) -> View {
         let secs = s.at.div_euclid(1000).rem_euclid(86_400);
         View {
-            campaigns: s.campaigns.iter().cloned().map(CampaignRow::new).collect(),
+            campaigns: s
+                .campaigns
+                .iter()
+                .filter(|c| !archived.contains(&c.id))
+                .cloned()
+                .map(CampaignRow::new)
+                .collect(),
+            archived: archived.len(),
             time: format!("{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60),
             s,
         }
@@ -75,7 +84,11 @@ fn render(page: impl Template) -> Response {
 }
 
 async fn view(state: &State) -> Result<View, Response> {
-    snapshot::take(state).await.map(View::new).map_err(|e| {
+    let read = async {
+        let archived = state.admin.db(crate::store::archive::ids).await?;
+        snapshot::take(state).await.map(|s| View::new(s, &archived))
+    };
+    read.await.map_err(|e| {
         tracing::warn!(error = %e, "cannot read the dashboard's figures");
         secure(
             (
@@ -128,6 +141,7 @@ pub async fn control(
     Extract(state): Extract<State>,
     super::guard::Client(client): super::guard::Client,
     Path((name, action)): Path<(String, String)>,
+    back: Result<Form<Back>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     let Some(action) = parse_action(&action) else {
         return failure_page(
@@ -136,9 +150,21 @@ pub async fn control(
         );
     };
     match run_control(&state, client, &name, action).await {
+        // The campaign page's buttons lead back to it.
+        Ok(done) if back.is_ok_and(|b| b.back == "page") => {
+            Redirect::to(&format!("/campaigns/{}", done.campaign.id)).into_response()
+        }
         Ok(_) => Redirect::to("/").into_response(),
         Err(ControlFailure { status, message }) => failure_page(status, &message),
     }
+}
+
+/// Where a button leads afterwards: `page` for the campaign's page,
+/// anything else the dashboard.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+pub struct Back {
+    back: String,
 }
 
 #[derive(Template)]

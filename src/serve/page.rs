@@ -106,6 +106,31 @@ pub fn secure(mut response: Response) -> Response {
     response
 }
 
+/// An admin page rendered, with [`secure`]'s headers; 500 when the
+/// template fails (logged with `what`).
+pub fn rendered(page: &impl askama::Template, what: &str) -> Response {
+    match page.render() {
+        Ok(html) => secure(axum::response::Html(html).into_response()),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot render {what}");
+            let failed = (
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                "cannot render page\n",
+            );
+            failed.into_response()
+        }
+    }
+}
+
+/// `response` with `status` instead of a success (a page that failed to
+/// render keeps its own).
+pub fn with_status(mut response: Response, status: axum::http::StatusCode) -> Response {
+    if response.status().is_success() {
+        *response.status_mut() = status;
+    }
+    response
+}
+
 pub fn asset(content_type: &'static str, body: &'static str) -> Response {
     let mut r = ([(header::CONTENT_TYPE, content_type)], body).into_response();
     r.headers_mut().insert(

@@ -18,6 +18,7 @@ pub use url::{backend_of, exposed_sqlite_file, Access, Backend, DbFile};
 use url::{sqlite_path, sqlite_target, with_link_checks};
 pub mod ab;
 pub mod api_keys;
+pub mod archive;
 pub mod autopause;
 pub mod bounces;
 pub mod campaigns;

@@ -485,3 +485,12 @@ diesel::table! {
         created_at -> BigInt,
     }
 }
+
+diesel::table! {
+    /// Archived (finished) campaigns, hidden from the dashboard (see
+    /// `store::archive`).
+    campaign_archive (campaign_id) {
+        campaign_id -> BigInt,
+        archived_at -> BigInt,
+    }
+}

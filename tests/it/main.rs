@@ -27,6 +27,8 @@ mod audience_sync;
 mod bounce;
 mod bounce_trust;
 mod budgets;
+mod campaign_browser;
+mod campaign_form;
 mod campaign_page;
 mod charts;
 mod cli;

@@ -73,7 +73,7 @@ pub struct NewCampaign {
 }
 
 /// A refusal of the campaign stage as the client sees it.
-fn refused(e: CampaignError) -> Problem {
+pub(in crate::serve) fn refused(e: CampaignError) -> Problem {
     match e {
         CampaignError::Store(StoreError::CampaignExists(_)) => {
             Problem::new(StatusCode::CONFLICT, e.to_string())
@@ -90,10 +90,10 @@ fn refused(e: CampaignError) -> Problem {
 }
 
 /// A private directory for the content of one request, removed on drop.
-struct Scratch(PathBuf);
+pub(in crate::serve) struct Scratch(pub PathBuf);
 
 impl Scratch {
-    fn new() -> std::io::Result<Scratch> {
+    pub fn new() -> std::io::Result<Scratch> {
         use std::os::unix::fs::DirBuilderExt;
         let mut tag = [0u8; 12];
         rand::rng().fill_bytes(&mut tag);
@@ -102,7 +102,7 @@ impl Scratch {
         Ok(Scratch(dir))
     }
 
-    fn file(&self, name: &str, content: &str) -> std::io::Result<PathBuf> {
+    pub fn file(&self, name: &str, content: &str) -> std::io::Result<PathBuf> {
         let path = self.0.join(name);
         std::fs::write(&path, content)?;
         Ok(path)
@@ -137,7 +137,10 @@ fn content_of(body: &NewCampaign, dir: &Scratch) -> Result<ContentSource, Proble
 }
 
 /// Check and create, on a blocking thread: the content is read from files.
-fn create_blocking(url: &str, body: NewCampaign) -> Result<CampaignStatus, Problem> {
+pub(in crate::serve) fn create_blocking(
+    url: &str,
+    body: NewCampaign,
+) -> Result<CampaignStatus, Problem> {
     let dir = Scratch::new().map_err(|e| Problem::internal(&e))?;
     let request = CreateRequest {
         content: content_of(&body, &dir)?,
@@ -166,7 +169,7 @@ fn create_blocking(url: &str, body: NewCampaign) -> Result<CampaignStatus, Probl
 }
 
 /// A content error names the file it read: name the field instead.
-fn readable(e: CampaignError, dir: &FsPath) -> Problem {
+pub(in crate::serve) fn readable(e: CampaignError, dir: &FsPath) -> Problem {
     let mut p = refused(e);
     p.detail = p.detail.replace(&format!("{}/", dir.display()), "");
     for (file, field) in [
@@ -258,7 +261,18 @@ async fn enqueue(
     Extract(state): Extract<State>,
     Path(name): Path<String>,
 ) -> Result<(StatusCode, Json<CampaignStatus>), Problem> {
-    let before = status_of(&state, name).await?;
+    let before = begin_enqueue(&state, name).await?;
+    Ok((StatusCode::ACCEPTED, Json(before)))
+}
+
+/// Start the splitter for campaign `name` in the background (what
+/// `mailsplit enqueue` does); the campaign as it was. Refused for a
+/// cancelled campaign, and while other campaigns are being enqueued.
+pub(in crate::serve) async fn begin_enqueue(
+    state: &State,
+    name: String,
+) -> Result<CampaignStatus, Problem> {
+    let before = status_of(state, name).await?;
     if before.state == Phase::Cancelled {
         let detail = format!(
             "campaign {:?} is cancelled; nothing to enqueue",
@@ -293,7 +307,7 @@ async fn enqueue(
             Err(e) => tracing::warn!(campaign = %campaign, error = %e, "api: enqueue failed"),
         }
     });
-    Ok((StatusCode::ACCEPTED, Json(before)))
+    Ok(before)
 }
 
 /// `pause`, `resume` or `cancel`, as `mailsplit pause|resume|cancel`.
