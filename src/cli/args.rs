@@ -23,7 +23,7 @@ mod webhook;
 use crate::redact;
 pub use ab::AbArgs;
 pub use apikey::{ApikeyCommand, ScopeArg};
-pub use audience::{ImportArgs, ListFaceArgs};
+pub use audience::{ImportArgs, ListCommand, ListFaceArgs};
 pub use campaign::TemplatesCommand;
 pub use dkim::{Algorithm, DkimCommand};
 pub use doctor::DoctorArgs;
@@ -281,51 +281,6 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-}
-
-#[derive(Subcommand, Debug)]
-pub enum ListCommand {
-    /// Make an empty list by hand, with the face subscribers see: its
-    /// title, whether `/subscribe` offers it (`--public`) and whether
-    /// joining there needs a confirmed mail (`--double-opt-in`). Lists
-    /// made by `import` stay private and single opt-in until `list set`.
-    Create {
-        /// The list's name (what `--list` and `campaign create` use)
-        name: String,
-        #[command(flatten)]
-        face: ListFaceArgs,
-    },
-    /// Print an HTML form to paste into a web page: it posts to
-    /// MAILSPLIT_PUBLIC_URL/subscribe (served by `mailsplit serve`) and
-    /// joins the list, with its double opt-in if it has one. The list
-    /// must be public.
-    Form {
-        name: String,
-        /// Where `serve`'s public listener is reached (default:
-        /// MAILSPLIT_PUBLIC_URL)
-        #[arg(long, env = "MAILSPLIT_PUBLIC_URL", value_name = "URL")]
-        public_url: Option<String>,
-    },
-    /// Change a list's title, public or double opt-in
-    Set {
-        name: String,
-        #[command(flatten)]
-        face: ListFaceArgs,
-    },
-    /// Every list: name, members, active members (who may be mailed),
-    /// public and double opt-in, title
-    Ls,
-    /// Take recipients off a list (they stay on file, with their history
-    /// and other lists)
-    Rm {
-        list: String,
-        /// Addresses, any spelling of the mailbox
-        #[arg(required = true)]
-        emails: Vec<String>,
-    },
-    /// Delete a list (its recipients stay on file); refused while one of
-    /// its campaigns is enqueuing, sending or paused
-    Delete { list: String },
 }
 
 #[derive(Subcommand, Debug)]

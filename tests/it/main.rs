@@ -54,6 +54,7 @@ mod pages;
 mod pages_browser;
 mod pipelining;
 mod postfix;
+mod prune;
 mod rate_group;
 mod ratelimit;
 mod report;
