@@ -288,11 +288,12 @@ pub enum RateCommand {
     /// Create or change a rate group shared by every worker
     ///
     /// GROUP is relay:HOST:PORT (a worker's --smtp relay), campaign:NAME,
-    /// domain:DOMAIN (recipients at that domain) or domain:* (every domain
-    /// without a group of its own). A message counts against each group
-    /// that applies to it.
+    /// domain:DOMAIN (recipients at that domain), domain:* (every domain
+    /// without a group of its own) or mx:SUFFIX (every domain whose
+    /// preferred MX host ends in SUFFIX, e.g. mx:google.com for Gmail and
+    /// Workspace). A message counts against each group that applies to it.
     Set {
-        /// relay:HOST:PORT, campaign:NAME, domain:DOMAIN or domain:*
+        /// relay:HOST:PORT, campaign:NAME, domain:DOMAIN, domain:* or mx:SUFFIX
         group: String,
         /// Rate: N/s, N/m, N/h or N/d, from 1/d to 100000/s
         rate: String,

@@ -49,6 +49,7 @@ mod forget;
 mod headers;
 mod messages;
 mod messages_tx;
+mod mx_rollup;
 mod operator_mistakes;
 mod pages;
 mod pages_browser;
