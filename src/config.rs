@@ -7,7 +7,7 @@ pub mod token_policy;
 mod trusted_proxy;
 
 pub use addresses::{
-    parse_beanstalkd, parse_listen, parse_public_url, SmtpUrl, Tls, MAX_PUBLIC_URL,
+    parse_beanstalkd, parse_listen, parse_public_url, parse_resolver, SmtpUrl, Tls, MAX_PUBLIC_URL,
 };
 
 use std::fmt;
@@ -98,6 +98,8 @@ pub struct WorkerSettings {
     /// Bytes one rendered message may hold; a larger one is failed.
     pub max_message: usize,
     pub webhooks: WebhookDelivery,
+    /// The DNS server `mx:` rate groups ask (`None`: the system's).
+    pub resolver: Option<SocketAddr>,
 }
 
 /// The first webhook retry's delay; each failure in a row doubles it.
@@ -182,6 +184,7 @@ impl fmt::Debug for WorkerSettings {
             .field("smtp_timeout", &self.smtp_timeout)
             .field("max_per_session", &self.max_per_session)
             .field("max_message", &self.max_message)
+            .field("resolver", &self.resolver)
             .finish()
     }
 }
@@ -230,6 +233,8 @@ pub enum ConfigError {
     AuthInClear { url: String },
     #[error("bad campaign name {name:?}: {why}")]
     BadCampaignName { name: String, why: &'static str },
+    #[error("bad --resolver {0:?}: expected a DNS server as HOST:PORT, e.g. 1.1.1.1:53")]
+    BadResolver(String),
     #[error("bad {what} address {value:?}: expected HOST:PORT, e.g. 127.0.0.1:8080")]
     BadListen { what: &'static str, value: String },
     #[error("refusing to serve the admin routes on {0}, which is not a loopback address, without a token: set MAILSPLIT_ADMIN_TOKEN")]
@@ -379,6 +384,7 @@ mod tests {
             max_per_session: DEFAULT_MAX_PER_SESSION,
             max_message: 1_000_000,
             webhooks: WebhookDelivery::default(),
+            resolver: None,
         };
         let serve = ServeSettings {
             database_url: "postgres://me:DbPa55@db/x".into(),

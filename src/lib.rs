@@ -15,8 +15,9 @@
 //! [`compose`], [`mail`], [`queue`], [`rate::limiter`], [`tokens`],
 //! [`shutdown`], [`webhooks`] → [`store`]; [`config`], [`redact`] and
 //! [`logging`] sit beside them, importing no stage; [`mailbox`] (which
-//! spellings are one mailbox, and the wire spelling) and [`rate_group`] sit
-//! below the store.
+//! spellings are one mailbox, and the wire spelling), [`rate_group`] and
+//! [`dns`] (the resolver `doctor` and the MX rollup share) sit below the
+//! store.
 
 pub mod audience;
 pub mod bounce;
@@ -26,6 +27,7 @@ pub mod clock;
 pub mod compose;
 pub mod config;
 pub mod dkim;
+pub mod dns;
 pub mod doctor;
 pub mod enqueue;
 pub mod flows;

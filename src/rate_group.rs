@@ -1,6 +1,7 @@
 //! Rate group names, parsed in one place: `relay:HOST:PORT` (a worker's
 //! `--smtp` relay), `campaign:NAME`, `domain:DOMAIN` (recipients at that
-//! domain) and `domain:*` (every domain without a group of its own). The
+//! domain), `domain:*` (every domain without a group of its own) and
+//! `mx:SUFFIX` (every domain whose preferred MX host ends in SUFFIX). The
 //! database, the limiter and the scheduler all key groups by the
 //! [`Display`](std::fmt::Display) form of a [`Group`]; nothing else spells
 //! a prefix. Sits below the store, beside [`crate::mailbox`], whose domain
@@ -15,6 +16,7 @@ const RELAY: &str = "relay:";
 const CAMPAIGN: &str = "campaign:";
 const DOMAIN: &str = "domain:";
 const ANY_DOMAIN: &str = "*";
+const MX: &str = "mx:";
 
 /// One rate group.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -27,12 +29,15 @@ pub enum Group {
     AnyDomain,
     /// One campaign, by name.
     Campaign(String),
+    /// Recipients at every domain whose preferred MX host is this name or
+    /// ends in `.` + it (`google.com`: Gmail and Workspace domains).
+    Mx(String),
 }
 
 /// Why a group name does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GroupError {
-    #[error("bad rate group {0:?}: use relay:HOST:PORT (a worker's --smtp relay), campaign:NAME, domain:DOMAIN or domain:* (every other domain), e.g. domain:gmail.com")]
+    #[error("bad rate group {0:?}: use relay:HOST:PORT (a worker's --smtp relay), campaign:NAME, domain:DOMAIN, domain:* (every other domain) or mx:SUFFIX (domains whose MX host ends in it), e.g. domain:gmail.com or mx:google.com")]
     Unknown(String),
     #[error("bad rate group {name:?}: {why}")]
     Bad { name: String, why: String },
@@ -50,6 +55,17 @@ impl Group {
         name.starts_with(RELAY)
     }
 
+    /// The suffix of a stored `mx:` group's name, without parsing it.
+    pub fn mx_suffix(name: &str) -> Option<&str> {
+        name.strip_prefix(MX)
+    }
+
+    /// Whether MX host `host` is in the rollup of `suffix`.
+    pub fn mx_matches(host: &str, suffix: &str) -> bool {
+        host.strip_suffix(suffix)
+            .is_some_and(|rest| rest.is_empty() || rest.ends_with('.'))
+    }
+
     /// Whether a stored group name is a campaign's, without parsing the rest.
     pub fn is_campaign_name(name: &str) -> bool {
         name.starts_with(CAMPAIGN)
@@ -63,6 +79,7 @@ impl fmt::Display for Group {
             Group::Domain(domain) => write!(f, "{DOMAIN}{domain}"),
             Group::AnyDomain => write!(f, "{DOMAIN}{ANY_DOMAIN}"),
             Group::Campaign(name) => write!(f, "{CAMPAIGN}{name}"),
+            Group::Mx(suffix) => write!(f, "{MX}{suffix}"),
         }
     }
 }
@@ -88,27 +105,39 @@ impl FromStr for Group {
                 return Ok(Group::AnyDomain);
             }
             if !domain.is_empty() && !domain.contains(char::is_whitespace) {
-                return match mailbox::ascii_domain(domain) {
-                    Ok(ascii) if mailbox::is_ldh_name(&ascii) => {
-                        Ok(Group::Domain(ascii.into_owned()))
-                    }
-                    Ok(ascii) => Err(GroupError::Bad {
-                        name: name.to_string(),
-                        why: format!(
-                            "{ascii:?} is not a domain name (letters, digits and hyphens in dot-separated labels), e.g. domain:example.com, or domain:* for every other domain"
-                        ),
-                    }),
-                    Err(e) => Err(GroupError::Bad {
-                        name: name.to_string(),
-                        why: e.to_string(),
-                    }),
-                };
+                return domain_name(
+                    name,
+                    domain,
+                    "domain:example.com, or domain:* for every other domain",
+                )
+                .map(Group::Domain);
             }
+        }
+        if let Some(suffix) = name.strip_prefix(MX) {
+            return domain_name(name, suffix, "mx:google.com").map(Group::Mx);
         }
         match name.strip_prefix(CAMPAIGN) {
             Some(campaign) if !campaign.is_empty() => Ok(Group::Campaign(campaign.to_string())),
             _ => Err(GroupError::Unknown(name.to_string())),
         }
+    }
+}
+
+/// `text` as a domain group's name holds it: lower case A-labels.
+fn domain_name(name: &str, text: &str, example: &str) -> Result<String, GroupError> {
+    let bad = |why: String| GroupError::Bad {
+        name: name.to_string(),
+        why,
+    };
+    if text.is_empty() || text.contains(char::is_whitespace) {
+        return Err(bad(format!("name a domain, e.g. {example}")));
+    }
+    match mailbox::ascii_domain(text) {
+        Ok(ascii) if mailbox::is_ldh_name(&ascii) => Ok(ascii.into_owned()),
+        Ok(ascii) => Err(bad(format!(
+            "{ascii:?} is not a domain name (letters, digits and hyphens in dot-separated labels), e.g. {example}"
+        ))),
+        Err(e) => Err(bad(e.to_string())),
     }
 }
 
@@ -124,6 +153,7 @@ mod tests {
             "domain:gmail.com",
             "domain:*",
             "campaign:news",
+            "mx:google.com",
         ] {
             assert_eq!(name.parse::<Group>().unwrap().to_string(), name);
         }
@@ -140,6 +170,17 @@ mod tests {
     }
 
     #[test]
+    fn mx_hosts_match_whole_labels() {
+        assert!(Group::mx_matches(
+            "gmail-smtp-in.l.google.com",
+            "google.com"
+        ));
+        assert!(Group::mx_matches("google.com", "google.com"));
+        assert!(!Group::mx_matches("notgoogle.com", "google.com"));
+        assert!(!Group::mx_matches("google.com.evil.example", "google.com"));
+    }
+
+    #[test]
     fn bad_names_say_why() {
         for bad in [
             "relay:host",
@@ -147,6 +188,8 @@ mod tests {
             "domain:",
             "domain:a b",
             "campaign:",
+            "mx:",
+            "mx:a b",
             "x:y",
         ] {
             assert!(bad.parse::<Group>().is_err(), "{bad}");

@@ -35,6 +35,10 @@ pub enum ListError {
     NotPublic(String),
     #[error("the form posts to MAILSPLIT_PUBLIC_URL/subscribe: set MAILSPLIT_PUBLIC_URL (or --public-url) to where `mailsplit serve`'s public listener is reached")]
     NoPublicUrl,
+    #[error("bad --inactive {0:?}: a period, N followed by d, h, m or s, e.g. --inactive 180d")]
+    BadPeriod(String),
+    #[error("no campaign of list {0:?} tracked opens or clicks, so nobody's activity is known and nothing is pruned; send with `--track opens,clicks` first")]
+    NothingTracked(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -54,7 +58,9 @@ impl ListError {
             | ListError::BadTitle(_)
             | ListError::NothingToSet
             | ListError::NotPublic(_)
-            | ListError::NoPublicUrl => true,
+            | ListError::NoPublicUrl
+            | ListError::BadPeriod(_)
+            | ListError::NothingTracked(_) => true,
             ListError::Store(e) => e.is_usage(),
         }
     }
@@ -182,4 +188,78 @@ pub fn delete(conn: &mut Conn, list: &str) -> Result<Deleted, ListError> {
         let (members, _) = lists::delete(conn, list_id)?;
         Ok(Deleted { members, kept_for })
     })
+}
+
+/// Addresses `list prune` shows as its sample.
+pub const PRUNE_SAMPLE: i64 = 10;
+/// Members taken off per transaction by `list prune`.
+const PRUNE_PAGE: i64 = 1_000;
+
+/// What `list prune` found, and did unless a dry run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pruned {
+    /// Members inactive when it began.
+    pub inactive: u64,
+    /// The first few of them, by recipient id.
+    pub sample: Vec<String>,
+    /// Members taken off (0 in a dry run).
+    pub removed: u64,
+}
+
+/// `list prune L --inactive SPAN`: the members the list's tracked
+/// campaigns mailed within the last SPAN who opened and clicked nothing
+/// (of any campaign) since then. Unless `dry_run`, they are taken off the
+/// list as `list rm` does (they stay on file, with their status, history
+/// and other lists), a page at a time. `counted` is called with the count
+/// and sample before anything is removed.
+pub fn prune(
+    conn: &mut Conn,
+    list: &str,
+    inactive: &str,
+    dry_run: bool,
+    counted: impl FnOnce(&Pruned),
+) -> Result<Pruned, ListError> {
+    let span =
+        crate::clock::parse_span(inactive).ok_or_else(|| ListError::BadPeriod(inactive.into()))?;
+    let list_id = recipients::find_list(conn, list)?;
+    let mut tracked = Vec::new();
+    for id in lists::campaigns_of(conn, list_id)? {
+        if crate::store::content::tracked(conn, id)?.any() {
+            tracked.push(id);
+        }
+    }
+    if tracked.is_empty() {
+        return Err(ListError::NothingTracked(list.to_string()));
+    }
+    let who = lists::Inactive {
+        list_id,
+        campaigns: tracked,
+        since: crate::store::now_ms() - span,
+    };
+    let mut done = Pruned {
+        inactive: who.count(conn)?,
+        sample: who
+            .page(conn, 0, PRUNE_SAMPLE)?
+            .into_iter()
+            .map(|(_, email)| email)
+            .collect(),
+        removed: 0,
+    };
+    counted(&done);
+    if dry_run {
+        return Ok(done);
+    }
+    let mut after = 0;
+    loop {
+        let removed = conn.transaction(|conn| {
+            let page = who.page(conn, after, PRUNE_PAGE)?;
+            let ids: Vec<i64> = page.iter().map(|(id, _)| *id).collect();
+            after = ids.last().copied().unwrap_or(i64::MAX);
+            Ok::<_, ListError>((lists::remove_members(conn, list_id, &ids)?, ids.len()))
+        })?;
+        done.removed += removed.0;
+        if (removed.1 as i64) < PRUNE_PAGE {
+            return Ok(done);
+        }
+    }
 }

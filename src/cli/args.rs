@@ -23,7 +23,7 @@ mod webhook;
 use crate::redact;
 pub use ab::AbArgs;
 pub use apikey::{ApikeyCommand, ScopeArg};
-pub use audience::{ImportArgs, ListFaceArgs};
+pub use audience::{ImportArgs, ListCommand, ListFaceArgs};
 pub use campaign::TemplatesCommand;
 pub use dkim::{Algorithm, DkimCommand};
 pub use doctor::DoctorArgs;
@@ -284,60 +284,16 @@ pub enum Command {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum ListCommand {
-    /// Make an empty list by hand, with the face subscribers see: its
-    /// title, whether `/subscribe` offers it (`--public`) and whether
-    /// joining there needs a confirmed mail (`--double-opt-in`). Lists
-    /// made by `import` stay private and single opt-in until `list set`.
-    Create {
-        /// The list's name (what `--list` and `campaign create` use)
-        name: String,
-        #[command(flatten)]
-        face: ListFaceArgs,
-    },
-    /// Print an HTML form to paste into a web page: it posts to
-    /// MAILSPLIT_PUBLIC_URL/subscribe (served by `mailsplit serve`) and
-    /// joins the list, with its double opt-in if it has one. The list
-    /// must be public.
-    Form {
-        name: String,
-        /// Where `serve`'s public listener is reached (default:
-        /// MAILSPLIT_PUBLIC_URL)
-        #[arg(long, env = "MAILSPLIT_PUBLIC_URL", value_name = "URL")]
-        public_url: Option<String>,
-    },
-    /// Change a list's title, public or double opt-in
-    Set {
-        name: String,
-        #[command(flatten)]
-        face: ListFaceArgs,
-    },
-    /// Every list: name, members, active members (who may be mailed),
-    /// public and double opt-in, title
-    Ls,
-    /// Take recipients off a list (they stay on file, with their history
-    /// and other lists)
-    Rm {
-        list: String,
-        /// Addresses, any spelling of the mailbox
-        #[arg(required = true)]
-        emails: Vec<String>,
-    },
-    /// Delete a list (its recipients stay on file); refused while one of
-    /// its campaigns is enqueuing, sending or paused
-    Delete { list: String },
-}
-
-#[derive(Subcommand, Debug)]
 pub enum RateCommand {
     /// Create or change a rate group shared by every worker
     ///
     /// GROUP is relay:HOST:PORT (a worker's --smtp relay), campaign:NAME,
-    /// domain:DOMAIN (recipients at that domain) or domain:* (every domain
-    /// without a group of its own). A message counts against each group
-    /// that applies to it.
+    /// domain:DOMAIN (recipients at that domain), domain:* (every domain
+    /// without a group of its own) or mx:SUFFIX (every domain whose
+    /// preferred MX host ends in SUFFIX, e.g. mx:google.com for Gmail and
+    /// Workspace). A message counts against each group that applies to it.
     Set {
-        /// relay:HOST:PORT, campaign:NAME, domain:DOMAIN or domain:*
+        /// relay:HOST:PORT, campaign:NAME, domain:DOMAIN, domain:* or mx:SUFFIX
         group: String,
         /// Rate: N/s, N/m, N/h or N/d, from 1/d to 100000/s
         rate: String,

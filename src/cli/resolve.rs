@@ -51,6 +51,11 @@ pub fn worker_settings(g: &Global, args: &WorkerArgs) -> Result<WorkerSettings, 
             64 * crate::compose::content::RENDER_FUEL as usize,
         )?,
         webhooks: webhook_delivery()?,
+        resolver: args
+            .resolver
+            .as_deref()
+            .map(config::parse_resolver)
+            .transpose()?,
     })
 }
 

@@ -260,3 +260,14 @@ pub fn parse_listen(what: &'static str, raw: &str) -> Result<SocketAddr, ConfigE
         .next()
         .ok_or_else(bad)
 }
+
+/// A DNS server as `--resolver` names it: `1.1.1.1:53`, `[::1]:53` or
+/// `ns.example.com:53`, resolved.
+pub fn parse_resolver(raw: &str) -> Result<SocketAddr, ConfigError> {
+    let bad = || ConfigError::BadResolver(raw.to_string());
+    raw.trim()
+        .to_socket_addrs()
+        .map_err(|_| bad())?
+        .next()
+        .ok_or_else(bad)
+}

@@ -1,29 +1,22 @@
-//! The DNS questions `doctor` asks, through hickory-resolver: the system's
-//! resolvers (`/etc/resolv.conf`) or one server given with `--resolver`,
-//! and a GET over https to the public listener.
+//! The DNS questions `doctor` asks, through the shared resolver
+//! ([`crate::dns`]: the system's or `--resolver`'s server), and a GET over
+//! https to the public listener.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolverConfig};
-use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::proto::rr::{RData, RecordType};
 use hickory_resolver::TokioResolver;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::dns::fqdn;
+pub use crate::dns::Found;
 
 use super::DoctorError;
 
 /// How long one https check may take.
 const HTTPS_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// What a lookup found: records, none (NXDOMAIN or no data), or an error
-/// that says nothing either way (timeout, SERVFAIL).
-pub enum Found<T> {
-    Records(Vec<T>),
-    None,
-    Error(String),
-}
 
 pub struct Dns {
     resolver: TokioResolver,
@@ -32,25 +25,7 @@ pub struct Dns {
 impl Dns {
     /// The system's resolver, or `server` alone.
     pub fn new(server: Option<SocketAddr>) -> Result<Dns, DoctorError> {
-        let provider = TokioRuntimeProvider::default();
-        let builder = match server {
-            Some(addr) => {
-                let mut udp = ConnectionConfig::udp();
-                udp.port = addr.port();
-                let mut tcp = ConnectionConfig::tcp();
-                tcp.port = addr.port();
-                let ns = NameServerConfig::new(addr.ip(), true, vec![udp, tcp]);
-                TokioResolver::builder_with_config(
-                    ResolverConfig::from_name_servers(vec![ns]),
-                    provider,
-                )
-            }
-            None => TokioResolver::builder(provider)
-                .map_err(|e| DoctorError::Resolver(e.to_string()))?,
-        };
-        let resolver = builder
-            .build()
-            .map_err(|e| DoctorError::Resolver(e.to_string()))?;
+        let resolver = crate::dns::resolver(server).map_err(DoctorError::Resolver)?;
         Ok(Dns { resolver })
     }
 
@@ -79,31 +54,8 @@ impl Dns {
 
     /// The MX hosts of `name`, by preference.
     pub async fn mx(&self, name: &str) -> Found<String> {
-        match self.resolver.lookup(fqdn(name), RecordType::MX).await {
-            Ok(lookup) => {
-                let mut hosts: Vec<(u16, String)> = lookup
-                    .answers()
-                    .iter()
-                    .filter_map(|r| match &r.data {
-                        RData::MX(mx) => Some((
-                            mx.preference,
-                            mx.exchange.to_ascii().trim_end_matches('.').to_string(),
-                        )),
-                        _ => None,
-                    })
-                    .collect();
-                hosts.sort();
-                Found::Records(hosts.into_iter().map(|(_, h)| h).collect())
-            }
-            Err(e) if e.is_no_records_found() || e.is_nx_domain() => Found::None,
-            Err(e) => Found::Error(e.to_string()),
-        }
+        crate::dns::mx(&self.resolver, name).await.0
     }
-}
-
-/// An absolute name: no search domains appended.
-fn fqdn(name: &str) -> String {
-    format!("{}.", name.trim_end_matches('.'))
 }
 
 /// GET `<url>/healthz` over https (certificate checked against the Mozilla

@@ -11,6 +11,7 @@
 //! or defers the message meanwhile, so a throttled group never holds a
 //! sender while other mail could flow.
 
+mod mx;
 mod setting;
 mod stock;
 
@@ -87,6 +88,8 @@ pub struct Throttled {
 pub struct Limiter {
     db: Arc<Db>,
     relay: String,
+    /// Recipient domains' MX hosts, for `mx:` groups.
+    mx: mx::MxCache,
     groups: StdMutex<HashMap<String, Arc<Group>>>,
     /// Bumped whenever a group is created, changed or deleted: messages
     /// whose groups were worked out before look them up again.
@@ -116,11 +119,13 @@ fn fresh_local() -> Local {
 
 impl Limiter {
     /// `relay` is this worker's relay as `HOST:PORT` (its group is
-    /// `relay:HOST:PORT`).
-    pub fn new(db: Arc<Db>, relay: &str) -> Limiter {
+    /// `relay:HOST:PORT`); `resolver` the DNS server `mx:` groups ask
+    /// (`None`: the system's).
+    pub fn new(db: Arc<Db>, relay: &str, resolver: Option<std::net::SocketAddr>) -> Limiter {
         Limiter {
             db,
             relay: GroupName::Relay(relay.to_string()).to_string(),
+            mx: mx::MxCache::new(resolver),
             groups: StdMutex::new(HashMap::new()),
             generation: AtomicU64::new(0),
             campaigns_seen: StdMutex::new(HashSet::new()),
@@ -213,6 +218,8 @@ impl Limiter {
         let d = GroupName::domain(domain).to_string();
         if map.contains_key(&d) {
             out.push(d);
+        } else if let Some(mx) = self.mx_group(&map, domain) {
+            out.push(mx);
         } else {
             let any = GroupName::AnyDomain.to_string();
             if map.contains_key(&any) {

@@ -165,3 +165,97 @@ pub fn delete(conn: &mut Conn, list_id: i64) -> Result<(u64, bool)> {
         Ok((removed as u64, gone))
     })
 }
+
+/// Which members `list prune` takes: mailed by one of `campaigns` (the
+/// list's campaigns that tracked opens or clicks) since `since` (ms),
+/// with no open or click of any campaign since then.
+#[derive(Debug, Clone)]
+pub struct Inactive {
+    pub list_id: i64,
+    pub campaigns: Vec<i64>,
+    pub since: i64,
+}
+
+impl Inactive {
+    /// The members' condition, on `list_members m`. Only numbers from
+    /// the database go into the text. A sent delivery's `updated_at` is
+    /// when it was sent; the deliveries are found by their key
+    /// (campaign, recipient), the engagement by `engagement_by_recipient`.
+    fn condition(&self) -> String {
+        let ids: Vec<String> = self.campaigns.iter().map(i64::to_string).collect();
+        let (list, since) = (self.list_id, self.since);
+        format!(
+            "m.list_id = {list} \
+             AND EXISTS (SELECT 1 FROM deliveries d WHERE d.campaign_id IN ({ids}) \
+               AND d.recipient_id = m.recipient_id AND d.state = '{sent}' \
+               AND d.updated_at >= {since}) \
+             AND NOT EXISTS (SELECT 1 FROM engagement e \
+               WHERE e.recipient_id = m.recipient_id \
+               AND (e.first_open_at >= {since} OR e.first_click_at >= {since}))",
+            ids = ids.join(","),
+            sent = super::DeliveryState::Sent.as_str(),
+        )
+    }
+
+    /// How many members it takes.
+    pub fn count(&self, conn: &mut Conn) -> Result<u64> {
+        if self.campaigns.is_empty() {
+            return Ok(0);
+        }
+        let sql = format!(
+            "SELECT COUNT(*) AS n FROM list_members m WHERE {}",
+            self.condition()
+        );
+        let row: Count = on!(conn, |c| diesel::sql_query(&sql).get_result(c))?;
+        Ok(row.n as u64)
+    }
+
+    /// Up to `limit` of them after recipient id `after`, by id: (id, email).
+    pub fn page(&self, conn: &mut Conn, after: i64, limit: i64) -> Result<Vec<(i64, String)>> {
+        if self.campaigns.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT r.id AS id, r.email AS email FROM list_members m \
+             JOIN recipients r ON r.id = m.recipient_id \
+             WHERE {} AND m.recipient_id > {after} ORDER BY m.recipient_id LIMIT {limit}",
+            self.condition()
+        );
+        let rows: Vec<Member> = on!(conn, |c| diesel::sql_query(&sql).load(c))?;
+        Ok(rows.into_iter().map(|m| (m.id, m.email)).collect())
+    }
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+#[derive(QueryableByName)]
+struct Member {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Text)]
+    email: String,
+}
+
+/// Take these recipients off the list; how many were members.
+pub fn remove_members(conn: &mut Conn, list_id: i64, ids: &[i64]) -> Result<u64> {
+    let removed = on!(conn, |c| diesel::delete(
+        m::table
+            .filter(m::list_id.eq(list_id))
+            .filter(m::recipient_id.eq_any(ids))
+    )
+    .execute(c))?;
+    Ok(removed as u64)
+}
+
+/// The list's campaigns, by id.
+pub fn campaigns_of(conn: &mut Conn, list_id: i64) -> Result<Vec<i64>> {
+    Ok(on!(conn, |c| campaigns::table
+        .filter(campaigns::list_id.eq(list_id))
+        .order(campaigns::id)
+        .select(campaigns::id)
+        .load(c))?)
+}

@@ -247,6 +247,9 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
     if let Err(e) = shared.limiter.know_campaign(info.mail.id).await {
         tracing::warn!(error = %e, "cannot read rate groups");
     }
+    shared
+        .limiter
+        .look_up(people.iter().map(|r| domain_of(&r.email)));
     // `people` holds exactly the owned recipients that exist, and the job's
     // count is theirs, so each gets one outcome and the count closes.
     let attempts: HashMap<i64, i32> = claim.owned.iter().copied().collect();
@@ -356,7 +359,9 @@ async fn hand_over(
 ) -> bool {
     let outcome = match composed {
         Ok(composed) => {
-            let domain = email.rsplit('@').next().unwrap_or_default().to_string();
+            let domain = domain_of(email).to_string();
+            // An `mx:` group may take the domain: its MX answer first.
+            shared.limiter.resolve(&domain).await;
             let rate_generation = shared.limiter.generation();
             Ok(Msg {
                 rate_groups: shared.limiter.groups_for(&info.mail.name, &domain),
@@ -400,6 +405,11 @@ async fn hand_over(
 /// shutdown run on.
 fn inline(info: &CampaignInfo) -> bool {
     info.mail.dkim.is_empty() && info.mail.content.is_none()
+}
+
+/// The domain of an address (after its last `@`).
+fn domain_of(email: &str) -> &str {
+    email.rsplit('@').next().unwrap_or_default()
 }
 
 /// Compose a batch of recipients' messages, each beside its recipient. A

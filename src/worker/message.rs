@@ -189,6 +189,7 @@ async fn prepare(
 async fn send(shared: &Arc<Shared>, id: u64, (msg, token): (Message, i64), m: Composed) -> Fate {
     let domain = msg.to_addr.rsplit('@').next().unwrap_or_default();
     let domain = domain.trim_end_matches('>').to_string();
+    shared.limiter.resolve(&domain).await;
     let groups = shared.limiter.groups_for("", &domain);
     let weight = limiter::message_weight(m.bytes.len());
     if let Err(t) = shared

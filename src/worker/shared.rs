@@ -87,7 +87,7 @@ impl Shared {
             Plans::GenericWhileLarge,
             super::db_call_limit(),
         )?;
-        let limiter = Limiter::new(Arc::clone(&db), relay.target());
+        let limiter = Limiter::new(Arc::clone(&db), relay.target(), settings.resolver);
         limiter.refresh().await.context("cannot read rate groups")?;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Ok(Shared {

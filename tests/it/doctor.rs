@@ -14,17 +14,22 @@ use crate::util::{Kind, World};
 
 /// The DNS server on a free port, answering from `zone` (re-read on every
 /// question). Killed when dropped.
-struct Dns {
+pub(crate) struct Dns {
     child: Child,
     port: u16,
 }
 
 impl Dns {
-    fn start(zone: &Path) -> Dns {
+    pub(crate) fn start(zone: &Path) -> Dns {
+        Dns::start_logged(zone, None)
+    }
+    /// With `log`, every question is appended to that file as "NAME TYPE".
+    pub(crate) fn start_logged(zone: &Path, log: Option<&Path>) -> Dns {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/dns_server.py");
         let mut child = Command::new("python3")
             .arg(script)
             .arg(zone)
+            .args(log)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -39,7 +44,7 @@ impl Dns {
             .unwrap_or_else(|_| panic!("dns_server.py printed {line:?}, not a port: is dnslib installed (scripts/install-deps.sh)?"));
         Dns { child, port }
     }
-    fn addr(&self) -> String {
+    pub(crate) fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 }

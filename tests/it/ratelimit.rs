@@ -648,7 +648,11 @@ fn a_throttle_halves_the_shared_rate_for_every_worker_and_it_recovers(kind: Kind
         rates::set(&mut conn, "relay:127.0.0.1:25", 400.0, 1).unwrap();
         let worker = || {
             let c = Conn::open(&db.url).unwrap();
-            Limiter::new(Db::new(&db.url, Some(c), Plans::Custom), "127.0.0.1:25")
+            Limiter::new(
+                Db::new(&db.url, Some(c), Plans::Custom),
+                "127.0.0.1:25",
+                None,
+            )
         };
         let (a, b) = (worker(), worker());
         a.refresh().await.unwrap();

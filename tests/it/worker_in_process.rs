@@ -26,6 +26,7 @@ fn a_worker_sends_a_campaign_and_stops_when_its_token_is_cancelled() {
         max_per_session: 100,
         max_message: mailsplit::compose::content::DEFAULT_MAX_MESSAGE,
         webhooks: Default::default(),
+        resolver: None,
     };
     let stop = CancellationToken::new();
     let runtime = tokio::runtime::Runtime::new().unwrap();

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """A tiny authoritative DNS server for the doctor tests (dnslib; installed
-by scripts/install-deps.sh). Usage: dns_server.py ZONE.json
+by scripts/install-deps.sh). Usage: dns_server.py ZONE.json [QUESTIONS.log]
 
 ZONE.json: {"NAME": {"TXT": ["value", ...], "MX": [[pref, "host"], ...]}}.
 Binds UDP and TCP on 127.0.0.1 at one free port, prints the port on the
 first line of stdout, and answers until killed: the records asked for,
 NXDOMAIN for a name it does not hold, an empty answer for a type it lacks.
 The zone file is read again on every question, so a test may rewrite it.
+With QUESTIONS.log, each question is appended to it as "NAME TYPE".
 """
 import json
 import socket
@@ -17,8 +18,9 @@ from dnslib.server import BaseResolver, DNSLogger, DNSServer
 
 
 class ZoneResolver(BaseResolver):
-    def __init__(self, path):
+    def __init__(self, path, log=None):
         self.path = path
+        self.log = log
 
     def resolve(self, request, handler):
         with open(self.path) as f:
@@ -26,6 +28,9 @@ class ZoneResolver(BaseResolver):
         reply = request.reply()
         name = str(request.q.qname).lower().rstrip(".")
         qtype = QTYPE[request.q.qtype]
+        if self.log:
+            with open(self.log, "a") as f:
+                f.write(f"{name} {qtype}\n")
         if name not in zone:
             reply.header.rcode = RCODE.NXDOMAIN
             return reply
@@ -59,7 +64,7 @@ def free_port():
 
 
 def main():
-    resolver = ZoneResolver(sys.argv[1])
+    resolver = ZoneResolver(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
     port = free_port()
     # quiet: the test reads only the port line, then closes our stdout
     quiet = DNSLogger(logf=lambda *_: None)

@@ -1,8 +1,8 @@
-//! `import`'s arguments.
+//! `import`'s and `list`'s arguments.
 
 use std::path::PathBuf;
 
-use clap::Args;
+use clap::{Args, Subcommand};
 
 use crate::redact;
 
@@ -88,4 +88,62 @@ pub struct ListFaceArgs {
     /// Sign-ups through `/subscribe` join at once
     #[arg(long)]
     pub single_opt_in: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ListCommand {
+    /// Make an empty list by hand, with the face subscribers see: its
+    /// title, whether `/subscribe` offers it (`--public`) and whether
+    /// joining there needs a confirmed mail (`--double-opt-in`). Lists
+    /// made by `import` stay private and single opt-in until `list set`.
+    Create {
+        /// The list's name (what `--list` and `campaign create` use)
+        name: String,
+        #[command(flatten)]
+        face: ListFaceArgs,
+    },
+    /// Print an HTML form to paste into a web page: it posts to
+    /// MAILSPLIT_PUBLIC_URL/subscribe (served by `mailsplit serve`) and
+    /// joins the list, with its double opt-in if it has one. The list
+    /// must be public.
+    Form {
+        name: String,
+        /// Where `serve`'s public listener is reached (default:
+        /// MAILSPLIT_PUBLIC_URL)
+        #[arg(long, env = "MAILSPLIT_PUBLIC_URL", value_name = "URL")]
+        public_url: Option<String>,
+    },
+    /// Change a list's title, public or double opt-in
+    Set {
+        name: String,
+        #[command(flatten)]
+        face: ListFaceArgs,
+    },
+    /// Every list: name, members, active members (who may be mailed),
+    /// public and double opt-in, title
+    Ls,
+    /// Take recipients off a list (they stay on file, with their history
+    /// and other lists)
+    Rm {
+        list: String,
+        /// Addresses, any spelling of the mailbox
+        #[arg(required = true)]
+        emails: Vec<String>,
+    },
+    /// Delete a list (its recipients stay on file); refused while one of
+    /// its campaigns is enqueuing, sending or paused
+    Delete { list: String },
+    /// Take off the list the members its campaigns mailed within the
+    /// period who opened and clicked nothing since (only campaigns that
+    /// tracked opens or clicks count); they stay on file. Prints the
+    /// count first.
+    Prune {
+        list: String,
+        /// The period, e.g. 180d (N followed by d, h, m or s)
+        #[arg(long, value_name = "SPAN")]
+        inactive: String,
+        /// Print only the count and a sample; remove nobody
+        #[arg(long)]
+        dry_run: bool,
+    },
 }

@@ -63,6 +63,10 @@ pub struct WorkerArgs {
     /// larger is failed with that reason
     #[arg(long, env = "MAILSPLIT_MAX_MESSAGE_SIZE", default_value_t = crate::compose::content::DEFAULT_MAX_MESSAGE)]
     pub max_message_size: usize,
+    /// The DNS server (IP:PORT) that `mx:` rate groups ask for recipient
+    /// domains' MX hosts (default: the system's resolvers)
+    #[arg(long, env = "MAILSPLIT_RESOLVER", value_name = "HOST:PORT")]
+    pub resolver: Option<String>,
 }
 
 impl std::fmt::Debug for WorkerArgs {
@@ -75,6 +79,7 @@ impl std::fmt::Debug for WorkerArgs {
             .field("smtp_timeout", &self.smtp_timeout)
             .field("max_per_session", &self.max_per_session)
             .field("max_message_size", &self.max_message_size)
+            .field("resolver", &self.resolver)
             .finish()
     }
 }

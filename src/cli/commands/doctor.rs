@@ -1,6 +1,6 @@
 //! `mailsplit doctor DOMAIN`: the sending domain's DNS, one line a check.
 
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::IpAddr;
 use std::process::ExitCode;
 
 use crate::cli::args::{DoctorArgs, Global};
@@ -13,7 +13,11 @@ use super::{open_read_only, Result};
 
 /// Print every check; exit 1 when one failed.
 pub fn doctor(g: &Global, args: &DoctorArgs) -> Result<ExitCode> {
-    let resolver = args.resolver.as_deref().map(resolver_addr).transpose()?;
+    let resolver = args
+        .resolver
+        .as_deref()
+        .map(crate::config::parse_resolver)
+        .transpose()?;
     let relay_ip = SmtpUrl::parse(&args.smtp)?
         .host
         .trim_matches(['[', ']'])
@@ -39,17 +43,4 @@ pub fn doctor(g: &Global, args: &DoctorArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `--resolver 127.0.0.1:5353`, `[::1]:53` or `ns.example.com:53`.
-fn resolver_addr(raw: &str) -> Result<SocketAddr> {
-    let bad = || {
-        UsageError(format!(
-            "--resolver {raw:?}: expected HOST:PORT, e.g. 1.1.1.1:53"
-        ))
-    };
-    raw.to_socket_addrs()
-        .map_err(|_| bad())?
-        .next()
-        .ok_or_else(|| bad().into())
 }

@@ -1,4 +1,4 @@
-//! `mailsplit list create|set|ls|rm|delete` and `mailsplit optouts`.
+//! `mailsplit list create|set|ls|rm|delete|prune` and `mailsplit optouts`.
 
 use crate::audience::lists::{self, Face};
 use crate::audience::optouts::{self, OptOut};
@@ -35,41 +35,13 @@ pub fn lists(g: &Global, cmd: ListCommand) -> Result {
             );
             outln!("{form}")?;
         }
-        ListCommand::Ls => {
-            let mut conn = open_read_only(g)?;
-            let all = lists::overview(&mut conn)?;
-            outln!(
-                "{:<32} {:>10} {:>10} {:<8} {:<6} TITLE",
-                "LIST",
-                "MEMBERS",
-                "ACTIVE",
-                "SHOWN",
-                "OPT-IN"
-            )?;
-            for l in all {
-                outln!(
-                    "{:<32} {:>10} {:>10} {:<8} {:<6} {}",
-                    l.name,
-                    l.members,
-                    l.active,
-                    if l.is_public { "public" } else { "private" },
-                    if l.double_opt_in { "double" } else { "single" },
-                    l.title.as_deref().unwrap_or("-")
-                )?;
-            }
-        }
-        ListCommand::Rm { list, emails } => {
-            let mut conn = open_migrated(g)?;
-            let done = lists::remove(&mut conn, &list, &emails)?;
-            for email in &done.not_members {
-                error_line(&format!("mailsplit: note: {email} is not on list {list:?}"));
-            }
-            outln!(
-                "list {list:?}: removed {} of {}",
-                done.removed,
-                emails.len()
-            )?;
-        }
+        ListCommand::Ls => ls(g)?,
+        ListCommand::Rm { list, emails } => rm(g, &list, &emails)?,
+        ListCommand::Prune {
+            list,
+            inactive,
+            dry_run,
+        } => prune(g, &list, &inactive, dry_run)?,
         ListCommand::Delete { list } => {
             let mut conn = open_migrated(g)?;
             let done = lists::delete(&mut conn, &list)?;
@@ -83,6 +55,78 @@ pub fn lists(g: &Global, cmd: ListCommand) -> Result {
                 )?;
             }
         }
+    }
+    Ok(())
+}
+
+/// `list rm`: who was removed, and who was not a member.
+fn rm(g: &Global, list: &str, emails: &[String]) -> Result {
+    let mut conn = open_migrated(g)?;
+    let done = lists::remove(&mut conn, list, emails)?;
+    for email in &done.not_members {
+        error_line(&format!("mailsplit: note: {email} is not on list {list:?}"));
+    }
+    outln!(
+        "list {list:?}: removed {} of {}",
+        done.removed,
+        emails.len()
+    )?;
+    Ok(())
+}
+
+/// `list ls`: one line per list.
+fn ls(g: &Global) -> Result {
+    let mut conn = open_read_only(g)?;
+    let all = lists::overview(&mut conn)?;
+    outln!(
+        "{:<32} {:>10} {:>10} {:<8} {:<6} TITLE",
+        "LIST",
+        "MEMBERS",
+        "ACTIVE",
+        "SHOWN",
+        "OPT-IN"
+    )?;
+    for l in all {
+        outln!(
+            "{:<32} {:>10} {:>10} {:<8} {:<6} {}",
+            l.name,
+            l.members,
+            l.active,
+            if l.is_public { "public" } else { "private" },
+            if l.double_opt_in { "double" } else { "single" },
+            l.title.as_deref().unwrap_or("-")
+        )?;
+    }
+    Ok(())
+}
+
+/// `list prune`: the count and a sample first, then what was removed.
+fn prune(g: &Global, list: &str, inactive: &str, dry_run: bool) -> Result {
+    let mut conn = open_migrated(g)?;
+    let mut shown = Ok(());
+    let done = lists::prune(&mut conn, list, inactive, dry_run, |found| {
+        shown = show_inactive(list, inactive, found);
+    })?;
+    shown?;
+    if !dry_run {
+        outln!(
+            "list {list:?}: removed {} inactive members (they stay on file)",
+            done.removed
+        )?;
+    }
+    Ok(())
+}
+
+fn show_inactive(list: &str, inactive: &str, found: &lists::Pruned) -> Result {
+    outln!(
+        "list {list:?}: {} members mailed in the last {inactive} opened and clicked nothing",
+        found.inactive
+    )?;
+    for email in &found.sample {
+        outln!("  {email}")?;
+    }
+    if found.inactive > found.sample.len() as u64 {
+        outln!("  …")?;
     }
     Ok(())
 }

@@ -1,0 +1,1 @@
+DROP INDEX engagement_by_recipient;
