@@ -29,6 +29,7 @@ pub mod guard;
 pub mod health;
 pub mod hits;
 pub mod listen;
+pub mod manage;
 pub mod metrics;
 pub mod page;
 pub mod pages;

@@ -47,6 +47,7 @@ mod flow_sql;
 mod flows;
 mod forget;
 mod headers;
+mod manage;
 mod messages;
 mod messages_tx;
 mod operator_mistakes;
