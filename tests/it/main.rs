@@ -18,6 +18,7 @@
 mod util;
 
 mod ab;
+mod accessibility;
 mod admin;
 mod api;
 mod api_flows;
