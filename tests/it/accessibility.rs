@@ -11,7 +11,7 @@
 
 use std::path::PathBuf;
 
-use crate::dashboard::{browser, chromedriver};
+use crate::dashboard::{browser, chromedriver, screenshot};
 use crate::pages::{link, sent_to_both, world};
 use crate::util::*;
 use fantoccini::{Client, Locator};
@@ -30,8 +30,17 @@ pub const ADMIN_PAGES: &[&str] = &[
 /// Public pages.
 pub const PUBLIC_PAGES: &[&str] = &["/subscribe", "{preferences}", "{view}"];
 
-/// Widths the admin pages are checked at (a phone, a desktop).
-pub const WIDTHS: &[u32] = &[360, 1280];
+/// Widths every page is checked at (a phone, a laptop, a wide screen).
+pub const WIDTHS: &[u32] = &[360, 1280, 1920];
+
+/// The admin pages pictured, as `NAME-WIDTH.png`, when
+/// `MAILSPLIT_SCREENSHOTS=DIR` is set (`scripts/screenshots.sh`).
+const PICTURED: &[(&str, &str)] = &[
+    ("/", "dashboard"),
+    ("/campaigns/{campaign}", "campaign"),
+    ("/apikeys", "apikeys"),
+    ("/suppression", "suppression"),
+];
 
 const TOKEN: &str = "axe-test-token";
 
@@ -150,6 +159,9 @@ fn every_page_passes_axe_core() {
                     &mut found,
                 )
                 .await;
+                if let Some((_, name)) = PICTURED.iter().find(|(p, _)| p == page) {
+                    screenshot(&c, &format!("{name}-{width}.png")).await;
+                }
             }
             for page in PUBLIC_PAGES {
                 check(
