@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `GET /` , `GET /live` | the [`dashboard`] and its live part |
 //! | `GET /campaigns/ID` | one campaign: content, versions, schedule ([`campaign_page`]) |
-//! | `GET /flows`, `GET /flows/NAME` | the flows and one flow's report ([`flow_page`](super::flow_page)) |
+//! | `GET /flows`, `GET /flows/NAME`, `POST /flows/NAME/pause\|resume` | the flows, one flow's report and its Pause / Resume ([`flow_page`](super::flow_page)) |
 //! | `GET\|POST /apikeys`, `/webhooks`, `/suppression` and their actions | the management pages ([`manage`](super::manage)) |
 //! | `GET /login`, `POST /login`, `POST /logout` | the session cookie |
 //! | `POST /campaigns/NAME/ACTION` | the dashboard's buttons (303 back) |

@@ -296,7 +296,66 @@ fn every_form_refuses_a_post_without_the_csrf_token(kind: Kind) {
     assert!(env.ok(&["suppress", "ls"]).contains("is empty"));
 }
 
+fn a_flow_is_paused_and_resumed_from_its_page(kind: Kind) {
+    let (_tmp, _bs, env) = env_with_beanstalkd(kind);
+    env.ok(&["migrate"]);
+    env.ok(&["list", "create", "news"]);
+    let html = env.dir.path().join("welcome.html");
+    std::fs::write(&html, "<p>Welcome!</p>").unwrap();
+    env.ok(&[
+        "template",
+        "create",
+        "welcome",
+        "--subject",
+        "Hi",
+        "--from",
+        "shop@example.test",
+        "--html",
+        html.to_str().unwrap(),
+        "--stream",
+        "marketing",
+    ]);
+    env.ok(&[
+        "flow",
+        "create",
+        "onboarding",
+        "--list",
+        "news",
+        "--trigger",
+        "join",
+        "--step",
+        "1d:welcome",
+    ]);
+    let s = env.serve(Some(TOKEN));
+    let b = Browser::new(s.admin);
+    let state = || env.ok(&["flow", "ls"]);
+    assert!(b.get("/flows/onboarding").body.contains(">Pause</button>"));
+
+    let paused = b.post("/flows/onboarding/pause", &[]);
+    assert_eq!(paused.status, 303, "{}", paused.body);
+    assert!(state().contains("paused"), "{}", state());
+    assert!(b.get("/flows/onboarding").body.contains(">Resume</button>"));
+    let twice = b.post("/flows/onboarding/pause", &[]);
+    assert_eq!(twice.status, 409, "{}", twice.body);
+    assert!(twice.body.contains("already paused"), "{}", twice.body);
+
+    assert_eq!(b.post("/flows/onboarding/resume", &[]).status, 303);
+    assert!(!state().contains("paused"), "{}", state());
+    let unknown = b.post("/flows/nope/pause", &[]);
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+    let forged = http(
+        "POST",
+        s.admin,
+        "/flows/onboarding/pause",
+        &[("Cookie", &b.cookie)],
+        Some(""),
+    );
+    assert_eq!(forged.status, 403);
+    assert!(!state().contains("paused"));
+}
+
 both!(
+    a_flow_is_paused_and_resumed_from_its_page,
     api_keys_are_shown_once_and_revoked,
     webhooks_are_added_and_removed,
     suppression_is_added_removed_imported_and_paged,
