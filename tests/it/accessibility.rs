@@ -12,6 +12,7 @@
 use std::path::PathBuf;
 
 use crate::dashboard::{browser, chromedriver, screenshot};
+use crate::manage::onboarding_flow;
 use crate::pages::{link, sent_to_both, world};
 use crate::util::*;
 use fantoccini::{Client, Locator};
@@ -91,33 +92,7 @@ fn every_page_passes_axe_core() {
     let (ann_mail, _) = sent_to_both(&env);
     let html = parts(&ann_mail).html;
     let (preferences, view) = (link(&html, "p"), link(&html, "v"));
-    let letter = env.dir.path().join("welcome.html");
-    std::fs::write(&letter, "<p>Welcome, {{ name }}!</p>").unwrap();
-    let letter = letter.to_str().unwrap();
-    env.ok(&[
-        "template",
-        "create",
-        "welcome",
-        "--subject",
-        "Welcome",
-        "--from",
-        "shop@example.test",
-        "--html",
-        letter,
-        "--stream",
-        "marketing",
-    ]);
-    env.ok(&[
-        "flow",
-        "create",
-        "onboarding",
-        "--list",
-        "news",
-        "--trigger",
-        "join",
-        "--step",
-        "1d:welcome",
-    ]);
+    onboarding_flow(&env, "news");
     env.ok(&["suppress", "add", "gone@example.test", "--reason", "asked"]);
     env.ok(&["apikey", "create", "shop", "--scopes", "read"]);
     let campaign = env.status("first")["id"].as_i64().unwrap().to_string();

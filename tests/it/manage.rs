@@ -296,10 +296,9 @@ fn every_form_refuses_a_post_without_the_csrf_token(kind: Kind) {
     assert!(env.ok(&["suppress", "ls"]).contains("is empty"));
 }
 
-fn a_flow_is_paused_and_resumed_from_its_page(kind: Kind) {
-    let (_tmp, _bs, env) = env_with_beanstalkd(kind);
-    env.ok(&["migrate"]);
-    env.ok(&["list", "create", "news"]);
+/// Flow `onboarding` on `list`: one step, template `welcome`, a day after
+/// joining.
+pub(crate) fn onboarding_flow(env: &Env, list: &str) {
     let html = env.dir.path().join("welcome.html");
     std::fs::write(&html, "<p>Welcome!</p>").unwrap();
     env.ok(&[
@@ -320,12 +319,19 @@ fn a_flow_is_paused_and_resumed_from_its_page(kind: Kind) {
         "create",
         "onboarding",
         "--list",
-        "news",
+        list,
         "--trigger",
         "join",
         "--step",
         "1d:welcome",
     ]);
+}
+
+fn a_flow_is_paused_and_resumed_from_its_page(kind: Kind) {
+    let (_tmp, _bs, env) = env_with_beanstalkd(kind);
+    env.ok(&["migrate"]);
+    env.ok(&["list", "create", "news"]);
+    onboarding_flow(&env, "news");
     let s = env.serve(Some(TOKEN));
     let b = Browser::new(s.admin);
     let state = || env.ok(&["flow", "ls"]);
