@@ -18,6 +18,8 @@ Installs, if any is missing, the Debian packages mailsplit needs:
   python3-prometheus-client  the metrics test parses /metrics with it
   spamassassin    the wire test runs its local rules (`spamassassin -L -t`)
                   over one message of each built-in template
+  npm, axe-core   the accessibility test's checker (axe-core, pinned, from the
+                  npm registry into /usr/local/share/axe-core)
   wrk             the HTTP load of `scripts/bench.sh --open-storm`
   pkg-config libsqlite3-dev libpq-dev   to build the SQLite and PostgreSQL drivers
   libssl-dev      OpenSSL, which signs DKIM's RSA signatures (the openssl crate)
@@ -157,6 +159,27 @@ if ! python3 -c 'import dnslib' >/dev/null 2>&1; then
         "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-dnslib
     fi
     python3 -c 'import dnslib' || { say "dnslib is still missing for $(command -v python3)" >&2; exit 1; }
+fi
+
+# why: tests/it/accessibility.rs runs axe-core in chromium over every admin and
+# public page; the package comes from the npm registry, pinned, its one script kept
+AXE_VERSION=4.14.1
+AXE_DIR=${MAILSPLIT_AXE_DIR:-/usr/local/share/axe-core}
+if [[ ! -s $AXE_DIR/$AXE_VERSION/axe.min.js ]]; then
+    say "installing axe-core $AXE_VERSION into $AXE_DIR (the accessibility test)"
+    SUDO=()
+    ((EUID == 0)) || SUDO=(sudo)
+    if ! command -v npm >/dev/null 2>&1; then
+        "${SUDO[@]}" apt-get update
+        "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends npm
+    fi
+    axe_tmp=$(mktemp -d)
+    (cd "$axe_tmp" && npm pack --silent "axe-core@$AXE_VERSION" >/dev/null &&
+        tar -xzf "axe-core-$AXE_VERSION.tgz" package/axe.min.js)
+    "${SUDO[@]}" mkdir -p "$AXE_DIR/$AXE_VERSION"
+    "${SUDO[@]}" cp "$axe_tmp/package/axe.min.js" "$AXE_DIR/$AXE_VERSION/axe.min.js"
+    "${SUDO[@]}" ln -sfn "$AXE_VERSION" "$AXE_DIR/current"
+    rm -rf "$axe_tmp"
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

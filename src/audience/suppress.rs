@@ -93,6 +93,16 @@ pub fn list<E: From<SuppressError>>(
     }
 }
 
+/// One page of the list for the dashboard: up to `limit` entries after
+/// `after`, in order.
+pub fn page(
+    conn: &mut Conn,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<Vec<Suppression>, SuppressError> {
+    Ok(suppressions::page(conn, after, limit)?)
+}
+
 /// What `suppress import` did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ImportCounts {
@@ -169,12 +179,26 @@ impl Batches<'_> {
 /// an `email` column. Streams the file; writes every [`IMPORT_BATCH`].
 pub fn import(conn: &mut Conn, path: &Path, reason: &str) -> Result<ImportCounts, SuppressError> {
     let shown = path.display().to_string();
+    let file = std::fs::File::open(path).map_err(|source| SuppressError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    import_from(conn, std::io::BufReader::new(file), &shown, reason)
+}
+
+/// What [`import`] does, from any reader (a file, a pasted form field);
+/// `shown` names it in errors.
+pub fn import_from(
+    conn: &mut Conn,
+    mut reader: impl BufRead,
+    shown: &str,
+    reason: &str,
+) -> Result<ImportCounts, SuppressError> {
+    let shown = shown.to_string();
     let read_err = |source| SuppressError::Read {
         path: shown.clone(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(read_err)?;
-    let mut reader = std::io::BufReader::new(file);
     let mut out = Batches {
         conn,
         reason,

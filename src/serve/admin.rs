@@ -9,7 +9,8 @@
 //! | `GET /campaigns/new`, `POST /campaigns/new` | the new-campaign form ([`campaign_form`](super::campaign_form)) |
 //! | `POST /campaigns/NAME/send\|test`, `GET`/`POST /campaigns/NAME/edit` | the campaign page's forms ([`campaign_actions`](super::campaign_actions)) |
 //! | `POST /campaigns/NAME/archive\|unarchive`, `GET /campaigns/archived` | archived campaigns ([`campaign_archive`](super::campaign_archive)) |
-//! | `GET /flows`, `GET /flows/NAME` | the flows and one flow's report ([`flow_page`](super::flow_page)) |
+//! | `GET /flows`, `GET /flows/NAME`, `POST /flows/NAME/pause\|resume` | the flows, one flow's report and its Pause / Resume ([`flow_page`](super::flow_page)) |
+//! | `GET\|POST /apikeys`, `/webhooks`, `/suppression` and their actions | the management pages ([`manage`](super::manage)) |
 //! | `GET /login`, `POST /login`, `POST /logout` | the session cookie |
 //! | `POST /campaigns/NAME/ACTION` | the dashboard's buttons (303 back) |
 //! | `GET /api/campaigns` | the objects of `status --json` |
@@ -52,6 +53,7 @@ pub fn router(state: State) -> Router {
         .merge(super::campaign_actions::routes())
         .merge(super::campaign_archive::routes())
         .merge(super::flow_page::routes())
+        .merge(super::manage::routes())
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_admin,

@@ -2,16 +2,21 @@
 //! trigger, state, steps and entries; `GET /flows/NAME`, one flow's
 //! report (entered, each step's messages, leavers by reason): what
 //! `flow ls` and `flow report` print, read by the same stage functions
-//! ([`crate::flows::list`], [`crate::flows::report`]). Behind the admin
-//! gate, with every admin page's headers ([`secure`]); no script, no form.
+//! ([`crate::flows::list`], [`crate::flows::report`]); a flow's Pause or
+//! Resume button posts to `/flows/NAME/pause|resume`, which calls
+//! [`crate::flows::set_paused`] as `flow pause|resume` does. Behind the
+//! admin gate (CSRF on the POST), with every admin page's headers
+//! ([`secure`]); no script.
 
 use askama::Template;
 use axum::extract::{Path, State as Extract};
 use axum::http::StatusCode;
+use axum::response::Redirect;
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
-use axum::Router;
+use axum::routing::{get, post};
+use axum::{Extension, Router};
 
+use super::auth::Access;
 use super::page::{path_segment, secure};
 use super::State;
 use crate::flows::{self, show_delay, FlowError, FlowRow, Report};
@@ -21,6 +26,7 @@ pub fn routes() -> Router<State> {
     Router::new()
         .route("/flows", get(list))
         .route("/flows/{name}", get(one))
+        .route("/flows/{name}/{action}", post(control))
 }
 
 /// One flow in the list, with its link.
@@ -49,6 +55,11 @@ pub struct StepLine {
 #[template(path = "admin/flow.html")]
 struct FlowPage<'a> {
     r: &'a Report,
+    csrf: &'a str,
+    /// The name as a URL path segment.
+    path: &'a str,
+    /// Why the last Pause or Resume was refused.
+    error: Option<String>,
     steps: &'a [StepLine],
     /// Leavers in all.
     left: i64,
@@ -93,7 +104,46 @@ async fn list(Extract(state): Extract<State>) -> Response {
 }
 
 /// `GET /flows/NAME`.
-async fn one(Extract(state): Extract<State>, Path(name): Path<String>) -> Response {
+async fn one(
+    Extract(state): Extract<State>,
+    Extension(access): Extension<Access>,
+    Path(name): Path<String>,
+) -> Response {
+    show(&state, &access, name, None).await
+}
+
+/// `POST /flows/NAME/pause|resume`: back to the flow's page, or the page
+/// with the refusal (already paused, unknown flow) above its button.
+async fn control(
+    Extract(state): Extract<State>,
+    Extension(access): Extension<Access>,
+    Path((name, action)): Path<(String, String)>,
+) -> Response {
+    let paused = match action.as_str() {
+        "pause" => true,
+        "resume" => false,
+        _ => return secure((StatusCode::NOT_FOUND, "use pause or resume\n").into_response()),
+    };
+    let n = name.clone();
+    match state
+        .admin
+        .db(move |c| Ok(flows::set_paused(c, &n, paused)))
+        .await
+    {
+        Ok(Ok(())) => Redirect::to(&format!("/flows/{}", path_segment(&name))).into_response(),
+        Ok(Err(e)) if e.is_usage() => {
+            let mut page = show(&state, &access, name, Some(e.to_string())).await;
+            if page.status() == StatusCode::OK {
+                *page.status_mut() = StatusCode::CONFLICT;
+            }
+            page
+        }
+        Ok(Err(e)) => failed(&e),
+        Err(e) => failed(&e),
+    }
+}
+
+async fn show(state: &State, access: &Access, name: String, error: Option<String>) -> Response {
     let r = match state.admin.db(move |c| Ok(flows::report(c, &name))).await {
         Ok(Ok(r)) => r,
         Ok(Err(FlowError::Unknown(_))) => {
@@ -113,8 +163,12 @@ async fn one(Extract(state): Extract<State>, Path(name): Path<String>) -> Respon
         })
         .collect();
     let left = r.left.values().sum();
+    let csrf = access.csrf(state);
     render(FlowPage {
         r: &r,
+        csrf: &csrf,
+        path: &path_segment(&r.name),
+        error,
         steps: &steps,
         left,
     })

@@ -32,6 +32,7 @@ pub mod guard;
 pub mod health;
 pub mod hits;
 pub mod listen;
+pub mod manage;
 pub mod metrics;
 pub mod multipart;
 pub mod page;

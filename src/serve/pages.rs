@@ -181,6 +181,16 @@ const VIEW_CSP: &str =
      base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// GET `/v/TOKEN`: the recipient's message as it was sent.
+/// A fragment (or the text part) as a page of its own: the browser tab
+/// and a screen reader get the subject as its title, and the language of
+/// the page around it. A message that is a whole document is shown as sent.
+fn document(subject: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title></head><body>{body}</body></html>\n",
+        escape(subject)
+    )
+}
+
 async fn view(Extract(state): Extract<State>, Path(token): Path<String>) -> Response {
     let Some((campaign, recipient)) = read(&state, &token, Route::View) else {
         return not_found();
@@ -189,8 +199,8 @@ async fn view(Extract(state): Extract<State>, Path(token): Path<String>) -> Resp
         .public
         .db(move |c| Ok(crate::compose::view::sent_message(c, campaign, recipient)))
         .await;
-    let rendered = match shown {
-        Ok(Ok(Some((_, r)))) => r,
+    let (subject, rendered) = match shown {
+        Ok(Ok(Some(sent))) => sent,
         Ok(Ok(None)) => return not_found(),
         Ok(Err(e)) => {
             tracing::warn!(campaign, recipient, error = %e, "cannot show a message");
@@ -202,10 +212,9 @@ async fn view(Extract(state): Extract<State>, Path(token): Path<String>) -> Resp
         }
     };
     let html = if rendered.html.trim().is_empty() {
-        format!(
-            "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"></head><body><pre>{}</pre></body></html>\n",
-            escape(&rendered.text)
-        )
+        document(&subject, &format!("<pre>{}</pre>", escape(&rendered.text)))
+    } else if !rendered.html.to_ascii_lowercase().contains("<html") {
+        document(&subject, &rendered.html)
     } else {
         rendered.html
     };

@@ -18,6 +18,7 @@
 mod util;
 
 mod ab;
+mod accessibility;
 mod admin;
 mod api;
 mod api_flows;
@@ -49,6 +50,7 @@ mod flow_sql;
 mod flows;
 mod forget;
 mod headers;
+mod manage;
 mod messages;
 mod messages_tx;
 mod mx_rollup;

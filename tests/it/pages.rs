@@ -36,7 +36,7 @@ fn post(port: u16, path: &str, fields: &[(&str, &str)]) -> (u16, String) {
 }
 
 /// A world whose peer keeps what it accepts, with a public URL.
-fn world(kind: Kind) -> World {
+pub(crate) fn world(kind: Kind) -> World {
     let script = Script {
         keep_data: true,
         ..Script::default()
@@ -66,7 +66,7 @@ fn wait_mail(env: &World, to: &str, n: usize) -> String {
 
 /// The path of the first `PUBLIC/<route>/…` link in `text` (HTML
 /// entities decoded: the HTML part escapes `/`).
-fn link(text: &str, route: &str) -> String {
+pub(crate) fn link(text: &str, route: &str) -> String {
     let text = &text.replace("&#x2f;", "/").replace("&amp;", "&");
     let start = format!("{PUBLIC}/{route}/");
     let at = text
@@ -166,7 +166,7 @@ fn builtin_confirmation_mail(kind: Kind) {
 }
 
 /// `first` sent on `news` to Ann and Bob; returns (Ann's mail, Bob's mail).
-fn sent_to_both(env: &World) -> (String, String) {
+pub(crate) fn sent_to_both(env: &World) -> (String, String) {
     env.ok(&["migrate"]);
     for (list, face) in [
         ("news", "--public"),
