@@ -7,6 +7,7 @@
 //! | `GET /` , `GET /live` | the [`dashboard`] and its live part |
 //! | `GET /campaigns/ID` | one campaign: content, versions, schedule ([`campaign_page`]) |
 //! | `GET /flows`, `GET /flows/NAME` | the flows and one flow's report ([`flow_page`](super::flow_page)) |
+//! | `GET /subscribers`, `GET /subscribers/EMAIL`, `POST …/unsubscribe\|remove\|forget` | subscriber search, one person, their actions ([`people`](super::people)) |
 //! | `GET /login`, `POST /login`, `POST /logout` | the session cookie |
 //! | `POST /campaigns/NAME/ACTION` | the dashboard's buttons (303 back) |
 //! | `GET /api/campaigns` | the objects of `status --json` |
@@ -46,6 +47,7 @@ pub fn router(state: State) -> Router {
         .route("/metrics", get(get_metrics))
         .merge(campaign_page::routes())
         .merge(super::flow_page::routes())
+        .merge(super::people::routes())
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_admin,

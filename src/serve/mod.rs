@@ -32,6 +32,8 @@ pub mod listen;
 pub mod metrics;
 pub mod page;
 pub mod pages;
+pub mod people;
+pub mod people_actions;
 pub mod pool;
 pub mod public;
 pub mod snapshot;

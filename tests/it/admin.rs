@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::util::*;
 use serde_json::Value;
 
-const TOKEN: &str = "admin-t0ken-for-tests";
+pub(crate) const TOKEN: &str = "admin-t0ken-for-tests";
 
 fn with_bearer() -> Vec<(&'static str, &'static str)> {
     vec![("Authorization", "Bearer admin-t0ken-for-tests")]
@@ -110,7 +110,7 @@ fn api_controls_campaigns(kind: Kind) {
 }
 
 /// The CSRF token in a rendered page.
-fn csrf_of(page: &str) -> String {
+pub(crate) fn csrf_of(page: &str) -> String {
     let at = page
         .find("name=\"csrf\" value=\"")
         .expect("a form with a CSRF token")
@@ -119,7 +119,7 @@ fn csrf_of(page: &str) -> String {
 }
 
 /// Log in with the form; returns the `Cookie` header value.
-fn login(port: u16) -> String {
+pub(crate) fn login(port: u16) -> String {
     let r = http("POST", port, "/login", &[], Some(&format!("token={TOKEN}")));
     assert_eq!(r.status, 303, "{}", r.body);
     assert_eq!(r.header("location"), Some("/"));

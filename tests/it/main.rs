@@ -52,6 +52,7 @@ mod messages_tx;
 mod operator_mistakes;
 mod pages;
 mod pages_browser;
+mod people;
 mod pipelining;
 mod postfix;
 mod rate_group;
