@@ -11,6 +11,7 @@
 //! | `POST /campaigns/NAME/archive\|unarchive`, `GET /campaigns/archived` | archived campaigns ([`campaign_archive`](super::campaign_archive)) |
 //! | `GET /flows`, `GET /flows/NAME`, `POST /flows/NAME/pause\|resume` | the flows, one flow's report and its Pause / Resume ([`flow_page`](super::flow_page)) |
 //! | `GET\|POST /apikeys`, `/webhooks`, `/suppression` and their actions | the management pages ([`manage`](super::manage)) |
+//! | `GET /subscribers`, `GET /subscribers/EMAIL`, `POST …/unsubscribe\|remove\|forget` | subscriber search, one person, their actions ([`people`](super::people)) |
 //! | `GET /login`, `POST /login`, `POST /logout` | the session cookie |
 //! | `POST /campaigns/NAME/ACTION` | the dashboard's buttons (303 back) |
 //! | `GET /api/campaigns` | the objects of `status --json` |
@@ -54,6 +55,7 @@ pub fn router(state: State) -> Router {
         .merge(super::campaign_archive::routes())
         .merge(super::flow_page::routes())
         .merge(super::manage::routes())
+        .merge(super::people::routes())
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_admin,

@@ -37,6 +37,8 @@ pub mod metrics;
 pub mod multipart;
 pub mod page;
 pub mod pages;
+pub mod people;
+pub mod people_actions;
 pub mod pool;
 pub mod public;
 pub mod snapshot;

@@ -43,6 +43,7 @@ pub mod message_templates;
 pub mod messages;
 pub mod optouts;
 pub mod outbox;
+pub mod people;
 pub mod person;
 mod plans;
 pub mod preferences;

@@ -156,7 +156,7 @@ pub fn export(conn: &mut Conn, key: &str) -> Result<Option<Value>> {
 /// <addr>`), so candidates are found by a case-folded substring and kept
 /// only when their address's key is `key`. A full scan of `messages`: an
 /// export is rare, and a person's rows must not be missed.
-fn messages_to(conn: &mut Conn, key: &str) -> Result<Vec<Value>> {
+pub fn messages_to(conn: &mut Conn, key: &str) -> Result<Vec<Value>> {
     let local = key.rsplit_once('@').map_or(key, |(l, _)| l);
     let pattern = format!("%{}%", local.replace(['%', '_'], ""));
     type MessageRow = (

@@ -57,6 +57,7 @@ mod mx_rollup;
 mod operator_mistakes;
 mod pages;
 mod pages_browser;
+mod people;
 mod pipelining;
 mod postfix;
 mod prune;
