@@ -26,6 +26,12 @@ pub const ADMIN_PAGES: &[&str] = &[
     "/apikeys",
     "/webhooks",
     "/suppression",
+    "/campaigns/new",
+    "/campaigns/archived",
+    "/subscribers",
+    "/subscribers?q=ann",
+    "/subscribers/ann@example.test",
+    "/subscribers/ann@example.test/forget",
 ];
 
 /// Public pages.
