@@ -220,6 +220,29 @@ impl ServerLoop {
         }
     }
 
+    /// Move job `id` of another database to its own tube; when the move
+    /// fails for any reason but the job being gone, release it instead.
+    fn move_or_release(
+        &self,
+        s: &mut Server,
+        id: u64,
+        body: &[u8],
+        tube: &str,
+        delay: Duration,
+    ) -> Result<(), QueueError> {
+        match s.move_job(id, body, tube, &self.tube) {
+            Ok(new) => {
+                tracing::debug!(job = id, new_job = new, %tube, "job of another database moved to its own tube");
+                Ok(())
+            }
+            Err(e) if e.is_not_found() => Err(e),
+            Err(e) => {
+                tracing::warn!(job = id, %tube, error = %format!("{:#}", anyhow::Error::from(e)), "cannot move a job of another database to its own tube: releasing it instead");
+                s.release(id, 0, delay)
+            }
+        }
+    }
+
     fn apply(&self, s: &mut Server, held: &mut HashSet<u64>, cmd: Cmd) -> Result<(), QueueError> {
         let id = cmd.id();
         if !held.contains(&id) {
@@ -241,17 +264,7 @@ impl ServerLoop {
                 body,
                 tube,
                 delay,
-            } => match s.move_job(id, &body, &tube, &self.tube) {
-                Ok(new) => {
-                    tracing::debug!(job = id, new_job = new, %tube, "job of another database moved to its own tube");
-                    Ok(())
-                }
-                Err(e) if e.is_not_found() => Err(e),
-                Err(e) => {
-                    tracing::warn!(job = id, %tube, error = %format!("{:#}", anyhow::Error::from(e)), "cannot move a job of another database to its own tube: releasing it instead");
-                    s.release(id, 0, delay)
-                }
-            },
+            } => self.move_or_release(s, id, &body, &tube, delay),
             Cmd::Defer {
                 id,
                 priority,

@@ -64,25 +64,7 @@ pub fn claim_job(
             &keep,
         )?;
         let members: Vec<i64> = rows.iter().map(|r| r.rid).collect();
-        let mut claim = Claim::default();
-        let mut people = Vec::with_capacity(rows.len());
-        for row in rows {
-            let Some(attempts) = row.attempts else {
-                continue;
-            };
-            claim.owned.push((row.rid, attempts));
-            if let (Some(email), Some(name), Some(attributes), Some(status)) =
-                (row.email, row.name, row.attributes, row.status)
-            {
-                people.push(Recipient {
-                    id: row.rid,
-                    email,
-                    name,
-                    attributes,
-                    status,
-                });
-            }
-        }
+        let (claim, people) = owned_rows(rows);
         let claim = settle(conn, claim, campaign_id, &members, token)?;
         return Ok(JobClaim {
             claim,
@@ -100,6 +82,31 @@ pub fn claim_job(
         people,
         members: ids.len(),
     })
+}
+
+/// Split the PostgreSQL claim's rows into the recipients this claim owns
+/// (a row with an attempt number) and those of them that were read whole.
+fn owned_rows(rows: Vec<super::pg_fast::ClaimRowPg>) -> (Claim, Vec<Recipient>) {
+    let mut claim = Claim::default();
+    let mut people = Vec::with_capacity(rows.len());
+    for row in rows {
+        let Some(attempts) = row.attempts else {
+            continue;
+        };
+        claim.owned.push((row.rid, attempts));
+        if let (Some(email), Some(name), Some(attributes), Some(status)) =
+            (row.email, row.name, row.attributes, row.status)
+        {
+            people.push(Recipient {
+                id: row.rid,
+                email,
+                name,
+                attributes,
+                status,
+            });
+        }
+    }
+    (claim, people)
 }
 
 /// Claim every claimable recipient of a job for `token` until `now + lease`.
