@@ -8,7 +8,7 @@
 //! transactional stream is checked against both.
 
 use super::report::{Finding, ParsedReport as Report};
-use super::{action_for, trust, Settings};
+use super::{finding_action, trust, Settings};
 use crate::store::bounces::{self, BounceKind, BounceSource, NewBounce};
 use crate::store::{messages, now_ms, recipients, suppressions, Conn, StoreError};
 
@@ -85,13 +85,7 @@ fn mark_address(
     (report, fingerprint): (&Report, &str),
     settings: &Settings,
 ) -> Result<Option<String>, StoreError> {
-    let action = action_for(
-        f.kind,
-        f.status.as_deref(),
-        &f.reason,
-        report.format,
-        settings,
-    );
+    let action = finding_action(f, report, settings);
     if let Some(recipient_id) = recipients::find_by_email(conn, email)? {
         let done = bounces::record(
             conn,

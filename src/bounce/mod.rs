@@ -183,13 +183,7 @@ fn record_for(
     settings: &Settings,
 ) -> Result<Handled, StoreError> {
     let f = &target.finding;
-    let action = action_for(
-        f.kind,
-        f.status.as_deref(),
-        &f.reason,
-        report.format,
-        settings,
-    );
+    let action = finding_action(f, report, settings);
     let done = bounces::record(
         conn,
         &NewBounce {
@@ -250,6 +244,17 @@ fn record_unverified(
         sample,
         why,
     }))
+}
+
+/// [`action_for`] a report's finding.
+fn finding_action(f: &report::Finding, report: &Report, settings: &Settings) -> Action {
+    action_for(
+        f.kind,
+        f.status.as_deref(),
+        &f.reason,
+        report.format,
+        settings,
+    )
 }
 
 /// What an event of this kind does to its recipient.
