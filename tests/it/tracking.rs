@@ -554,7 +554,7 @@ fn report_and_page_show_engagement(kind: Kind) {
     assert_eq!(sum("sent"), 4);
     let table = &page.body[page
         .body
-        .find("<table class=\"link-clicks\">")
+        .find("<table class=\"link-clicks\"")
         .expect("no link table")..];
     assert!(
         table.contains("data-link=\"1\"><td class=\"num\">1</td><th scope=\"row\" class=\"num\">1</th><td class=\"url\"><code>https://shop.example/a?x=1&#38;y=2</code></td><td class=\"num clicks\">3</td>"),
