@@ -11,11 +11,11 @@
 
 use std::path::PathBuf;
 
-use crate::dashboard::{browser, chromedriver, screenshot};
+use crate::dashboard::{browser, chromedriver, log_in, screenshot};
 use crate::manage::onboarding_flow;
 use crate::pages::{link, sent_to_both, world};
 use crate::util::*;
-use fantoccini::{Client, Locator};
+use fantoccini::Client;
 
 /// Admin pages, visited logged in.
 pub const ADMIN_PAGES: &[&str] = &[
@@ -122,14 +122,7 @@ fn every_page_passes_axe_core() {
             // The login form first (no session yet), then log in.
             check(&c, &axe, &format!("{admin}/"), width, &mut found).await;
         }
-        let token = c.find(Locator::Css("input[name='token']")).await.unwrap();
-        token.send_keys(TOKEN).await.unwrap();
-        c.find(Locator::Css("form button"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        log_in(&c, TOKEN).await;
         for &width in WIDTHS {
             for page in ADMIN_PAGES {
                 check(

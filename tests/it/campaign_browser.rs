@@ -8,7 +8,7 @@
 
 use fantoccini::{Client, Locator};
 
-use crate::dashboard::{browser, chromedriver, click, screenshot, text, wait_text};
+use crate::dashboard::{browser, chromedriver, click, log_in, screenshot, text, wait_text};
 use crate::util::*;
 
 const TOKEN: &str = "campaign-browser-token";
@@ -85,8 +85,7 @@ fn write_test_schedule_pause_fix_resume_in_chromium() {
     let page_url = rt.block_on(async {
         let c = browser(port, &profile).await;
         c.goto(&format!("{base}/")).await.unwrap();
-        fill(&c, "input[name=token]", TOKEN).await;
-        click(&c, "form button").await;
+        log_in(&c, TOKEN).await;
         // From the dashboard to the form; Markdown pasted.
         click(&c, "p.new-campaign a").await;
         fill(&c, "#f-name", "spring").await;

@@ -8,7 +8,7 @@
 use fantoccini::Locator;
 use serde_json::json;
 
-use crate::dashboard::{browser, chromedriver, screenshot, text, wait_text};
+use crate::dashboard::{browser, chromedriver, log_in, screenshot, text, wait_text};
 use crate::util::*;
 
 const TOKEN: &str = "campaign-page-token";
@@ -223,14 +223,7 @@ fn page_in_chromium_keeps_hostile_content_in_its_frame() {
     rt.block_on(async {
         let c = browser(driver_port, &tmp.path().join("profile")).await;
         c.goto(&format!("{base}/")).await.unwrap();
-        let field = c.find(Locator::Css("input[name=token]")).await.unwrap();
-        field.send_keys(TOKEN).await.unwrap();
-        c.find(Locator::Css("form button"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        log_in(&c, TOKEN).await;
         wait_text(&c, 10, "td.name", |t| t.contains("weekly")).await;
         // From the dashboard's row to the page.
         c.find(Locator::Css("td.name a"))

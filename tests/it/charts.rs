@@ -12,7 +12,7 @@ use std::time::Duration;
 use fantoccini::Locator;
 use serde_json::{json, Value};
 
-use crate::dashboard::{browser, chromedriver, screenshot};
+use crate::dashboard::{browser, chromedriver, log_in, screenshot};
 use crate::util::*;
 
 const TOKEN: &str = "charts-token";
@@ -231,14 +231,7 @@ fn charts_in_chromium_match_the_ledger() {
     rt.block_on(async {
         let c = browser(driver_port, &tmp.path().join("profile")).await;
         c.goto(&format!("{base}/")).await.unwrap();
-        let field = c.find(Locator::Css("input[name=token]")).await.unwrap();
-        field.send_keys(TOKEN).await.unwrap();
-        c.find(Locator::Css("form button"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        log_in(&c, TOKEN).await;
         let bar = c
             .wait()
             .for_element(Locator::Css(

@@ -81,6 +81,14 @@ pub(crate) async fn wait_text(
     }
 }
 
+/// Log in on the page the browser shows (the login form): type `token`
+/// and submit.
+pub async fn log_in(c: &Client, token: &str) {
+    let field = c.find(Locator::Css("input[name=token]")).await.unwrap();
+    field.send_keys(token).await.unwrap();
+    click(c, "form button").await;
+}
+
 /// Click `css`, retrying when the live refresh replaced the element
 /// between finding and clicking it.
 pub(crate) async fn click(c: &Client, css: &str) {
@@ -153,15 +161,11 @@ fn dashboard_in_chromium_pauses_and_resumes_a_running_campaign() {
         assert!(body.contains("admin token"), "{body}");
         assert!(!body.contains("spring-news"), "{body}");
         c.goto(&format!("{base}/")).await.unwrap();
-        let field = c.find(Locator::Css("input[name=token]")).await.unwrap();
-        field.send_keys("not-the-token").await.unwrap();
-        click(&c, "form button").await;
+        log_in(&c, "not-the-token").await;
         wait_text(&c, 10, "p.error", |t| t.contains("not the admin token")).await;
 
         // The token lets us in.
-        let field = c.find(Locator::Css("input[name=token]")).await.unwrap();
-        field.send_keys(TOKEN).await.unwrap();
-        click(&c, "form button").await;
+        log_in(&c, TOKEN).await;
         wait_text(&c, 10, &format!("{row} td.name"), |t| {
             t.contains("spring-news")
         })
