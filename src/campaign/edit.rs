@@ -16,7 +16,7 @@ use crate::campaign::status::{CampaignStatus, Phase};
 use crate::compose::{self, content::Compiled, content::Sources};
 use crate::store::campaigns;
 use crate::store::content::{self as stored, ContentKind, EditedCampaign, Track};
-use crate::store::{dkim_keys, now_ms, Campaign, Conn};
+use crate::store::{now_ms, Campaign, Conn};
 
 /// `campaign edit`'s options, as typed; `None`: unchanged.
 #[derive(Debug, Clone, Default)]
@@ -196,13 +196,11 @@ fn edit_content(
     };
     let mut warnings: Vec<Warning> = parts.warnings.into_iter().map(Warning::Content).collect();
     if req.from.is_some() {
-        let domain = compose::from_domain(&from);
-        if dkim_keys::for_domain(conn, &domain)?.is_empty() {
-            warnings.push(Warning::NoDkimKey(domain.clone()));
-        }
-        if let Some(w) = compose::align::warning(&domain, c.return_path.as_deref()) {
-            warnings.push(Warning::Unaligned(w));
-        }
+        warnings.extend(super::sender_warnings(
+            conn,
+            &from,
+            c.return_path.as_deref(),
+        )?);
     }
     Ok((version, warnings))
 }

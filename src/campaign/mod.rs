@@ -319,13 +319,11 @@ pub fn create(conn: &mut Conn, checked: Checked) -> Result<Created, CampaignErro
     if checked.public_url.is_none() {
         warnings.push(Warning::NoPublicUrl);
     }
-    let domain = compose::from_domain(&checked.from);
-    if dkim_keys::for_domain(conn, &domain)?.is_empty() {
-        warnings.push(Warning::NoDkimKey(domain.clone()));
-    }
-    if let Some(w) = compose::align::warning(&domain, checked.return_path.as_deref()) {
-        warnings.push(Warning::Unaligned(w));
-    }
+    warnings.extend(sender_warnings(
+        conn,
+        &checked.from,
+        checked.return_path.as_deref(),
+    )?);
     Ok(Created {
         campaign,
         list: checked.request.list,
@@ -338,6 +336,24 @@ pub fn create(conn: &mut Conn, checked: Checked) -> Result<Created, CampaignErro
         links: checked.tracking.links.len(),
         ab: checked.ab,
     })
+}
+
+/// What a sender lacks: no DKIM key for the From domain, or a From that
+/// does not align with the return path.
+fn sender_warnings(
+    conn: &mut Conn,
+    from: &lettre::message::Mailbox,
+    return_path: Option<&str>,
+) -> Result<Vec<Warning>, StoreError> {
+    let mut warnings = Vec::new();
+    let domain = compose::from_domain(from);
+    if dkim_keys::for_domain(conn, &domain)?.is_empty() {
+        warnings.push(Warning::NoDkimKey(domain.clone()));
+    }
+    if let Some(w) = compose::align::warning(&domain, return_path) {
+        warnings.push(Warning::Unaligned(w));
+    }
+    Ok(warnings)
 }
 
 /// One campaign (by name or id) or all, with their counters, as `status`

@@ -240,8 +240,14 @@ fn svg(axis: Axis, class: &str, name: &str, label: &str, values: &[i64], dated: 
             escape(&name.to_lowercase()),
         );
     }
-    // The x axis: its line, the first and last bucket edges, its title.
-    let end = at(axis, values.len());
+    x_axis(&mut out, axis, values.len(), name, dated);
+    out
+}
+
+/// The x axis: its line, the first and last bucket edges, its title; the
+/// y axis's title; the end of the chart.
+fn x_axis(out: &mut String, axis: Axis, buckets: usize, name: &str, dated: bool) {
+    let end = at(axis, buckets);
     let _ = write!(
         out,
         "<line class=\"axis\" x1=\"{LEFT}\" y1=\"{BOTTOM}\" x2=\"{RIGHT}\" y2=\"{BOTTOM}\"/>\
@@ -260,7 +266,6 @@ fn svg(axis: Axis, class: &str, name: &str, label: &str, values: &[i64], dated: 
         escape(&name.to_lowercase()),
         per(axis.bucket_ms),
     );
-    out
 }
 
 /// Text made safe for an element or a quoted attribute.

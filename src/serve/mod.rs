@@ -111,63 +111,80 @@ pub fn run(settings: ServeSettings) -> Result<(), ServeError> {
     listen::raise_file_limit(2 * settings.max_connections + 64);
     let recorder = hits::Recorder::start(Db::new(&settings.database_url, None, Plans::Custom))
         .context("cannot start the hit writer")?;
-    let served: Result<()> = runtime.block_on(async move {
-        let url = &settings.database_url;
-        let state = Arc::new(AppState {
-            public: Side::new(
-                Db::new(url, Some(conn), Plans::Custom),
-                Pool::new("public", pool::PUBLIC_THREADS),
-            ),
-            admin: Side::new(
-                Db::new(url, None, Plans::Custom),
-                Pool::new("admin", pool::ADMIN_THREADS),
-            ),
-            health: Health::default(),
-            identity,
-            settings: settings.clone(),
-            failures: guard::Failures::default(),
-            timelines: campaign_page::Timelines::default(),
-            tracking: tracking::TrackingRoutes::new(recorder),
-            api: api::ApiState::new(url, settings.api_rate, settings.api_burst),
-        });
-        let stop = CancellationToken::new();
-        shutdown::on_signals(stop.clone()).context("cannot install signal handlers")?;
-        let public = bind(settings.listen, "--listen").await?;
-        let admin = bind(settings.admin_listen, "--admin-listen").await?;
-        tracing::info!(
-            public = %settings.listen,
-            admin = %settings.admin_listen,
-            admin_token = settings.admin_token.is_some(),
-            "serving"
-        );
-        let cap = settings.max_connections;
-        let deliverer = tokio::spawn(crate::webhooks::deliver::run(
-            Db::new(url, None, Plans::Custom),
-            settings.webhooks,
-            stop.clone(),
-        ));
-        tokio::join!(
-            listen::serve(
-                public,
-                public::router(Arc::clone(&state)),
-                cap,
-                stop.clone()
-            ),
-            listen::serve(admin, admin::router(Arc::clone(&state)), cap, stop.clone()),
-        );
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), deliverer).await;
-        // Requests are over: record the opens and clicks still queued.
-        let last = Arc::clone(&state);
-        tokio::task::spawn_blocking(move || last.tracking.recorder.finish())
-            .await
-            .context("the hit writer failed")?;
-        tracing::info!("serve stopped");
-        Ok(())
-    });
+    let state = Arc::new(app_state(&settings, conn, identity, recorder));
+    let served: Result<()> = runtime.block_on(serve_until_stopped(state));
     // Blocking work still running (each bounded by its own deadline) is
     // not waited for beyond this.
     runtime.shutdown_timeout(listen::SHUTDOWN_GRACE);
     Ok(served?)
+}
+
+/// What every handler reaches: the two sides' connections and threads,
+/// and the state they share.
+fn app_state(
+    settings: &ServeSettings,
+    conn: store::Conn,
+    identity: Identity,
+    recorder: hits::Recorder,
+) -> AppState {
+    let url = &settings.database_url;
+    AppState {
+        public: Side::new(
+            Db::new(url, Some(conn), Plans::Custom),
+            Pool::new("public", pool::PUBLIC_THREADS),
+        ),
+        admin: Side::new(
+            Db::new(url, None, Plans::Custom),
+            Pool::new("admin", pool::ADMIN_THREADS),
+        ),
+        health: Health::default(),
+        identity,
+        settings: settings.clone(),
+        failures: guard::Failures::default(),
+        timelines: campaign_page::Timelines::default(),
+        tracking: tracking::TrackingRoutes::new(recorder),
+        api: api::ApiState::new(url, settings.api_rate, settings.api_burst),
+    }
+}
+
+/// Bind both listeners and serve them, with the webhook deliverer beside
+/// them, until SIGTERM or SIGINT; then record the opens and clicks still
+/// queued.
+async fn serve_until_stopped(state: State) -> Result<()> {
+    let settings = &state.settings;
+    let stop = CancellationToken::new();
+    shutdown::on_signals(stop.clone()).context("cannot install signal handlers")?;
+    let public = bind(settings.listen, "--listen").await?;
+    let admin = bind(settings.admin_listen, "--admin-listen").await?;
+    tracing::info!(
+        public = %settings.listen,
+        admin = %settings.admin_listen,
+        admin_token = settings.admin_token.is_some(),
+        "serving"
+    );
+    let cap = settings.max_connections;
+    let deliverer = tokio::spawn(crate::webhooks::deliver::run(
+        Db::new(&settings.database_url, None, Plans::Custom),
+        settings.webhooks,
+        stop.clone(),
+    ));
+    tokio::join!(
+        listen::serve(
+            public,
+            public::router(Arc::clone(&state)),
+            cap,
+            stop.clone()
+        ),
+        listen::serve(admin, admin::router(Arc::clone(&state)), cap, stop.clone()),
+    );
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), deliverer).await;
+    // Requests are over: record the opens and clicks still queued.
+    let last = Arc::clone(&state);
+    tokio::task::spawn_blocking(move || last.tracking.recorder.finish())
+        .await
+        .context("the hit writer failed")?;
+    tracing::info!("serve stopped");
+    Ok(())
 }
 
 async fn bind(addr: SocketAddr, option: &str) -> Result<tokio::net::TcpListener> {

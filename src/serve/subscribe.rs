@@ -65,33 +65,31 @@ fn allowed(client: IpAddr) -> bool {
 
 pub use super::chart::escape;
 
-/// The form's HTML: `action` is where it posts (`/subscribe` here, the
-/// public URL's in `list form`).
-pub fn form_html(
-    action: &str,
-    lists: &[PublicList],
-    form: &Form,
-    mistakes: &[(&'static str, String)],
-) -> String {
-    let error = |field: &str| {
-        mistakes
-            .iter()
-            .find(|(f, _)| *f == field)
-            .map(|(_, m)| {
-                format!(
-                    "<p class=\"error\" id=\"{field}-error\"><strong>Error:</strong> {}</p>\n",
-                    escape(m)
-                )
-            })
-            .unwrap_or_default()
-    };
-    let described = |field: &str| {
-        if mistakes.iter().any(|(f, _)| *f == field) {
-            format!(" aria-invalid=\"true\" aria-describedby=\"{field}-error\"")
-        } else {
-            String::new()
-        }
-    };
+/// The sentence about `field`, above it, if the form was refused for it.
+fn error_line(mistakes: &[(&'static str, String)], field: &str) -> String {
+    mistakes
+        .iter()
+        .find(|(f, _)| *f == field)
+        .map(|(_, m)| {
+            format!(
+                "<p class=\"error\" id=\"{field}-error\"><strong>Error:</strong> {}</p>\n",
+                escape(m)
+            )
+        })
+        .unwrap_or_default()
+}
+
+/// The attributes that tie a refused field to its sentence.
+fn described_by(mistakes: &[(&'static str, String)], field: &str) -> String {
+    if mistakes.iter().any(|(f, _)| *f == field) {
+        format!(" aria-invalid=\"true\" aria-describedby=\"{field}-error\"")
+    } else {
+        String::new()
+    }
+}
+
+/// A checkbox per list, ticked when chosen before (or the only one).
+fn list_boxes(lists: &[PublicList], form: &Form) -> String {
     let mut boxes = String::new();
     for l in lists {
         let checked = if form.lists.iter().any(|n| n == &l.name) || lists.len() == 1 {
@@ -107,6 +105,20 @@ pub fn form_html(
             label = escape(l.label()),
         ));
     }
+    boxes
+}
+
+/// The form's HTML: `action` is where it posts (`/subscribe` here, the
+/// public URL's in `list form`).
+pub fn form_html(
+    action: &str,
+    lists: &[PublicList],
+    form: &Form,
+    mistakes: &[(&'static str, String)],
+) -> String {
+    let error = |field: &str| error_line(mistakes, field);
+    let described = |field: &str| described_by(mistakes, field);
+    let boxes = list_boxes(lists, form);
     format!(
         "<form method=\"post\" action=\"{action}\">\n\
          {email_err}<p><label for=\"email\">Email address</label><br>\n\
@@ -203,6 +215,24 @@ fn parse(body: &[u8]) -> (Form, bool) {
     (form, honey)
 }
 
+/// What sends the confirmation mail: nothing without a public URL (the
+/// mail's link would lead nowhere).
+fn confirmation_mailer(state: &State) -> Option<Mailer> {
+    state.settings.public_url.clone().map(|public_url| Mailer {
+        queue: Queue {
+            servers: state.settings.servers.clone(),
+            tube: state.settings.tube.clone(),
+        },
+        from: state
+            .settings
+            .confirm_from
+            .clone()
+            .unwrap_or_else(|| confirm_mail::default_from(&public_url)),
+        public_url,
+        signer: state.identity.signer.clone(),
+    })
+}
+
 async fn submit(Extract(state): Extract<State>, Client(client): Client, body: Bytes) -> Response {
     if !allowed(client) {
         return super::guard::too_many(client, "subscribe", WINDOW);
@@ -219,19 +249,7 @@ async fn submit(Extract(state): Extract<State>, Client(client): Client, body: By
         tracing::info!(client = %client, "subscribe: honeypot filled, nothing stored");
         return check_inbox();
     }
-    let mailer = state.settings.public_url.clone().map(|public_url| Mailer {
-        queue: Queue {
-            servers: state.settings.servers.clone(),
-            tube: state.settings.tube.clone(),
-        },
-        from: state
-            .settings
-            .confirm_from
-            .clone()
-            .unwrap_or_else(|| confirm_mail::default_from(&public_url)),
-        public_url,
-        signer: state.identity.signer.clone(),
-    });
+    let mailer = confirmation_mailer(&state);
     let asked = form.clone();
     let done = state
         .public

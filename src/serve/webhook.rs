@@ -15,6 +15,8 @@
 //! not exist at all (404), so a public listener never takes unauthenticated
 //! writes.
 
+use std::net::IpAddr;
+
 use axum::body::Bytes;
 
 use axum::extract::{DefaultBodyLimit, State as Extract};
@@ -87,12 +89,9 @@ fn answer(code: StatusCode, message: &str) -> Response {
     (code, Json(serde_json::json!({ "error": message }))).into_response()
 }
 
-async fn receive(
-    Extract(state): Extract<State>,
-    Client(client): Client,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+/// The bearer token must be the configured webhook token; failures count
+/// toward the client's lock-out as a login's do.
+fn authorised(state: &State, client: IpAddr, headers: &HeaderMap) -> Result<(), Response> {
     let expected = state.settings.webhook_token.as_deref().unwrap_or_default();
     let given = headers
         .get(header::AUTHORIZATION)
@@ -101,39 +100,60 @@ async fn receive(
         .unwrap_or("");
     if expected.is_empty() || !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
         if let Some(wait) = state.failures.blocked(client, Credential::Webhook, given) {
-            return super::guard::too_many(client, "webhook", wait);
+            return Err(super::guard::too_many(client, "webhook", wait));
         }
         state
             .failures
             .failed(client, Credential::Webhook, "webhook bearer header", given);
-        return (
+        return Err((
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Bearer")],
             "webhook token required\n",
         )
-            .into_response();
+            .into_response());
     }
-    let event: Event = match serde_json::from_slice(&body) {
+    Ok(())
+}
+
+/// The event and its kind, or the answer that says what is wrong with it.
+fn parsed(body: &[u8]) -> Result<(Event, BounceKind), Response> {
+    let event: Event = match serde_json::from_slice(body) {
         Ok(e) => e,
-        Err(e) => return answer(StatusCode::BAD_REQUEST, &format!("bad JSON: {e}")),
+        Err(e) => return Err(answer(StatusCode::BAD_REQUEST, &format!("bad JSON: {e}"))),
     };
     let kind = match event.kind.trim() {
         "hard" => BounceKind::Hard,
         "soft" => BounceKind::Soft,
         "complaint" => BounceKind::Complaint,
         _ => {
-            return answer(
+            return Err(answer(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "\"type\" must be \"hard\", \"soft\" or \"complaint\"",
-            )
+            ))
         }
     };
     if event.email.is_none() && event.token.is_none() {
-        return answer(
+        return Err(answer(
             StatusCode::UNPROCESSABLE_ENTITY,
             "give \"email\" or \"token\" (the VERP token)",
-        );
+        ));
     }
+    Ok((event, kind))
+}
+
+async fn receive(
+    Extract(state): Extract<State>,
+    Client(client): Client,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(refused) = authorised(&state, client, &headers) {
+        return refused;
+    }
+    let (event, kind) = match parsed(&body) {
+        Ok(parsed) => parsed,
+        Err(refused) => return refused,
+    };
     let fingerprint = event_fingerprint(&event);
     let identity = state.identity.clone();
     let result = state

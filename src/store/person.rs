@@ -15,25 +15,47 @@ use super::schema::{
 };
 use super::{on, suppressions, Conn, Result};
 
+type RecipientRow = (i64, String, String, String, String, Option<i64>);
+type DeliveryRow = (i64, String, i32, Option<String>, i64, Option<i64>);
+type EngagementRow = (i64, Option<i64>, i64, Option<i64>, i64, Option<i64>);
+type BounceRow = (
+    Option<i64>,
+    String,
+    String,
+    Option<String>,
+    String,
+    String,
+    i64,
+);
+type EventRow = (i64, String, Option<i64>, i64);
+
+/// The rows keyed by one recipient id.
+struct Held {
+    lists: Vec<String>,
+    deliveries: Vec<DeliveryRow>,
+    engagement: Vec<EngagementRow>,
+    bounces: Vec<BounceRow>,
+    events: Vec<EventRow>,
+}
+
 /// Everything about the address whose key is `key`, as one JSON object;
 /// `None` when nothing at all is held.
 pub fn export(conn: &mut Conn, key: &str) -> Result<Option<Value>> {
-    let recipient: Option<(i64, String, String, String, String, Option<i64>)> =
-        on!(conn, |c| r::table
-            .filter(r::email_key.eq(key))
-            .select((
-                r::id,
-                r::email,
-                r::name,
-                r::attributes,
-                r::status,
-                r::created_at
-            ))
-            .first(c)
-            .optional())?;
+    let recipient: Option<RecipientRow> = on!(conn, |c| r::table
+        .filter(r::email_key.eq(key))
+        .select((
+            r::id,
+            r::email,
+            r::name,
+            r::attributes,
+            r::status,
+            r::created_at
+        ))
+        .first(c)
+        .optional())?;
     let messages = messages_to(conn, key)?;
     let suppressed = suppressions::matching(conn, &[key.to_string()])?.remove(key);
-    let Some((id, email, name, attributes, status, created_at)) = recipient else {
+    let Some(recipient) = recipient else {
         if messages.is_empty() && suppressed.is_none() {
             return Ok(None);
         }
@@ -49,14 +71,22 @@ pub fn export(conn: &mut Conn, key: &str) -> Result<Option<Value>> {
             "suppressed": suppressed,
         })));
     };
-    let lists: Vec<String> = on!(conn, |c| lm::table
+    let held = held_by(conn, recipient.0)?;
+    let names = campaign_names(conn, &held)?;
+    let mut out = document(recipient, &held, &names);
+    out["messages"] = Value::Array(messages);
+    out["suppressed"] = json!(suppressed);
+    Ok(Some(out))
+}
+
+fn held_by(conn: &mut Conn, id: i64) -> Result<Held> {
+    let lists = on!(conn, |c| lm::table
         .inner_join(l::table)
         .filter(lm::recipient_id.eq(id))
         .order(l::name)
         .select(l::name)
         .load(c))?;
-    type DeliveryRow = (i64, String, i32, Option<String>, i64, Option<i64>);
-    let deliveries: Vec<DeliveryRow> = on!(conn, |c| d::table
+    let deliveries = on!(conn, |c| d::table
         .filter(d::recipient_id.eq(id))
         .order(d::campaign_id)
         .select((
@@ -68,8 +98,7 @@ pub fn export(conn: &mut Conn, key: &str) -> Result<Option<Value>> {
             d::content_version
         ))
         .load(c))?;
-    type EngagementRow = (i64, Option<i64>, i64, Option<i64>, i64, Option<i64>);
-    let engagement: Vec<EngagementRow> = on!(conn, |c| e::table
+    let engagement = on!(conn, |c| e::table
         .filter(e::recipient_id.eq(id))
         .order(e::campaign_id)
         .select((
@@ -81,16 +110,7 @@ pub fn export(conn: &mut Conn, key: &str) -> Result<Option<Value>> {
             e::unsubscribed_at
         ))
         .load(c))?;
-    type BounceRow = (
-        Option<i64>,
-        String,
-        String,
-        Option<String>,
-        String,
-        String,
-        i64,
-    );
-    let bounces: Vec<BounceRow> = on!(conn, |c| b::table
+    let bounces = on!(conn, |c| b::table
         .filter(b::recipient_id.eq(id))
         .order(b::id)
         .select((
@@ -103,25 +123,41 @@ pub fn export(conn: &mut Conn, key: &str) -> Result<Option<Value>> {
             b::received_at
         ))
         .load(c))?;
-    let events: Vec<(i64, String, Option<i64>, i64)> = on!(conn, |c| o::table
+    let events = on!(conn, |c| o::table
         .filter(o::recipient_id.eq(id))
         .order(o::id)
         .select((o::id, o::kind, o::campaign_id, o::at))
         .load(c))?;
-    let mut ids: HashSet<i64> = deliveries.iter().map(|x| x.0).collect();
-    ids.extend(engagement.iter().map(|x| x.0));
-    ids.extend(bounces.iter().filter_map(|x| x.0));
-    ids.extend(events.iter().filter_map(|x| x.2));
+    Ok(Held {
+        lists,
+        deliveries,
+        engagement,
+        bounces,
+        events,
+    })
+}
+
+/// The names of the campaigns the rows name.
+fn campaign_names(conn: &mut Conn, held: &Held) -> Result<BTreeMap<i64, String>> {
+    let mut ids: HashSet<i64> = held.deliveries.iter().map(|x| x.0).collect();
+    ids.extend(held.engagement.iter().map(|x| x.0));
+    ids.extend(held.bounces.iter().filter_map(|x| x.0));
+    ids.extend(held.events.iter().filter_map(|x| x.2));
     let ids: Vec<i64> = ids.into_iter().collect();
-    let names: BTreeMap<i64, String> = on!(conn, |c| cp::table
+    Ok(on!(conn, |c| cp::table
         .filter(cp::id.eq_any(&ids))
         .select((cp::id, cp::name))
         .load::<(i64, String)>(c))?
     .into_iter()
-    .collect();
+    .collect())
+}
+
+/// The export's object, less its messages and suppression entry.
+fn document(recipient: RecipientRow, held: &Held, names: &BTreeMap<i64, String>) -> Value {
+    let (id, email, name, attributes, status, created_at) = recipient;
     let campaign = |id: Option<i64>| id.and_then(|i| names.get(&i).cloned());
     let attributes: Value = serde_json::from_str(&attributes).unwrap_or(Value::Null);
-    Ok(Some(json!({
+    json!({
         "email": email,
         "recipient": {
             "id": id,
@@ -131,25 +167,23 @@ pub fn export(conn: &mut Conn, key: &str) -> Result<Option<Value>> {
             "status": status,
             "created_at": created_at.map(|ms| crate::clock::rfc3339(ms, crate::clock::Precision::AsNeeded)),
         },
-        "lists": lists,
-        "deliveries": deliveries.iter().map(|(cid, state, attempts, err, at, version)| json!({
+        "lists": held.lists,
+        "deliveries": held.deliveries.iter().map(|(cid, state, attempts, err, at, version)| json!({
             "campaign": campaign(Some(*cid)), "state": state, "attempts": attempts,
             "last_error": err, "updated_at": at, "content_version": version,
         })).collect::<Vec<_>>(),
-        "engagement": engagement.iter().map(|(cid, open, opens, click, clicks, unsub)| json!({
+        "engagement": held.engagement.iter().map(|(cid, open, opens, click, clicks, unsub)| json!({
             "campaign": campaign(Some(*cid)), "first_open_at": open, "opens": opens,
             "first_click_at": click, "clicks": clicks, "unsubscribed_at": unsub,
         })).collect::<Vec<_>>(),
-        "bounces": bounces.iter().map(|(cid, email, kind, status, reason, source, at)| json!({
+        "bounces": held.bounces.iter().map(|(cid, email, kind, status, reason, source, at)| json!({
             "campaign": campaign(*cid), "email": email, "kind": kind, "status": status,
             "reason": reason, "source": source, "received_at": at,
         })).collect::<Vec<_>>(),
-        "webhook_events": events.iter().map(|(oid, kind, cid, at)| json!({
+        "webhook_events": held.events.iter().map(|(oid, kind, cid, at)| json!({
             "id": oid, "kind": kind, "campaign": campaign(*cid), "at": at,
         })).collect::<Vec<_>>(),
-        "messages": messages,
-        "suppressed": suppressed,
-    })))
+    })
 }
 
 /// Transactional messages to the address: `to_addr` is free text (`Name

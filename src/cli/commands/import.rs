@@ -27,20 +27,7 @@ pub fn import(g: &Global, args: &ImportArgs) -> Result {
     let mut conn = open_migrated(g)?;
     let bar = spinner();
     let started = std::time::Instant::now();
-    let label = match &args.file {
-        Some(file) => format!("{}: line", file.display()),
-        None => "query: row".to_string(),
-    };
-    let mut shown = 0u32;
-    let on_reject = |r: &Rejected| {
-        // Every rejected row is reported; a flood is summarised.
-        if shown < SHOWN_REJECTS {
-            bar.suspend(|| error_line(&format!("{label} {}: {}", r.line, r.reason)));
-        } else if shown == SHOWN_REJECTS {
-            bar.suspend(|| error_line("(more rejected rows not shown)"));
-        }
-        shown += 1;
-    };
+    let on_reject = reject_reporter(&bar, args);
     let on_progress = |rows: u64| {
         bar.set_message(format!("importing: {rows} rows read"));
         bar.tick();
@@ -100,6 +87,27 @@ fn open_source(args: &ImportArgs) -> Result<Option<SqlSource>> {
 }
 
 /// A spinner on a terminal, nothing otherwise.
+/// Every rejected row is reported above the spinner, by line (a file) or
+/// row (a query); a flood is summarised.
+fn reject_reporter<'a>(
+    bar: &'a indicatif::ProgressBar,
+    args: &ImportArgs,
+) -> impl FnMut(&Rejected) + 'a {
+    let label = match &args.file {
+        Some(file) => format!("{}: line", file.display()),
+        None => "query: row".to_string(),
+    };
+    let mut shown = 0u32;
+    move |r: &Rejected| {
+        if shown < SHOWN_REJECTS {
+            bar.suspend(|| error_line(&format!("{label} {}: {}", r.line, r.reason)));
+        } else if shown == SHOWN_REJECTS {
+            bar.suspend(|| error_line("(more rejected rows not shown)"));
+        }
+        shown += 1;
+    }
+}
+
 fn spinner() -> indicatif::ProgressBar {
     if std::io::stderr().is_terminal() {
         let bar = indicatif::ProgressBar::new_spinner();
