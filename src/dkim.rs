@@ -107,6 +107,22 @@ pub enum DkimError {
     NoSuchKey { domain: String, selector: String },
 }
 
+impl DkimError {
+    /// What the user can fix (a name, a missing or ambiguous key), as
+    /// opposed to a failure of the machine or the stored key.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            DkimError::BadDomain(_)
+                | DkimError::BadSelector(_)
+                | DkimError::NoActiveKey(_)
+                | DkimError::NoActiveKeyOf { .. }
+                | DkimError::WhichAlgorithm(_)
+                | DkimError::NoSuchKey { .. }
+        )
+    }
+}
+
 /// The DNS name of a key's TXT record: `SELECTOR._domainkey.DOMAIN`.
 pub fn txt_name(selector: &str, domain: &str) -> String {
     format!("{selector}._domainkey.{domain}")

@@ -200,24 +200,13 @@ impl ExitKind for StoreError {
 
 impl ExitKind for DkimError {
     fn exit_kind(&self) -> Exit {
-        usage_if(matches!(
-            self,
-            DkimError::BadDomain(_)
-                | DkimError::BadSelector(_)
-                | DkimError::NoActiveKey(_)
-                | DkimError::NoActiveKeyOf { .. }
-                | DkimError::WhichAlgorithm(_)
-                | DkimError::NoSuchKey { .. }
-        ))
+        usage_if(self.is_usage())
     }
 }
 
 impl ExitKind for KeygenError {
     fn exit_kind(&self) -> Exit {
-        match self {
-            KeygenError::Dkim(e) => e.exit_kind(),
-            KeygenError::Store(e) => e.exit_kind(),
-        }
+        usage_if(self.is_usage())
     }
 }
 

@@ -28,6 +28,17 @@ pub enum KeygenError {
     Store(#[from] crate::store::StoreError),
 }
 
+impl KeygenError {
+    /// What the user can fix: the key's names, or a key that exists
+    /// already or not at all.
+    pub fn is_usage(&self) -> bool {
+        match self {
+            KeygenError::Dkim(e) => e.is_usage(),
+            KeygenError::Store(e) => e.is_usage(),
+        }
+    }
+}
+
 fn checked_domain(domain: &str) -> Result<String, DkimError> {
     crate::mailbox::dns_name(domain).ok_or_else(|| DkimError::BadDomain(domain.to_string()))
 }

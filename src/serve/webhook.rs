@@ -89,9 +89,10 @@ fn answer(code: StatusCode, message: &str) -> Response {
     (code, Json(serde_json::json!({ "error": message }))).into_response()
 }
 
-/// The bearer token must be the configured webhook token; failures count
-/// toward the client's lock-out as a login's do.
-fn authorised(state: &State, client: IpAddr, headers: &HeaderMap) -> Result<(), Response> {
+/// The answer that refuses the request, unless its bearer token is the
+/// configured webhook token; failures count toward the client's lock-out
+/// as a login's do.
+fn refusal(state: &State, client: IpAddr, headers: &HeaderMap) -> Option<Response> {
     let expected = state.settings.webhook_token.as_deref().unwrap_or_default();
     let given = headers
         .get(header::AUTHORIZATION)
@@ -100,42 +101,45 @@ fn authorised(state: &State, client: IpAddr, headers: &HeaderMap) -> Result<(), 
         .unwrap_or("");
     if expected.is_empty() || !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
         if let Some(wait) = state.failures.blocked(client, Credential::Webhook, given) {
-            return Err(super::guard::too_many(client, "webhook", wait));
+            return Some(super::guard::too_many(client, "webhook", wait));
         }
         state
             .failures
             .failed(client, Credential::Webhook, "webhook bearer header", given);
-        return Err((
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            "webhook token required\n",
-        )
-            .into_response());
+        return Some(
+            (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "webhook token required\n",
+            )
+                .into_response(),
+        );
     }
-    Ok(())
+    None
 }
 
-/// The event and its kind, or the answer that says what is wrong with it.
-fn parsed(body: &[u8]) -> Result<(Event, BounceKind), Response> {
+/// The event and its kind, or the status and sentence that say what is
+/// wrong with it.
+fn parsed(body: &[u8]) -> Result<(Event, BounceKind), (StatusCode, String)> {
     let event: Event = match serde_json::from_slice(body) {
         Ok(e) => e,
-        Err(e) => return Err(answer(StatusCode::BAD_REQUEST, &format!("bad JSON: {e}"))),
+        Err(e) => return Err((StatusCode::BAD_REQUEST, format!("bad JSON: {e}"))),
     };
     let kind = match event.kind.trim() {
         "hard" => BounceKind::Hard,
         "soft" => BounceKind::Soft,
         "complaint" => BounceKind::Complaint,
         _ => {
-            return Err(answer(
+            return Err((
                 StatusCode::UNPROCESSABLE_ENTITY,
-                "\"type\" must be \"hard\", \"soft\" or \"complaint\"",
+                "\"type\" must be \"hard\", \"soft\" or \"complaint\"".into(),
             ))
         }
     };
     if event.email.is_none() && event.token.is_none() {
-        return Err(answer(
+        return Err((
             StatusCode::UNPROCESSABLE_ENTITY,
-            "give \"email\" or \"token\" (the VERP token)",
+            "give \"email\" or \"token\" (the VERP token)".into(),
         ));
     }
     Ok((event, kind))
@@ -147,12 +151,12 @@ async fn receive(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(refused) = authorised(&state, client, &headers) {
+    if let Some(refused) = refusal(&state, client, &headers) {
         return refused;
     }
     let (event, kind) = match parsed(&body) {
         Ok(parsed) => parsed,
-        Err(refused) => return refused,
+        Err((status, why)) => return answer(status, &why),
     };
     let fingerprint = event_fingerprint(&event);
     let identity = state.identity.clone();

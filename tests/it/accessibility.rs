@@ -26,6 +26,10 @@ pub const ADMIN_PAGES: &[&str] = &[
     "/apikeys",
     "/webhooks",
     "/suppression",
+    "/dkim",
+    "/lists",
+    "/templates",
+    "/templates/welcome",
     "/campaigns/new",
     "/campaigns/archived",
     "/subscribers",
@@ -47,6 +51,7 @@ const PICTURED: &[(&str, &str)] = &[
     ("/campaigns/{campaign}", "campaign"),
     ("/apikeys", "apikeys"),
     ("/suppression", "suppression"),
+    ("/dkim", "dkim"),
 ];
 
 const TOKEN: &str = "axe-test-token";
@@ -101,6 +106,7 @@ fn every_page_passes_axe_core() {
     onboarding_flow(&env, "news");
     env.ok(&["suppress", "add", "gone@example.test", "--reason", "asked"]);
     env.ok(&["apikey", "create", "shop", "--scopes", "read"]);
+    env.ok(&["dkim", "keygen", "example.test"]);
     let campaign = env.status("first")["id"].as_i64().unwrap().to_string();
     let fill = |p: &str| {
         p.replace("{campaign}", &campaign)

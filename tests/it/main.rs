@@ -51,6 +51,7 @@ mod flows;
 mod forget;
 mod headers;
 mod manage;
+mod manage_content;
 mod messages;
 mod messages_tx;
 mod mx_rollup;

@@ -8,14 +8,14 @@ use crate::admin::{csrf_of, login, TOKEN};
 use crate::util::*;
 
 /// A logged-in browser: its cookie and the CSRF token of its pages.
-struct Browser {
+pub(crate) struct Browser {
     port: u16,
-    cookie: String,
+    pub(crate) cookie: String,
     csrf: String,
 }
 
 impl Browser {
-    fn new(port: u16) -> Browser {
+    pub(crate) fn new(port: u16) -> Browser {
         let cookie = login(port);
         let page = http("GET", port, "/apikeys", &[("Cookie", &cookie)], None);
         assert_eq!(page.status, 200, "{}", page.body);
@@ -23,12 +23,12 @@ impl Browser {
         Browser { port, cookie, csrf }
     }
 
-    fn get(&self, path: &str) -> Http {
+    pub(crate) fn get(&self, path: &str) -> Http {
         http("GET", self.port, path, &[("Cookie", &self.cookie)], None)
     }
 
     /// POST `fields` as a form, with the CSRF token.
-    fn post(&self, path: &str, fields: &[(&str, &str)]) -> Http {
+    pub(crate) fn post(&self, path: &str, fields: &[(&str, &str)]) -> Http {
         let mut form = url::form_urlencoded::Serializer::new(String::new());
         form.append_pair("csrf", &self.csrf);
         form.extend_pairs(fields);
@@ -44,7 +44,7 @@ impl Browser {
 }
 
 /// The text of the first `<code class="secret" …>` on a page.
-fn secret_of(page: &str) -> String {
+pub(crate) fn secret_of(page: &str) -> String {
     let at = page.find("class=\"secret\"").expect("a secret shown") + 14;
     let rest = &page[at..];
     let start = rest.find('>').unwrap() + 1;
@@ -278,11 +278,21 @@ fn every_form_refuses_a_post_without_the_csrf_token(kind: Kind) {
         ("/suppression", "entries=forged%40example.com"),
         ("/suppression/import", "file=forged%40example.com"),
     ];
+    refuse_forged_posts(&b, &posts);
+    assert!(env.ok(&["apikey", "ls"]).contains("kept"));
+    assert!(!env.ok(&["apikey", "ls"]).contains("forged"));
+    assert!(env.ok(&["webhook", "ls"]).contains("no webhooks"));
+    assert!(env.ok(&["suppress", "ls"]).contains("is empty"));
+}
+
+/// Each of `posts` (path, form body) sent in the browser's session without
+/// a CSRF token and with a forged one: 403 every time.
+pub(crate) fn refuse_forged_posts(b: &Browser, posts: &[(&str, &str)]) {
     for (path, body) in posts {
         for csrf in ["", "&csrf=AAAAAAAAAAAAAAAAAAAAAAAA"] {
             let r = http(
                 "POST",
-                s.admin,
+                b.port,
                 path,
                 &[("Cookie", &b.cookie)],
                 Some(&format!("{body}{csrf}")),
@@ -290,10 +300,6 @@ fn every_form_refuses_a_post_without_the_csrf_token(kind: Kind) {
             assert_eq!(r.status, 403, "{path} {csrf}: {}", r.body);
         }
     }
-    assert!(env.ok(&["apikey", "ls"]).contains("kept"));
-    assert!(!env.ok(&["apikey", "ls"]).contains("forged"));
-    assert!(env.ok(&["webhook", "ls"]).contains("no webhooks"));
-    assert!(env.ok(&["suppress", "ls"]).contains("is empty"));
 }
 
 /// Flow `onboarding` on `list`: one step, template `welcome`, a day after

@@ -1,5 +1,7 @@
 //! The dashboard's management pages: API keys ([`keys`]), webhooks
-//! ([`hooks`]) and the suppression list ([`suppression`]). Each form posts
+//! ([`hooks`]), the suppression list ([`suppression`]), DKIM keys
+//! ([`dkim`]), message templates ([`message_templates`]) and lists
+//! ([`lists`]). Each form posts
 //! to the stage function its CLI command calls (`apikey`, `webhook`,
 //! `suppress`), so validation and wording live in the stage once; a
 //! refusal is shown next to the form it came from. Behind the admin gate
@@ -8,8 +10,11 @@
 //! webhook secret) is shown once, in the answer to the POST that made it,
 //! on a page that is never cached.
 
+pub mod dkim;
 pub mod hooks;
 pub mod keys;
+pub mod lists;
+pub mod message_templates;
 pub mod suppression;
 
 use askama::Template;
@@ -27,6 +32,9 @@ pub fn routes() -> Router<State> {
         .merge(keys::routes())
         .merge(hooks::routes())
         .merge(suppression::routes())
+        .merge(dkim::routes())
+        .merge(lists::routes())
+        .merge(message_templates::routes())
 }
 
 /// A page with `status`; a template that fails to render is a 500.
