@@ -36,7 +36,11 @@ async fn search(c: &Client, prefix: &str) {
 /// The addresses the results table shows.
 async fn hits(c: &Client) -> Vec<String> {
     let mut shown = Vec::new();
-    for a in c.find_all(Locator::Css("table.hits td.name a")).await.unwrap() {
+    for a in c
+        .find_all(Locator::Css("table.hits td.name a"))
+        .await
+        .unwrap()
+    {
         shown.push(a.text().await.unwrap());
     }
     shown
