@@ -6,7 +6,8 @@
 //! handed to the same function ([`create_blocking`]), which runs the checks
 //! of `mailsplit campaign create`: nothing is judged here. A refusal is
 //! shown above the form and beside the field it names, with everything
-//! typed filled in again; a created campaign is shown on its own page.
+//! typed filled in again; a created campaign is shown on its own page,
+//! with the stage's warnings (no public URL, no DKIM key, …) above it.
 //!
 //! No script: a plain form behind the admin gate (session and CSRF token,
 //! like every admin POST).
@@ -21,9 +22,9 @@ use axum::{Extension, Router};
 
 use super::api::campaigns::{create_blocking, NewCampaign};
 use super::auth::Access;
-use super::multipart;
 use super::page::{rendered, secure, with_status};
 use super::State;
+use super::{flash, multipart};
 use crate::store::lists::{self, ListSummary};
 
 /// The routes of this form (merged into the admin router, behind its gate).
@@ -261,9 +262,12 @@ async fn create(
         .blocking(move || create_blocking(&url, body))
         .await;
     match made {
-        Ok(Ok(c)) => {
+        Ok(Ok(made)) => {
+            let c = &made.campaign;
             tracing::info!(campaign = %c.name, "campaign created from the dashboard");
-            Redirect::to(&format!("/campaigns/{}", c.id)).into_response()
+            let page = format!("/campaigns/{}", c.id);
+            let to = Redirect::to(&page).into_response();
+            flash::leave(&state, to, &page, &made.warnings)
         }
         Ok(Err(p)) => {
             let status = StatusCode::from_u16(p.status).unwrap_or(StatusCode::UNPROCESSABLE_ENTITY);

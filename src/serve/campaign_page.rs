@@ -29,13 +29,14 @@ use std::time::{Duration, Instant};
 use crate::clock::{rfc3339, Precision};
 use askama::Template;
 use axum::extract::{Path, Query, State as Extract};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Router};
 
 use super::auth::Access;
 use super::chart::{self, Axis, Figure, Series};
+use super::flash;
 use super::page::{secure, CampaignRow};
 use super::State;
 use crate::campaign::status::CampaignStatus;
@@ -125,6 +126,8 @@ struct Page<'a> {
     v: &'a CampaignView,
     /// The token the page's forms carry (see `auth`).
     csrf: &'a str,
+    /// What the form that made the campaign warned of, shown once.
+    warnings: &'a [String],
 }
 
 /// The timelines last read, by campaign. Counting a campaign's outcomes
@@ -351,6 +354,7 @@ pub async fn page(
     Extension(access): Extension<Access>,
     Path(id): Path<String>,
     Query(preview_for): Query<PreviewFor>,
+    headers: HeaderMap,
 ) -> Response {
     let Ok(id) = id.parse::<i64>() else {
         return not_found();
@@ -381,13 +385,15 @@ pub async fn page(
     };
     view.preview = preview(sample).await;
     let csrf = access.csrf(&state);
+    let path = format!("/campaigns/{id}");
     match (Page {
         v: &view,
         csrf: &csrf,
+        warnings: &flash::read(&state, &headers, &path),
     })
     .render()
     {
-        Ok(html) => with_policy(Html(html).into_response()),
+        Ok(html) => flash::clear(with_policy(Html(html).into_response()), &headers, &path),
         Err(e) => {
             tracing::error!(error = %e, "cannot render the campaign page");
             (StatusCode::INTERNAL_SERVER_ERROR, "cannot render page\n").into_response()

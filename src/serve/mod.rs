@@ -27,6 +27,7 @@ pub mod campaign_page;
 pub mod chart;
 pub mod cookie;
 pub mod dashboard;
+pub mod flash;
 pub mod flow_page;
 pub mod guard;
 pub mod health;

@@ -15,7 +15,7 @@ use crate::dashboard::{browser, chromedriver, log_in, screenshot};
 use crate::manage::onboarding_flow;
 use crate::pages::{link, sent_to_both, world};
 use crate::util::*;
-use fantoccini::Client;
+use fantoccini::{Client, Locator};
 
 /// Admin pages, visited logged in.
 pub const ADMIN_PAGES: &[&str] = &[
@@ -31,6 +31,7 @@ pub const ADMIN_PAGES: &[&str] = &[
     "/templates",
     "/templates/welcome",
     "/campaigns/new",
+    "/campaigns/{campaign}/edit",
     "/campaigns/archived",
     "/subscribers",
     "/subscribers?q=ann",
@@ -88,9 +89,25 @@ async fn violations(c: &Client, axe: &str) -> Vec<String> {
     serde_json::from_value(found).expect("a list of violations")
 }
 
-async fn check(c: &Client, axe: &str, url: &str, width: u32, found: &mut Vec<String>) {
+/// Which pages carry the admin pages' navigation in their header.
+#[derive(Clone, Copy, PartialEq)]
+enum Nav {
+    Shown,
+    None,
+}
+
+async fn check(
+    c: &Client,
+    axe: &str,
+    (url, nav): (&str, Nav),
+    width: u32,
+    found: &mut Vec<String>,
+) {
     c.set_window_size(width, 900).await.unwrap();
     c.goto(url).await.unwrap();
+    if nav == Nav::Shown && c.find(Locator::Css("header nav.site")).await.is_err() {
+        found.push(format!("{url}: no navigation in its header"));
+    }
     for v in violations(c, axe).await {
         found.push(format!("{url} at {width}px: {v}"));
     }
@@ -126,7 +143,14 @@ fn every_page_passes_axe_core() {
         let mut found = Vec::new();
         for &width in WIDTHS {
             // The login form first (no session yet), then log in.
-            check(&c, &axe, &format!("{admin}/"), width, &mut found).await;
+            check(
+                &c,
+                &axe,
+                (&format!("{admin}/"), Nav::None),
+                width,
+                &mut found,
+            )
+            .await;
         }
         log_in(&c, TOKEN).await;
         for &width in WIDTHS {
@@ -134,7 +158,7 @@ fn every_page_passes_axe_core() {
                 check(
                     &c,
                     &axe,
-                    &format!("{admin}{}", fill(page)),
+                    (&format!("{admin}{}", fill(page)), Nav::Shown),
                     width,
                     &mut found,
                 )
@@ -147,7 +171,7 @@ fn every_page_passes_axe_core() {
                 check(
                     &c,
                     &axe,
-                    &format!("{public}{}", fill(page)),
+                    (&format!("{public}{}", fill(page)), Nav::None),
                     width,
                     &mut found,
                 )
@@ -158,4 +182,28 @@ fn every_page_passes_axe_core() {
         found
     });
     assert!(found.is_empty(), "axe-core found:\n{}", found.join("\n"));
+}
+
+/// Every admin page's template shows the same navigation: it includes
+/// `nav.html` or extends a layout that does; the login form (no session
+/// yet) and the fragments other pages include are the exceptions.
+#[test]
+fn every_admin_template_carries_the_navigation() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("templates/admin");
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let page = std::fs::read_to_string(&path).unwrap_or_default();
+        let whole = page.contains("<!DOCTYPE html>") || page.contains("{% extends");
+        let navigated = page.contains("{% include \"admin/nav.html\" %}")
+            || page.contains("{% extends \"admin/manage.html\" %}");
+        if name.ends_with(".html") && whole && !navigated && name != "login.html" {
+            missing.push(name);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "admin pages without the navigation: {missing:?}"
+    );
 }

@@ -278,7 +278,22 @@ fn campaign_errors_are_problems(kind: Kind) {
     };
     let r = create("w1", ("track", "none"));
     assert_eq!(r.status, 201, "{}", r.body);
-    assert_eq!(json_of(&r), env.status("w1"));
+    let mut made = json_of(&r);
+    let warnings = made.as_object_mut().unwrap().remove("warnings");
+    assert_eq!(made, env.status("w1"));
+    // What `campaign create` warns of on stderr, word for word.
+    let cli = env.try_create_campaign_from("c1", "news", "Shop <shop@example.test>", &[]);
+    let said: Vec<String> = stderr(&cli)
+        .lines()
+        .filter_map(|l| l.strip_prefix("mailsplit: warning: "))
+        .map(String::from)
+        .collect();
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert_eq!(warnings, Some(json!(said)));
+    let r = create("w5", ("public_url", "https://shop.example.test"));
+    assert_eq!(r.status, 201, "{}", r.body);
+    let w = &json_of(&r)["warnings"];
+    assert_eq!(w, &json!([said[1]]), "{w}");
     assert_problem(&create("w1", ("track", "none")), 409, &k);
     let bad = create("w2", ("html", "<p>ok</p>\n<p>{% if %}</p>"));
     let p = assert_problem(&bad, 422, &k);

@@ -187,6 +187,7 @@ fn new_campaign_form(kind: Kind) {
     );
     assert!(page.body.contains("Spring is here"), "{}", page.body);
     assert!(page.body.contains("markdown"), "{}", page.body);
+    created_with_warnings(&served, &cookie, &r);
 
     // The same name again: the stage's words, beside the name.
     let r = post(&served, &cookie, "/campaigns/new", &good("spring", &csrf));
@@ -199,6 +200,48 @@ fn new_campaign_form(kind: Kind) {
         r.body
     );
     assert!(r.body.contains("id=\"e-name\""), "{}", r.body);
+}
+
+/// The stage's warnings (`serve` has no public URL, example.test no DKIM
+/// key) go with the redirect, are shown once on the draft's page, in
+/// `campaign create`'s words, and cannot be forged.
+fn created_with_warnings(served: &Served, session: &str, created: &Http) {
+    let page_path = created.header("location").unwrap();
+    let flash = created
+        .headers
+        .iter()
+        .find_map(|(k, v)| {
+            let v = v.strip_prefix("mailsplit_flash=")?;
+            k.eq_ignore_ascii_case("set-cookie").then_some(v)
+        })
+        .expect("the warnings' cookie");
+    assert!(flash.contains(&format!("Path={page_path};")), "{flash}");
+    let value = flash.split(';').next().unwrap();
+    let visit = |path: &str, value: &str| {
+        let cookie = format!("{session}; mailsplit_flash={value}");
+        http("GET", served.admin, path, &[("Cookie", &cookie)], None)
+    };
+    let page = visit(page_path, value);
+    assert_eq!(page.status, 200, "{}", page.body);
+    for said in [
+        "Created, with warnings",
+        "one-click unsubscribe (RFC 8058)",
+        "example.test has no DKIM key",
+    ] {
+        assert!(page.body.contains(said), "{said}: {}", page.body);
+    }
+    let cleared = page.headers.iter().any(|(k, v)| {
+        k.eq_ignore_ascii_case("set-cookie")
+            && v.starts_with("mailsplit_flash=;")
+            && v.contains("Max-Age=0")
+    });
+    assert!(cleared, "{:?}", page.headers);
+    // Without the cookie, nothing; a changed one fails its MAC.
+    let again = http("GET", served.admin, page_path, &[("Cookie", session)], None);
+    assert!(!again.body.contains("with warnings"), "{}", again.body);
+    let (payload, tag) = value.split_once('.').unwrap();
+    let forged = format!("{}.{tag}", &payload[..payload.len() - 2]);
+    assert!(!visit(page_path, &forged).body.contains("with warnings"));
 }
 
 /// The campaign page's forms, each through the CLI's stage: preview for a

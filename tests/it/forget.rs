@@ -21,7 +21,7 @@ const PUBLIC_URL: &str = "http://127.0.0.1:9";
 
 /// Everything the database holds, as lower-case text: the SQLite files'
 /// raw bytes (free pages and the write-ahead log included), or `pg_dump`.
-fn dump(env: &Env) -> String {
+pub(crate) fn dump(env: &Env) -> String {
     let url = &env.db.url;
     let bytes = if let Some(path) = url.strip_prefix("sqlite://") {
         let mut all = Vec::new();

@@ -59,6 +59,7 @@ mod operator_mistakes;
 mod pages;
 mod pages_browser;
 mod people;
+mod people_browser;
 mod pipelining;
 mod postfix;
 mod prune;

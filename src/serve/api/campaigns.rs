@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use data_encoding::HEXLOWER;
 use rand::RngCore;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -70,6 +70,18 @@ pub struct NewCampaign {
     pub max_failure_rate: Option<String>,
     /// `0.3%`, `0.003` or `off` (default 0.3%): complaints that pause it.
     pub max_complaint_rate: Option<String>,
+}
+
+/// A created campaign, with what `mailsplit campaign create` warns of.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CreatedCampaign {
+    #[serde(flatten)]
+    pub campaign: CampaignStatus,
+    /// What large providers will miss in its messages (no public URL so
+    /// no one-click unsubscribe, no DKIM key for the From domain, a return
+    /// path not aligned with From, content that mail clients strip): the
+    /// campaign is created all the same; empty when there is nothing to say.
+    pub warnings: Vec<String>,
 }
 
 /// A refusal of the campaign stage as the client sees it.
@@ -140,7 +152,7 @@ fn content_of(body: &NewCampaign, dir: &Scratch) -> Result<ContentSource, Proble
 pub(in crate::serve) fn create_blocking(
     url: &str,
     body: NewCampaign,
-) -> Result<CampaignStatus, Problem> {
+) -> Result<CreatedCampaign, Problem> {
     let dir = Scratch::new().map_err(|e| Problem::internal(&e))?;
     let request = CreateRequest {
         content: content_of(&body, &dir)?,
@@ -165,7 +177,10 @@ pub(in crate::serve) fn create_blocking(
     let checked = campaign::check(request).map_err(|e| readable(e, dir.0.as_path()))?;
     let mut conn = Conn::open(url).map_err(|e| store_problem(&e))?;
     let created = campaign::create(&mut conn, checked).map_err(refused)?;
-    one(&mut conn, &created.campaign.name)
+    Ok(CreatedCampaign {
+        campaign: one(&mut conn, &created.campaign.name)?,
+        warnings: created.warnings.iter().map(|w| w.to_string()).collect(),
+    })
 }
 
 /// A content error names the file it read: name the field instead.
@@ -195,13 +210,13 @@ fn one(conn: &mut Conn, name: &str) -> Result<CampaignStatus, Problem> {
 /// Create a campaign (a draft until enqueued).
 #[utoipa::path(post, path = "/campaigns", operation_id = "create_campaign", tag = "campaigns",
     request_body = NewCampaign,
-    responses((status = 201, description = "created", body = CampaignStatus), Errors),
+    responses((status = 201, description = "created; `warnings` says what large providers will miss", body = CreatedCampaign), Errors),
     security(("bearer" = [])))]
 async fn create(
     _: Need<auth::Campaigns>,
     Extract(state): Extract<State>,
     Input(body): Input<NewCampaign>,
-) -> Result<(StatusCode, Json<CampaignStatus>), Problem> {
+) -> Result<(StatusCode, Json<CreatedCampaign>), Problem> {
     let url = state.settings.database_url.clone();
     let made = state
         .admin
