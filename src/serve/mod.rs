@@ -33,6 +33,7 @@ pub mod health;
 pub mod hits;
 pub mod listen;
 pub mod manage;
+mod message_hits;
 pub mod metrics;
 pub mod multipart;
 pub mod page;

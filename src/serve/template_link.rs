@@ -33,7 +33,7 @@ pub async fn follow(
         return not_found();
     }
     let Some(m) = state.identity.signer.read_link(&token, &url) else {
-        return not_found();
+        return super::message_hits::click(&state, &token, &url).unwrap_or_else(not_found);
     };
     // Tokens are made only for web links that are their own canonical
     // form; anything else is refused even with a genuine token.

@@ -79,11 +79,12 @@ pub async fn open(
     headers: HeaderMap,
     Path(token): Path<String>,
 ) -> Response {
-    let Some(m) = (token.len() <= MAX_TOKEN_LEN)
-        .then(|| state.identity.signer.read_open(&token))
-        .flatten()
-    else {
+    if token.len() > MAX_TOKEN_LEN {
         return not_found();
+    }
+    let Some(m) = state.identity.signer.read_open(&token) else {
+        return super::message_hits::open(&state, &token, &headers, peer)
+            .unwrap_or_else(not_found);
     };
     if m.recipient != 0 {
         let hit = hit(m, HitKind::Open, is_prefetch(&headers, peer.ip()));
@@ -107,6 +108,11 @@ pub async fn open(
                 .into_response();
         }
     }
+    pixel()
+}
+
+/// The pixel's answer: never cached, so every open asks again.
+pub(super) fn pixel() -> Response {
     (
         [
             (header::CONTENT_TYPE, "image/gif"),

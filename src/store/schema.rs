@@ -433,6 +433,21 @@ diesel::table! {
         created_at -> BigInt,
         updated_at -> BigInt,
         return_path -> Nullable<Text>,
+        track -> Text,
+        public_url -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    /// Opens and clicks per message (message-template mail that tracks).
+    message_engagement (message_id) {
+        message_id -> BigInt,
+        first_open_at -> Nullable<BigInt>,
+        opens -> BigInt,
+        first_machine_open_at -> Nullable<BigInt>,
+        machine_opens -> BigInt,
+        first_click_at -> Nullable<BigInt>,
+        clicks -> BigInt,
     }
 }
 
@@ -473,6 +488,7 @@ diesel::table! {
 }
 
 diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, messages);
+diesel::allow_tables_to_appear_in_same_query!(messages, message_engagement);
 diesel::allow_tables_to_appear_in_same_query!(messages, campaigns);
 diesel::allow_tables_to_appear_in_same_query!(messages, recipients);
 diesel::allow_tables_to_appear_in_same_query!(messages, campaign_links);

@@ -34,6 +34,8 @@ pub fn template(g: &Global, cmd: TemplateCommand) -> Result {
             from,
             stream: s,
             return_path,
+            track,
+            public_url,
         } => {
             let content = content(c).ok_or_else(|| {
                 UsageError("give the content: --html FILE [--text FILE] or --markdown FILE".into())
@@ -44,6 +46,8 @@ pub fn template(g: &Global, cmd: TemplateCommand) -> Result {
                 content,
                 stream: stream(&s)?,
                 return_path,
+                track,
+                public_url,
             };
             let saved = templates::create(&mut open_migrated(g)?, &name, &t)?;
             for w in &saved.warnings {
@@ -58,6 +62,8 @@ pub fn template(g: &Global, cmd: TemplateCommand) -> Result {
             from,
             stream: s,
             return_path,
+            track,
+            public_url,
         } => {
             let e = TemplateEdit {
                 subject,
@@ -65,6 +71,8 @@ pub fn template(g: &Global, cmd: TemplateCommand) -> Result {
                 content: content(c),
                 stream: s.as_deref().map(stream).transpose()?,
                 return_path,
+                track,
+                public_url,
             };
             let saved = templates::edit(&mut open_migrated(g)?, &name, &e)?;
             for w in &saved.warnings {
@@ -90,7 +98,8 @@ fn ls(g: &Global, json: bool) -> Result {
         if json {
             let line = serde_json::json!({
                 "name": t.name, "stream": t.stream.as_str(), "version": t.version,
-                "subject": t.subject, "from": t.from_addr,
+                "subject": t.subject, "from": t.from_addr, "track": t.track,
+                "public_url": t.public_url,
                 "updated_at": crate::clock::rfc3339(t.updated_at, crate::clock::Precision::AsNeeded),
             });
             outln!("{line}")?;
