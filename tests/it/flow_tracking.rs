@@ -115,6 +115,7 @@ fn flow_steps_are_tracked(kind: Kind) {
         "http://127.0.0.1:9/hook",
         "--events",
         "opened,clicked",
+        "--allow-local",
     ]);
     env.ok(&[
         "flow", "create", "welcome", "--list", "news", "--step", "0:welcome", "--step",
