@@ -10,9 +10,9 @@ use lettre::message::Mailbox;
 use serde_json::{Map, Value};
 
 use super::content::{Cache, Compiled, Sources, TemplateProblem, Vars};
+use super::envelope::{with_sender, Verp};
 use super::tracking::{self, Links};
 use super::tracking_urls::TrackingUrls;
-use super::envelope::{with_sender, Verp};
 use super::{dkim, headers, mime, on_the_wire, parse_from, ComposeError, Unsendable};
 use crate::dkim::SigningKey;
 use crate::mail::Composed;
@@ -139,7 +139,10 @@ fn own_urls(mail: &TemplateMail, id: i64, recipient: Option<i64>) -> (String, St
     let preferences = recipient
         .map(|r| format!("{base}/p/{}", signer.message_preferences_token(id, r)))
         .unwrap_or_default();
-    (preferences, format!("{base}/v/{}", signer.message_view_token(id)))
+    (
+        preferences,
+        format!("{base}/v/{}", signer.message_view_token(id)),
+    )
 }
 
 /// Compose message `id` of `mail` to `to` with `data`.
@@ -162,13 +165,7 @@ pub fn compose_message(
         Vec::new()
     };
     let mut message = mime(
-        &mail.from,
-        &subject,
-        message_id,
-        &name,
-        &email,
-        rendered,
-        extra,
+        &mail.from, &subject, message_id, &name, &email, rendered, extra,
     )?;
     if let Some(sender) = mail
         .verp
@@ -234,10 +231,7 @@ fn render_message(
 /// again for them, as a worker renders it, from its template as it is
 /// now (links intact); `None` when it was not sent or its template is
 /// gone.
-pub fn sent_message(
-    conn: &mut Conn,
-    id: i64,
-) -> Result<Option<(String, Rendered)>, ComposeError> {
+pub fn sent_message(conn: &mut Conn, id: i64) -> Result<Option<(String, Rendered)>, ComposeError> {
     let Some(m) = messages::find(conn, id)? else {
         return Ok(None);
     };

@@ -14,8 +14,8 @@ use serde::Serialize;
 
 use crate::audience::source::SourceError;
 use crate::messages::MessageError;
-use crate::store::flows::{self as store, EntryState, Flow, FlowState, NewFlow, Trigger};
 use crate::store::content::Track;
+use crate::store::flows::{self as store, EntryState, Flow, FlowState, NewFlow, Trigger};
 use crate::store::message_templates::{self, Stream};
 use crate::store::recipients::get_or_create_list;
 use crate::store::{Conn, StoreError};

@@ -161,8 +161,8 @@ fn public_url(raw: Option<&str>) -> Result<Option<String>, MessageError> {
 /// `--track` as stored (`opens,clicks`, `opens`, `clicks` or empty):
 /// tracking needs the public URL its pixel and links point at.
 fn track(raw: &str, public_url: Option<&str>) -> Result<String, MessageError> {
-    let track = crate::campaign::parse_track(raw)
-        .map_err(|e| MessageError::Tracking(e.to_string()))?;
+    let track =
+        crate::campaign::parse_track(raw).map_err(|e| MessageError::Tracking(e.to_string()))?;
     if track.any() && public_url.is_none() {
         return Err(MessageError::Tracking(format!(
             "--track {track} needs --public-url (or MAILSPLIT_PUBLIC_URL): the pixel and the links point at `mailsplit serve` there"

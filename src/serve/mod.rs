@@ -33,7 +33,6 @@ pub mod health;
 pub mod hits;
 pub mod listen;
 pub mod manage;
-mod message_hits;
 pub mod metrics;
 pub mod multipart;
 pub mod page;

@@ -29,6 +29,9 @@ pub fn left_by_step(conn: &mut Conn, flow_id: i64) -> Result<Vec<(i64, Option<St
         .load(c))?)
 }
 
+/// (idempotency key, status, first open, first click) of a step message.
+type StepRow = (Option<String>, String, Option<i64>, Option<i64>);
+
 /// One step message as the report counts it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepMessage {
@@ -45,17 +48,16 @@ pub fn step_messages(conn: &mut Conn, flow_id: i64) -> Result<Vec<StepMessage>> 
     use super::schema::message_engagement as me;
     use super::schema::messages as m;
     let prefix = format!("flow:{flow_id}:%");
-    let rows: Vec<(Option<String>, String, Option<i64>, Option<i64>)> =
-        on!(conn, |c| m::table
-            .left_join(me::table.on(me::message_id.eq(m::id)))
-            .filter(m::idempotency_key.like(prefix))
-            .select((
-                m::idempotency_key,
-                m::status,
-                me::first_open_at.nullable(),
-                me::first_click_at.nullable(),
-            ))
-            .load(c))?;
+    let rows: Vec<StepRow> = on!(conn, |c| m::table
+        .left_join(me::table.on(me::message_id.eq(m::id)))
+        .filter(m::idempotency_key.like(prefix))
+        .select((
+            m::idempotency_key,
+            m::status,
+            me::first_open_at.nullable(),
+            me::first_click_at.nullable(),
+        ))
+        .load(c))?;
     Ok(rows
         .into_iter()
         .map(|(key, status, opened, clicked)| StepMessage {

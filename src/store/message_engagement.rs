@@ -56,9 +56,11 @@ pub fn record(conn: &mut Conn, message: i64, hit: &MessageHit, at: i64) -> Resul
                     on!(conn, |x| diesel::update(row)
                         .set(e::opens.eq(e::opens + 1))
                         .execute(x))?;
-                    on!(conn, |x| diesel::update(row.filter(e::first_open_at.is_null()))
-                        .set(e::first_open_at.eq(at))
-                        .execute(x))?
+                    on!(conn, |x| diesel::update(
+                        row.filter(e::first_open_at.is_null())
+                    )
+                    .set(e::first_open_at.eq(at))
+                    .execute(x))?
                 };
                 // Machine opens make no event, as a campaign's.
                 (first, (!machine).then_some((EventKind::Opened, None)))

@@ -180,15 +180,17 @@ pub fn messages_to(conn: &mut Conn, key: &str) -> Result<Vec<Value>> {
     Ok(rows
         .into_iter()
         .filter(|row| address_key(&row.0 .2).as_deref() == Some(key))
-        .map(|((id, template, to, data, status), (reply, created, sent), engaged)| {
-            let (opens, clicks) = engaged.unwrap_or_default();
-            json!({
-                "id": id, "template": template, "to": to,
-                "data": serde_json::from_str::<Value>(&data).unwrap_or(Value::Null),
-                "status": status, "reply": reply, "created_at": created, "sent_at": sent,
-                "opens": opens, "clicks": clicks,
-            })
-        })
+        .map(
+            |((id, template, to, data, status), (reply, created, sent), engaged)| {
+                let (opens, clicks) = engaged.unwrap_or_default();
+                json!({
+                    "id": id, "template": template, "to": to,
+                    "data": serde_json::from_str::<Value>(&data).unwrap_or(Value::Null),
+                    "status": status, "reply": reply, "created_at": created, "sent_at": sent,
+                    "opens": opens, "clicks": clicks,
+                })
+            },
+        )
         .collect())
 }
 

@@ -118,7 +118,14 @@ fn flow_steps_are_tracked(kind: Kind) {
         "--allow-local",
     ]);
     env.ok(&[
-        "flow", "create", "welcome", "--list", "news", "--step", "0:welcome", "--step",
+        "flow",
+        "create",
+        "welcome",
+        "--list",
+        "news",
+        "--step",
+        "0:welcome",
+        "--step",
         "1s:tips",
     ]);
     let csv = env.dir.path().join("new.csv");
@@ -136,7 +143,10 @@ fn flow_steps_are_tracked(kind: Kind) {
     let (ann2, _) = urls(&html_of(peer, "tips ann"));
     let (_, bob1_pixel) = urls(&html_of(peer, "welcome bob"));
     assert!(ann1[0].starts_with(&format!("{base}/l/")), "{ann1:?}");
-    assert!(ann1_pixel.starts_with(&format!("{base}/o/")), "{ann1_pixel}");
+    assert!(
+        ann1_pixel.starts_with(&format!("{base}/o/")),
+        "{ann1_pixel}"
+    );
     assert!(
         ann1[1].starts_with(&format!("{base}/p/")) && ann1[2].starts_with(&format!("{base}/v/")),
         "{ann1:?}"
@@ -155,7 +165,11 @@ fn flow_steps_are_tracked(kind: Kind) {
     let r = http("GET", port, &path_of(&bob1_pixel, &base), &[APPLE], None);
     assert_eq!(r.status, 200, "{r:?}");
     let r = http("GET", port, &path_of(&ann2[0], &base), &[BROWSER], None);
-    assert_eq!(r.header("location"), Some("https://shop.example/tips"), "{r:?}");
+    assert_eq!(
+        r.header("location"),
+        Some("https://shop.example/tips"),
+        "{r:?}"
+    );
 
     // Refused and recorded nowhere: a forged token, the genuine token for
     // another URL (no open redirect), the pixel's token as a link's.
@@ -193,7 +207,10 @@ fn flow_steps_are_tracked(kind: Kind) {
         .collect();
     assert_eq!(per_step, vec![(2, 1, 1), (2, 0, 1)], "{r}");
     let text = env.ok(&["flow", "report", "welcome"]);
-    assert!(text.contains("sent 2, failed 0, suppressed 0, opened 1, clicked 1"), "{text}");
+    assert!(
+        text.contains("sent 2, failed 0, suppressed 0, opened 1, clicked 1"),
+        "{text}"
+    );
 
     // The webhooks hear of each first open by a person and first click.
     let mut c = env.conn();
@@ -207,14 +224,23 @@ fn flow_steps_are_tracked(kind: Kind) {
     assert_eq!(
         kinds,
         vec![
-            ("clicked".into(), Some("https://shop.example/a?x=1&y=2".into())),
+            (
+                "clicked".into(),
+                Some("https://shop.example/a?x=1&y=2".into())
+            ),
             ("clicked".into(), Some("https://shop.example/tips".into())),
             ("opened".into(), None),
         ]
     );
 
     // The subscriber's page: ann's step 1 with its opens and clicks.
-    let page = http("GET", serve.admin, "/subscribers/ann@example.test", &[], None);
+    let page = http(
+        "GET",
+        serve.admin,
+        "/subscribers/ann@example.test",
+        &[],
+        None,
+    );
     assert_eq!(page.status, 200, "{}", page.body);
     let row = page
         .body
@@ -234,9 +260,19 @@ fn flow_steps_are_tracked(kind: Kind) {
     let p = http("GET", port, &prefs, &[BROWSER], None);
     assert_eq!(p.status, 200, "{p:?}");
     assert!(p.body.contains("value=\"ann\""), "{}", p.body);
-    let saved = http("POST", port, &prefs, &[], Some("name=Ann&unsubscribe_all=1"));
+    let saved = http(
+        "POST",
+        port,
+        &prefs,
+        &[],
+        Some("name=Ann&unsubscribe_all=1"),
+    );
     assert_eq!(saved.status, 200, "{saved:?}");
-    assert!(saved.body.contains("You are unsubscribed"), "{}", saved.body);
+    assert!(
+        saved.body.contains("You are unsubscribed"),
+        "{}",
+        saved.body
+    );
     // Another recipient's token is none of these.
     let r = http("GET", port, &format!("/p/{forged}"), &[BROWSER], None);
     assert_eq!(r.status, 404);

@@ -49,10 +49,7 @@ pub fn template(g: &Global, cmd: TemplateCommand) -> Result {
                 track,
                 public_url,
             };
-            let saved = templates::create(&mut open_migrated(g)?, &name, &t)?;
-            for w in &saved.warnings {
-                eprintln!("warning: {w}");
-            }
+            warn(&templates::create(&mut open_migrated(g)?, &name, &t)?);
             outln!("created message template {name:?} ({s}, version 1)")?;
         }
         TemplateCommand::Edit {
@@ -75,9 +72,7 @@ pub fn template(g: &Global, cmd: TemplateCommand) -> Result {
                 public_url,
             };
             let saved = templates::edit(&mut open_migrated(g)?, &name, &e)?;
-            for w in &saved.warnings {
-                eprintln!("warning: {w}");
-            }
+            warn(&saved);
             outln!("message template {name:?} is now version {}", saved.version)?;
         }
         TemplateCommand::Ls { json } => ls(g, json)?,
@@ -87,6 +82,13 @@ pub fn template(g: &Global, cmd: TemplateCommand) -> Result {
         }
     }
     Ok(())
+}
+
+/// What the template's author should hear, on stderr.
+fn warn(saved: &templates::Saved) {
+    for w in &saved.warnings {
+        eprintln!("warning: {w}");
+    }
 }
 
 fn ls(g: &Global, json: bool) -> Result {
