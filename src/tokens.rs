@@ -66,6 +66,10 @@ enum Purpose {
     Confirm,
     Preferences,
     View,
+    MessageOpen,
+    MessageLink,
+    MessagePreferences,
+    MessageView,
 }
 
 impl Purpose {
@@ -82,6 +86,10 @@ impl Purpose {
             Purpose::Confirm => b"mailsplit confirm\0",
             Purpose::Preferences => b"mailsplit preferences\0",
             Purpose::View => b"mailsplit view\0",
+            Purpose::MessageOpen => b"mailsplit message open\0",
+            Purpose::MessageLink => b"mailsplit message link\0",
+            Purpose::MessagePreferences => b"mailsplit message preferences\0",
+            Purpose::MessageView => b"mailsplit message view\0",
         }
     }
 }
@@ -277,6 +285,55 @@ impl Signer {
     /// The message of a genuine click token for link `n`.
     pub fn read_click(&self, token: &str, n: u32) -> Option<Tracked> {
         self.read_tracked(Purpose::Click, token, Some(n))
+    }
+
+    /// The open-pixel token (`/o/TOKEN`) of message `message` (a
+    /// message template's, e.g. a flow step): a purpose of its own, so it
+    /// never reads as a campaign's. The pair's second number is a format
+    /// mark (1), as in [`Signer::message_verp_token`].
+    pub fn message_open_token(&self, message: i64) -> String {
+        self.message_token(Purpose::MessageOpen, message, 1)
+    }
+
+    /// The message of a genuine message open token.
+    pub fn read_message_open(&self, token: &str) -> Option<i64> {
+        match self.read_message_token(Purpose::MessageOpen, token)? {
+            (message, 1) => Some(message),
+            _ => None,
+        }
+    }
+
+    /// The token of the preference centre (`/p/TOKEN`) of recipient
+    /// `recipient`, made for message `message` to them.
+    pub fn message_preferences_token(&self, message: i64, recipient: i64) -> String {
+        self.message_token(Purpose::MessagePreferences, message, recipient)
+    }
+
+    /// The (message, recipient) of a genuine message preferences token.
+    pub fn read_message_preferences(&self, token: &str) -> Option<(i64, i64)> {
+        self.read_message_token(Purpose::MessagePreferences, token)
+    }
+
+    /// The view-in-browser token (`/v/TOKEN`) of message `message`.
+    pub fn message_view_token(&self, message: i64) -> String {
+        self.message_token(Purpose::MessageView, message, 1)
+    }
+
+    /// The message of a genuine message view token.
+    pub fn read_message_view(&self, token: &str) -> Option<i64> {
+        match self.read_message_token(Purpose::MessageView, token)? {
+            (message, 1) => Some(message),
+            _ => None,
+        }
+    }
+
+    fn message_token(&self, purpose: Purpose, message: i64, second: i64) -> String {
+        BASE64URL_NOPAD.encode(&self.pair_token(purpose, message, second, TRACKING_MAC_BYTES))
+    }
+
+    fn read_message_token(&self, purpose: Purpose, token: &str) -> Option<(i64, i64)> {
+        let raw = BASE64URL_NOPAD.decode(token.as_bytes()).ok()?;
+        self.read_pair(purpose, &raw, TRACKING_MAC_BYTES)
     }
 
     /// varint(campaign) ‖ varint(recipient) ‖ varint(version) ‖ MAC over

@@ -53,6 +53,9 @@ pub fn template(conn: &mut Conn, from: &str) -> Result<&'static str, StoreError>
         text: TEXT,
         // A confirmation that bounces names nobody worth keeping.
         return_path: None,
+        // A confirmation link is followed once; nothing to track.
+        track: "",
+        public_url: None,
     };
     match stored::find(conn, BUILTIN_TEMPLATE)? {
         None => {

@@ -8,7 +8,7 @@
 
 use crate::store::lists::{self, PublicList};
 use crate::store::recipients::{self, RecipientStatus};
-use crate::store::{engagement, preferences as stored, Conn, StoreError};
+use crate::store::{engagement, optouts, preferences as stored, Conn, StoreError};
 
 use super::subscribe::MAX_NAME;
 
@@ -61,12 +61,20 @@ pub fn page(conn: &mut Conn, id: i64) -> Result<Option<Page>, PreferencesError> 
     }))
 }
 
-/// Save recipient `id`'s form (the token came from campaign
-/// `campaign`'s message); the page afterwards, `None` when there is no
-/// such recipient.
+/// The mail a preference-centre token came in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// A campaign's message: leaving everything counts on that campaign.
+    Campaign(i64),
+    /// A message template's message (a flow step).
+    Message(i64),
+}
+
+/// Save recipient `id`'s form (the token came in `via`); the page
+/// afterwards, `None` when there is no such recipient.
 pub fn save(
     conn: &mut Conn,
-    (campaign, id): (i64, i64),
+    (via, id): (Via, i64),
     change: &Change,
 ) -> Result<Option<Page>, PreferencesError> {
     let name = change.name.trim();
@@ -88,9 +96,16 @@ pub fn save(
                 stored::leave(conn, l.id, id)?;
             }
         }
-        if change.unsubscribe_all {
-            let reason = format!("preference centre (campaign {campaign})");
-            engagement::unsubscribe(conn, campaign, id, &reason)?;
+        match (change.unsubscribe_all, via) {
+            (false, _) => {}
+            (true, Via::Campaign(campaign)) => {
+                let reason = format!("preference centre (campaign {campaign})");
+                engagement::unsubscribe(conn, campaign, id, &reason)?;
+            }
+            (true, Via::Message(message)) => {
+                let reason = format!("preference centre (message {message})");
+                optouts::set_unsubscribed(conn, id, &reason)?;
+            }
         }
         Ok::<_, StoreError>(())
     })?;

@@ -196,14 +196,7 @@ impl Compiled {
         name: &str,
         extra: &[&str],
     ) -> Result<Compiled, TemplateProblem> {
-        let mut sample = Vars::sample(name);
-        if extra.contains(&"data") {
-            sample.data = Some(Value::Object(Map::new()));
-        }
-        if extra.contains(&"row") {
-            sample.row = Some(Value::Object(Map::new()));
-        }
-        Compiled::build(sources, extra, &sample)
+        Compiled::build(sources, extra, &sample_with(name, extra))
     }
 
     /// [`Compiled::new`] for templates that tracking rewrote: they may
@@ -214,19 +207,28 @@ impl Compiled {
         campaign: &str,
         links: usize,
     ) -> Result<Compiled, TemplateProblem> {
-        let mut sample = Vars::sample(campaign);
+        Compiled::tracked_with(sources, campaign, links, &[])
+    }
+
+    /// [`Compiled::tracked`] for templates that may also name `extra`
+    /// (a message template's, see [`Compiled::with_vars`]).
+    pub fn tracked_with(
+        sources: &Sources,
+        name: &str,
+        links: usize,
+        extra: &[&str],
+    ) -> Result<Compiled, TemplateProblem> {
+        let mut sample = sample_with(name, extra);
         sample.open_url = Some("https://example.com/o/sample".into());
         sample.links = (1..=links)
             .map(|n| format!("https://example.com/c/sample/{n}"))
             .collect();
-        Compiled::build(
-            sources,
-            &[
-                super::tracking_urls::OPEN_VAR,
-                super::tracking_urls::LINKS_VAR,
-            ],
-            &sample,
-        )
+        let mut names = vec![
+            super::tracking_urls::OPEN_VAR,
+            super::tracking_urls::LINKS_VAR,
+        ];
+        names.extend_from_slice(extra);
+        Compiled::build(sources, &names, &sample)
     }
 
     fn build(
@@ -322,6 +324,19 @@ impl Compiled {
     pub fn set_max_message(&mut self, max: usize) {
         self.max_message = max;
     }
+}
+
+/// The sample recipient, with each of `extra`'s `data` and `row` an
+/// empty object.
+fn sample_with<'a>(name: &'a str, extra: &[&str]) -> Vars<'a> {
+    let mut sample = Vars::sample(name);
+    if extra.contains(&"data") {
+        sample.data = Some(Value::Object(Map::new()));
+    }
+    if extra.contains(&"row") {
+        sample.row = Some(Value::Object(Map::new()));
+    }
+    sample
 }
 
 /// Work one render may do: minijinja's fuel, one unit per instruction and

@@ -169,6 +169,7 @@ pub fn compile_stored(
         opens: track.opens,
         links: count,
         clicks: track.clicks,
+        targets: Vec::new(),
     });
     Ok(compiled)
 }

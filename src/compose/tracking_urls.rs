@@ -31,6 +31,10 @@ pub struct TrackingUrls {
     /// How many links the version's table has.
     pub links: usize,
     pub clicks: bool,
+    /// A message template's links, link 1 first: their click URLs carry
+    /// the URL itself, bound to the message by the token (no stored
+    /// table); empty for a campaign, whose table is stored.
+    pub targets: Vec<String>,
 }
 
 impl TrackingUrls {
@@ -56,6 +60,34 @@ impl TrackingUrls {
             open,
             links,
             linker,
+        }
+    }
+
+    /// The pixel and click URLs of message-template mail `message` (a
+    /// flow step): `/o/TOKEN` and `/l/TOKEN?u=URL`, tokens of the
+    /// message's own purposes.
+    pub fn message_urls(&self, signer: &Signer, message: i64) -> MessageUrls {
+        let base = &self.base;
+        let open = self
+            .opens
+            .then(|| format!("{base}/o/{}", signer.message_open_token(message)));
+        if !self.clicks {
+            return MessageUrls {
+                open,
+                links: Vec::new(),
+                linker: None,
+            };
+        }
+        let maker = LinkMaker::new(base, signer.message_mail_links(message));
+        let links = self
+            .targets
+            .iter()
+            .map(|url| maker.click_url(url).unwrap_or_else(|| url.clone()))
+            .collect();
+        MessageUrls {
+            open,
+            links,
+            linker: Some(minijinja::Value::from_object(maker)),
         }
     }
 }

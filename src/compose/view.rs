@@ -27,6 +27,24 @@ pub fn own_urls(campaign: &CampaignMail, recipient: i64) -> (String, String) {
     )
 }
 
+/// The message a `/v/` token names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shown {
+    /// (campaign, recipient).
+    Campaign(i64, i64),
+    /// A message template's message (a flow step).
+    Message(i64),
+}
+
+/// The subject and parts of the message `which` names, as its recipient
+/// got it; `None` when there is none.
+pub fn shown(conn: &mut Conn, which: Shown) -> Result<Option<(String, Rendered)>, ComposeError> {
+    match which {
+        Shown::Campaign(campaign, recipient) => sent_message(conn, campaign, recipient),
+        Shown::Message(id) => super::message::sent_message(conn, id),
+    }
+}
+
 /// The message campaign `campaign` sent recipient `recipient`: its
 /// subject and parts; `None` when it sent them nothing.
 pub fn sent_message(

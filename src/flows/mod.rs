@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use crate::audience::source::SourceError;
 use crate::messages::MessageError;
+use crate::store::content::Track;
 use crate::store::flows::{self as store, EntryState, Flow, FlowState, NewFlow, Trigger};
 use crate::store::message_templates::{self, Stream};
 use crate::store::recipients::get_or_create_list;
@@ -371,8 +372,9 @@ pub struct StepReport {
     pub suppressed: i64,
     /// Entries that left as unsubscribed after this step, before the next.
     pub unsubscribed: i64,
-    /// Unique opens and clicks: `null`, flow messages carry no tracking
-    /// yet (campaigns do).
+    /// Recipients who opened the step's message (people, not mail
+    /// proxies) and who clicked in it: `null` when its template does not
+    /// track that (`template edit NAME --track opens,clicks`).
     pub opened: Option<i64>,
     pub clicked: Option<i64>,
 }
@@ -380,28 +382,27 @@ pub struct StepReport {
 /// The report of flow `name`.
 pub fn report(conn: &mut Conn, name: &str) -> Result<Report, FlowError> {
     let flow = find(conn, name)?;
-    let mut steps: Vec<StepReport> = store::steps(conn, flow.id)?
-        .into_iter()
-        .map(|s| StepReport {
+    let mut steps = Vec::new();
+    for s in store::steps(conn, flow.id)? {
+        let track = message_templates::find(conn, &s.template)?
+            .map(|t| Track::from_column(&t.track))
+            .unwrap_or_default();
+        steps.push(StepReport {
             template: s.template,
             delay_ms: s.delay_ms,
+            opened: track.opens.then_some(0),
+            clicked: track.clicks.then_some(0),
             ..StepReport::default()
-        })
-        .collect();
-    for (key, status) in crate::store::flow_report::step_messages(conn, flow.id)? {
-        let n = key
+        });
+    }
+    for m in crate::store::flow_report::step_messages(conn, flow.id)? {
+        let n = m
+            .key
             .as_deref()
             .and_then(|k| k.rsplit(':').next())
             .and_then(|n| n.parse::<usize>().ok());
-        let Some(step) = n.and_then(|n| steps.get_mut(n)) else {
-            continue;
-        };
-        step.queued += 1;
-        match status.as_str() {
-            "sent" => step.sent += 1,
-            "failed" | "bounced" => step.failed += 1,
-            "suppressed" => step.suppressed += 1,
-            _ => {}
+        if let Some(step) = n.and_then(|n| steps.get_mut(n)) {
+            count(step, &m);
         }
     }
     unsubscribed_after(conn, flow.id, &mut steps)?;
@@ -427,6 +428,22 @@ pub fn report(conn: &mut Conn, name: &str) -> Result<Report, FlowError> {
         steps,
         left,
     })
+}
+
+/// Count one step message on its step.
+fn count(step: &mut StepReport, m: &crate::store::flow_report::StepMessage) {
+    step.queued += 1;
+    match m.status.as_str() {
+        "sent" => step.sent += 1,
+        "failed" | "bounced" => step.failed += 1,
+        "suppressed" => step.suppressed += 1,
+        _ => {}
+    }
+    for (n, yes) in [(&mut step.opened, m.opened), (&mut step.clicked, m.clicked)] {
+        if let Some(n) = n.as_mut().filter(|_| yes) {
+            *n += 1;
+        }
+    }
 }
 
 /// Count on each step the entries that left as unsubscribed while

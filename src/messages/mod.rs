@@ -36,6 +36,9 @@ pub enum MessageError {
     Refused(&'static str),
     #[error("no message {0}")]
     UnknownMessage(i64),
+    /// `--track` or `--public-url` refused, the message naming the fix.
+    #[error("{0}")]
+    Tracking(String),
     #[error(transparent)]
     Content(#[from] ContentError),
     #[error(transparent)]

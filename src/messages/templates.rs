@@ -22,6 +22,12 @@ pub struct NewTemplate {
     pub stream: Stream,
     /// VERP return path (`--return-path`): bounces name the message.
     pub return_path: Option<String>,
+    /// `--track`: `opens`, `clicks`, `opens,clicks` or `none` (the
+    /// default, as a campaign's).
+    pub track: Option<String>,
+    /// `--public-url`: where the pixel, the links and the recipient's
+    /// preference and view pages point (`mailsplit serve`).
+    pub public_url: Option<String>,
 }
 
 /// What `template edit` changes (the rest stays).
@@ -33,6 +39,10 @@ pub struct TemplateEdit {
     pub stream: Option<Stream>,
     /// A new return path; `Some("")` removes it.
     pub return_path: Option<String>,
+    /// New `--track` (`none` stops tracking).
+    pub track: Option<String>,
+    /// A new public URL; `Some("")` removes it.
+    pub public_url: Option<String>,
 }
 
 /// A stored version, and what its author should hear (scripts).
@@ -57,6 +67,8 @@ pub fn create(conn: &mut Conn, name: &str, t: &NewTemplate) -> Result<Saved, Mes
     parse_from(&t.from)?;
     let return_path = return_path(t.return_path.as_deref())?;
     let p = prepare(name, &t.subject, &t.content)?;
+    let public_url = public_url(t.public_url.as_deref())?;
+    let track = track(t.track.as_deref().unwrap_or(""), public_url.as_deref())?;
     let content = Content {
         stream: t.stream,
         subject: &p.subject,
@@ -64,6 +76,8 @@ pub fn create(conn: &mut Conn, name: &str, t: &NewTemplate) -> Result<Saved, Mes
         html: &p.html,
         text: &p.text,
         return_path: return_path.as_deref(),
+        track: &track,
+        public_url: public_url.as_deref(),
     };
     if !stored::create(conn, name, &content)? {
         return Err(MessageError::TemplateExists(name.to_string()));
@@ -103,6 +117,14 @@ pub fn edit(conn: &mut Conn, name: &str, e: &TemplateEdit) -> Result<Saved, Mess
             (old.html.clone(), old.text_body.clone(), Vec::new())
         }
     };
+    let public_url = match e.public_url.as_deref() {
+        Some(raw) => public_url(Some(raw))?,
+        None => old.public_url.clone(),
+    };
+    let track = track(
+        e.track.as_deref().unwrap_or(&old.track),
+        public_url.as_deref(),
+    )?;
     let content = Content {
         stream: e.stream.unwrap_or(old.stream),
         subject: &subject,
@@ -110,6 +132,8 @@ pub fn edit(conn: &mut Conn, name: &str, e: &TemplateEdit) -> Result<Saved, Mess
         html: &html,
         text: &text,
         return_path: return_path.as_deref(),
+        track: &track,
+        public_url: public_url.as_deref(),
     };
     let version = stored::edit(conn, name, &content)?
         .ok_or_else(|| MessageError::UnknownTemplate(name.to_string()))?;
@@ -122,6 +146,29 @@ fn return_path(raw: Option<&str>) -> Result<Option<String>, MessageError> {
         None | Some("") => Ok(None),
         Some(raw) => Ok(Some(crate::compose::parse_return_path(raw)?)),
     }
+}
+
+/// `--public-url` checked as a campaign's (empty: none), canonical.
+fn public_url(raw: Option<&str>) -> Result<Option<String>, MessageError> {
+    match raw.map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(raw) => crate::config::parse_public_url(raw)
+            .map(Some)
+            .map_err(|e| MessageError::Tracking(format!("bad --public-url: {e}"))),
+    }
+}
+
+/// `--track` as stored (`opens,clicks`, `opens`, `clicks` or empty):
+/// tracking needs the public URL its pixel and links point at.
+fn track(raw: &str, public_url: Option<&str>) -> Result<String, MessageError> {
+    let track =
+        crate::campaign::parse_track(raw).map_err(|e| MessageError::Tracking(e.to_string()))?;
+    if track.any() && public_url.is_none() {
+        return Err(MessageError::Tracking(format!(
+            "--track {track} needs --public-url (or MAILSPLIT_PUBLIC_URL): the pixel and the links point at `mailsplit serve` there"
+        )));
+    }
+    Ok(track.to_string())
 }
 
 /// A template by name.

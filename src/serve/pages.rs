@@ -4,7 +4,9 @@
 //! harmless), and `/v/TOKEN`, view in browser (the message as it was sent
 //! to them, under a CSP that forbids script). A token names one
 //! (campaign, recipient) and is good for its own page only; anything else
-//! gets the same 404, which says nothing about anyone. The stages are
+//! gets the same 404, which says nothing about anyone. A message
+//! template's mail (a flow step) has tokens of its own purposes, naming
+//! the message. The stages are
 //! [`crate::audience::preferences`] and [`crate::compose::view`].
 
 use axum::body::Bytes;
@@ -16,7 +18,8 @@ use axum::Router;
 
 use super::subscribe::{escape, page, unavailable};
 use super::State;
-use crate::audience::preferences::{self, Change, Page, PreferencesError};
+use crate::audience::preferences::{self, Change, Page, PreferencesError, Via};
+use crate::compose::view::Shown;
 use crate::store::recipients::RecipientStatus;
 
 const MAX_TOKEN_LEN: usize = 64;
@@ -81,7 +84,7 @@ fn form_html(p: &Page, mistakes: &[(&'static str, String)]) -> String {
 
 /// GET: the recipient's preferences; changes nothing.
 async fn show(Extract(state): Extract<State>, Path(token): Path<String>) -> Response {
-    let Some((_, recipient)) = read(&state, &token, Route::Preferences) else {
+    let Some((_, recipient)) = read_preferences(&state, &token) else {
         return not_found();
     };
     match state
@@ -111,7 +114,7 @@ fn parse(body: &[u8]) -> Change {
 
 /// POST: save (idempotent), then show the page again.
 async fn save(Extract(state): Extract<State>, Path(token): Path<String>, body: Bytes) -> Response {
-    let Some(ids) = read(&state, &token, Route::Preferences) else {
+    let Some(ids) = read_preferences(&state, &token) else {
         return not_found();
     };
     if body.len() > MAX_BODY {
@@ -156,22 +159,30 @@ async fn save(Extract(state): Extract<State>, Path(token): Path<String>, body: B
     }
 }
 
-#[derive(Clone, Copy)]
-enum Route {
-    Preferences,
-    View,
-}
-
-/// The (campaign, recipient) of a genuine token for `route`.
-fn read(state: &State, token: &str, route: Route) -> Option<(i64, i64)> {
+/// The mail and recipient of a genuine preferences token: a campaign's,
+/// or a message template's (a flow step).
+fn read_preferences(state: &State, token: &str) -> Option<(Via, i64)> {
     if token.len() > MAX_TOKEN_LEN {
         return None;
     }
     let signer = &state.identity.signer;
-    match route {
-        Route::Preferences => signer.read_preferences(token),
-        Route::View => signer.read_view(token),
+    if let Some((campaign, recipient)) = signer.read_preferences(token) {
+        return Some((Via::Campaign(campaign), recipient));
     }
+    let (message, recipient) = signer.read_message_preferences(token)?;
+    Some((Via::Message(message), recipient))
+}
+
+/// The message a genuine view token names.
+fn read_view(state: &State, token: &str) -> Option<Shown> {
+    if token.len() > MAX_TOKEN_LEN {
+        return None;
+    }
+    let signer = &state.identity.signer;
+    if let Some((campaign, recipient)) = signer.read_view(token) {
+        return Some(Shown::Campaign(campaign, recipient));
+    }
+    signer.read_message_view(token).map(Shown::Message)
 }
 
 /// The CSP of a viewed message: images and inline style as a mail client
@@ -192,22 +203,22 @@ fn document(subject: &str, body: &str) -> String {
 }
 
 async fn view(Extract(state): Extract<State>, Path(token): Path<String>) -> Response {
-    let Some((campaign, recipient)) = read(&state, &token, Route::View) else {
+    let Some(which) = read_view(&state, &token) else {
         return not_found();
     };
     let shown = state
         .public
-        .db(move |c| Ok(crate::compose::view::sent_message(c, campaign, recipient)))
+        .db(move |c| Ok(crate::compose::view::shown(c, which)))
         .await;
     let (subject, rendered) = match shown {
         Ok(Ok(Some(sent))) => sent,
         Ok(Ok(None)) => return not_found(),
         Ok(Err(e)) => {
-            tracing::warn!(campaign, recipient, error = %e, "cannot show a message");
+            tracing::warn!(?which, error = %e, "cannot show a message");
             return unavailable();
         }
         Err(e) => {
-            tracing::warn!(campaign, recipient, error = %e, "cannot show a message");
+            tracing::warn!(?which, error = %e, "cannot show a message");
             return unavailable();
         }
     };

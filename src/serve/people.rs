@@ -112,12 +112,15 @@ pub struct SentLine {
     pub when: String,
 }
 
-/// A transactional message as the page shows it.
+/// A message (transactional, or a flow step) as the page shows it.
 pub struct MessageLine {
     pub template: String,
     pub status: String,
     pub when: String,
     pub reply: String,
+    /// Opens by a person, and clicks (0 when its template tracks nothing).
+    pub opens: i64,
+    pub clicks: i64,
 }
 
 /// Everything the person page shows.
@@ -164,6 +167,8 @@ pub fn gather(conn: &mut Conn, email: &str) -> Result<Option<PersonView>, StoreE
             status: m["status"].as_str().unwrap_or_default().to_string(),
             when: when(m["created_at"].as_i64().unwrap_or_default()),
             reply: m["reply"].as_str().unwrap_or_default().to_string(),
+            opens: m["opens"].as_i64().unwrap_or_default(),
+            clicks: m["clicks"].as_i64().unwrap_or_default(),
         })
         .collect();
     let mut bounces = bounces::events_of(conn, s.id)?;

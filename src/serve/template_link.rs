@@ -6,6 +6,8 @@
 //! URL no render of ours produced gets one plain 404 and records nothing;
 //! without exactly one `u` the request is a 400. Never an open redirect.
 //! Clicks are recorded as `/c/`'s are (test messages' not at all).
+//! Message-template mail's links (flow steps) come here too, every one,
+//! with tokens of their own purpose naming the message.
 
 use std::sync::Arc;
 
@@ -14,11 +16,12 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use percent_encoding::percent_decode_str;
 
-use super::tracking::{not_found, record_click, redirect, MAX_TOKEN_LEN};
+use super::tracking::{not_found, record_click, record_message, redirect, MAX_TOKEN_LEN};
 use super::State;
 use crate::compose::safe_link;
 use crate::compose::template_links::MAX_TRACKED_URL;
 use crate::store::engagement::HitKind;
+use crate::store::message_engagement::MessageHit;
 
 /// `GET /l/TOKEN?u=URL`: a redirect to URL if the token was made for it.
 pub async fn follow(
@@ -33,7 +36,7 @@ pub async fn follow(
         return not_found();
     }
     let Some(m) = state.identity.signer.read_link(&token, &url) else {
-        return not_found();
+        return message_click(&state, &token, &url).unwrap_or_else(not_found);
     };
     // Tokens are made only for web links that are their own canonical
     // form; anything else is refused even with a genuine token.
@@ -44,6 +47,20 @@ pub async fn follow(
     };
     record_click(&state, m, HitKind::TemplateLink(Arc::from(url.as_str()))).await;
     redirect(location)
+}
+
+/// `/l/TOKEN?u=URL` of message-template mail (a flow step), or `None`:
+/// not a message's link token for this URL. The token binds the message
+/// and the exact URL, as a campaign's template link does.
+fn message_click(state: &State, token: &str, url: &str) -> Option<Response> {
+    let message = state.identity.signer.read_message_link(token, url)?;
+    let web = url.starts_with("http://") || url.starts_with("https://");
+    let location = match HeaderValue::from_str(url) {
+        Ok(v) if web && safe_link(url).as_deref() == Some(url) => v,
+        _ => return Some(not_found()),
+    };
+    record_message(state, message, MessageHit::Click(url.to_string()));
+    Some(redirect(location))
 }
 
 /// The one `u` of the query, percent-decoded; `None` when there is none,

@@ -9,6 +9,9 @@
 //! the answer never waits on the database, except a click's first look-up
 //! of its version's link table (cached).
 //!
+//! Message-template mail (flow steps) has pixels here too, its tokens
+//! naming the message; its clicks go through `/l/`.
+//!
 //! Machine opens: an open from a known mail proxy is marked here (see
 //! [`is_prefetch`]); one within seconds of delivery is marked by the store.
 
@@ -23,6 +26,7 @@ use axum::response::{IntoResponse, Response};
 use super::hits::{self, Recorder};
 use super::State;
 use crate::store::engagement::{Hit, HitKind};
+use crate::store::message_engagement::{self, MessageHit};
 use crate::store::now_ms;
 use crate::tokens::Tracked;
 
@@ -79,11 +83,11 @@ pub async fn open(
     headers: HeaderMap,
     Path(token): Path<String>,
 ) -> Response {
-    let Some(m) = (token.len() <= MAX_TOKEN_LEN)
-        .then(|| state.identity.signer.read_open(&token))
-        .flatten()
-    else {
+    if token.len() > MAX_TOKEN_LEN {
         return not_found();
+    }
+    let Some(m) = state.identity.signer.read_open(&token) else {
+        return message_open(&state, &token, &headers, peer).unwrap_or_else(not_found);
     };
     if m.recipient != 0 {
         let hit = hit(m, HitKind::Open, is_prefetch(&headers, peer.ip()));
@@ -107,6 +111,43 @@ pub async fn open(
                 .into_response();
         }
     }
+    pixel()
+}
+
+/// `/o/TOKEN` of message-template mail (a flow step), or `None`: not
+/// a message's open token. Its tokens are made under purposes of their
+/// own ([`crate::tokens::Signer::message_open_token`]), so one never reads
+/// as a campaign's.
+fn message_open(
+    state: &State,
+    token: &str,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+) -> Option<Response> {
+    let message = state.identity.signer.read_message_open(token)?;
+    let proxy = is_prefetch(headers, peer.ip());
+    record_message(state, message, MessageHit::Open { proxy });
+    Some(pixel())
+}
+
+/// Record a hit of a message by a task of its own: the pixel or redirect
+/// does not wait for the database.
+pub(super) fn record_message(state: &State, message: i64, hit: MessageHit) {
+    let state = State::clone(state);
+    let at = now_ms();
+    tokio::spawn(async move {
+        let done = state
+            .public
+            .db(move |c| message_engagement::record(c, message, &hit, at))
+            .await;
+        if let Err(e) = done {
+            tracing::warn!(message, error = %e, "a message's open or click is not recorded");
+        }
+    });
+}
+
+/// The pixel's answer: never cached, so every open asks again.
+fn pixel() -> Response {
     (
         [
             (header::CONTENT_TYPE, "image/gif"),

@@ -29,13 +29,42 @@ pub fn left_by_step(conn: &mut Conn, flow_id: i64) -> Result<Vec<(i64, Option<St
         .load(c))?)
 }
 
-/// The step messages of flow `flow_id`: (idempotency key, status), read
-/// by the key's prefix `flow:ID:`.
-pub fn step_messages(conn: &mut Conn, flow_id: i64) -> Result<Vec<(Option<String>, String)>> {
+/// (idempotency key, status, first open, first click) of a step message.
+type StepRow = (Option<String>, String, Option<i64>, Option<i64>);
+
+/// One step message as the report counts it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepMessage {
+    pub key: Option<String>,
+    pub status: String,
+    /// Its recipient opened it (a person, not a mail proxy) / clicked.
+    pub opened: bool,
+    pub clicked: bool,
+}
+
+/// The step messages of flow `flow_id`, read by the idempotency key's
+/// prefix `flow:ID:`, with what their recipients did.
+pub fn step_messages(conn: &mut Conn, flow_id: i64) -> Result<Vec<StepMessage>> {
+    use super::schema::message_engagement as me;
     use super::schema::messages as m;
     let prefix = format!("flow:{flow_id}:%");
-    Ok(on!(conn, |c| m::table
+    let rows: Vec<StepRow> = on!(conn, |c| m::table
+        .left_join(me::table.on(me::message_id.eq(m::id)))
         .filter(m::idempotency_key.like(prefix))
-        .select((m::idempotency_key, m::status))
-        .load(c))?)
+        .select((
+            m::idempotency_key,
+            m::status,
+            me::first_open_at.nullable(),
+            me::first_click_at.nullable(),
+        ))
+        .load(c))?;
+    Ok(rows
+        .into_iter()
+        .map(|(key, status, opened, clicked)| StepMessage {
+            key,
+            status,
+            opened: opened.is_some(),
+            clicked: clicked.is_some(),
+        })
+        .collect())
 }

@@ -34,6 +34,11 @@ pub struct MessageTemplate {
     pub updated_at: i64,
     /// VERP return path (`local@domain`), if its messages have one.
     pub return_path: Option<String>,
+    /// What its messages track (`opens`, `clicks`; see
+    /// [`crate::store::content::Track`]).
+    pub track: String,
+    /// The base of its messages' tracking, preference and view links.
+    pub public_url: Option<String>,
 }
 
 /// What a create or an edit stores.
@@ -45,6 +50,8 @@ pub struct Content<'a> {
     pub html: &'a str,
     pub text: &'a str,
     pub return_path: Option<&'a str>,
+    pub track: &'a str,
+    pub public_url: Option<&'a str>,
 }
 
 /// Store a new template; false when the name is taken.
@@ -60,6 +67,8 @@ pub fn create(conn: &mut Conn, name: &str, c: &Content) -> Result<bool> {
             t::html.eq(c.html),
             t::text_body.eq(c.text),
             t::return_path.eq(c.return_path),
+            t::track.eq(c.track),
+            t::public_url.eq(c.public_url),
             t::created_at.eq(now),
             t::updated_at.eq(now),
         ))
@@ -80,6 +89,8 @@ pub fn edit(conn: &mut Conn, name: &str, c: &Content) -> Result<Option<i64>> {
             t::html.eq(c.html),
             t::text_body.eq(c.text),
             t::return_path.eq(c.return_path),
+            t::track.eq(c.track),
+            t::public_url.eq(c.public_url),
             t::updated_at.eq(now_ms()),
         ))
         .execute(x))?;

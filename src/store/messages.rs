@@ -309,6 +309,17 @@ pub fn bounced(conn: &mut Conn, id: i64, reason: &str, now: i64) -> Result<bool>
 
 /// One webhook event about message `id`, for every webhook that wants it.
 fn event(conn: &mut Conn, kind: EventKind, id: i64, at: i64) -> Result<()> {
+    event_with_link(conn, kind, id, at, None)
+}
+
+/// [`event`], with the URL of a clicked link.
+pub(super) fn event_with_link(
+    conn: &mut Conn,
+    kind: EventKind,
+    id: i64,
+    at: i64,
+    url: Option<&str>,
+) -> Result<()> {
     for webhook in outbox::subscribers(conn, kind)? {
         on!(conn, |c| diesel::insert_into(o::table)
             .values((
@@ -316,6 +327,7 @@ fn event(conn: &mut Conn, kind: EventKind, id: i64, at: i64) -> Result<()> {
                 o::kind.eq(kind),
                 o::message_id.eq(Some(id)),
                 o::at.eq(at),
+                o::link_url.eq(url),
             ))
             .execute(c))?;
     }
@@ -328,15 +340,18 @@ impl serde::Serialize for MessageStatus {
     }
 }
 
-/// The attributes (JSON text) of the recipient whose mailbox key is `key`,
-/// `{}` for an address on no list.
-pub fn attributes_of_key(conn: &mut Conn, key: &str) -> Result<String> {
-    let found: Option<String> = on!(conn, |c| r::table
+/// The id and attributes (JSON text) of the recipient whose mailbox key
+/// is `key`; `(None, "{}")` for an address on no list.
+pub fn recipient_of_key(conn: &mut Conn, key: &str) -> Result<(Option<i64>, String)> {
+    let found: Option<(i64, String)> = on!(conn, |c| r::table
         .filter(r::email_key.eq(key))
-        .select(r::attributes)
+        .select((r::id, r::attributes))
         .first(c)
         .optional())?;
-    Ok(found.unwrap_or_else(|| "{}".into()))
+    Ok(match found {
+        Some((id, attributes)) => (Some(id), attributes),
+        None => (None, "{}".into()),
+    })
 }
 
 /// How many messages the ledger holds.

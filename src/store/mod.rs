@@ -39,6 +39,7 @@ pub mod import_lock;
 pub mod imports;
 pub mod installation;
 pub mod lists;
+pub mod message_engagement;
 pub mod message_templates;
 pub mod messages;
 pub mod optouts;

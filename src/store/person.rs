@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::schema::{
     bounces as b, campaigns as cp, deliveries as d, engagement as e, list_members as lm,
-    lists as l, messages as m, recipients as r, webhook_outbox as o,
+    lists as l, message_engagement as me, messages as m, recipients as r, webhook_outbox as o,
 };
 use super::{on, suppressions, Conn, Result};
 
@@ -194,42 +194,37 @@ pub fn messages_to(conn: &mut Conn, key: &str) -> Result<Vec<Value>> {
     let local = key.rsplit_once('@').map_or(key, |(l, _)| l);
     let pattern = format!("%{}%", local.replace(['%', '_'], ""));
     type MessageRow = (
-        i64,
-        String,
-        String,
-        String,
-        String,
-        Option<String>,
-        i64,
-        Option<i64>,
+        (i64, String, String, String, String),
+        (Option<String>, i64, Option<i64>),
+        Option<(i64, i64)>,
     );
     let rows: Vec<MessageRow> = on!(conn, |c| m::table
+        .left_join(me::table.on(me::message_id.eq(m::id)))
         .filter(
             diesel::dsl::sql::<diesel::sql_types::Bool>("lower(to_addr) LIKE ")
                 .bind::<diesel::sql_types::Text, _>(pattern.to_lowercase())
         )
         .order(m::id)
         .select((
-            m::id,
-            m::template_name,
-            m::to_addr,
-            m::data,
-            m::status,
-            m::reply,
-            m::created_at,
-            m::sent_at
+            (m::id, m::template_name, m::to_addr, m::data, m::status),
+            (m::reply, m::created_at, m::sent_at),
+            (me::opens, me::clicks).nullable(),
         ))
         .load(c))?;
     Ok(rows
         .into_iter()
-        .filter(|row| address_key(&row.2).as_deref() == Some(key))
-        .map(|(id, template, to, data, status, reply, created, sent)| {
-            json!({
-                "id": id, "template": template, "to": to,
-                "data": serde_json::from_str::<Value>(&data).unwrap_or(Value::Null),
-                "status": status, "reply": reply, "created_at": created, "sent_at": sent,
-            })
-        })
+        .filter(|row| address_key(&row.0 .2).as_deref() == Some(key))
+        .map(
+            |((id, template, to, data, status), (reply, created, sent), engaged)| {
+                let (opens, clicks) = engaged.unwrap_or_default();
+                json!({
+                    "id": id, "template": template, "to": to,
+                    "data": serde_json::from_str::<Value>(&data).unwrap_or(Value::Null),
+                    "status": status, "reply": reply, "created_at": created, "sent_at": sent,
+                    "opens": opens, "clicks": clicks,
+                })
+            },
+        )
         .collect())
 }
 

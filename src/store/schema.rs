@@ -1,6 +1,9 @@
 //! Diesel table definitions, written by hand to match `migrations/`.
 //! Both backends share them: ids and timestamps are BIGINT everywhere.
 
+mod message_tables;
+pub use message_tables::{message_engagement, message_templates, messages};
+
 diesel::table! {
     lists (id) {
         id -> BigInt,
@@ -419,43 +422,6 @@ diesel::table! {
     }
 }
 
-diesel::table! {
-    /// Message templates, one row each, at their latest version.
-    message_templates (id) {
-        id -> BigInt,
-        name -> Text,
-        stream -> Text,
-        version -> BigInt,
-        subject -> Text,
-        from_addr -> Text,
-        html -> Text,
-        text_body -> Text,
-        created_at -> BigInt,
-        updated_at -> BigInt,
-        return_path -> Nullable<Text>,
-    }
-}
-
-diesel::table! {
-    /// The transactional messages ledger.
-    messages (id) {
-        id -> BigInt,
-        template_id -> BigInt,
-        template_name -> Text,
-        to_addr -> Text,
-        data -> Text,
-        idempotency_key -> Nullable<Text>,
-        body_hash -> Text,
-        status -> Text,
-        attempts -> BigInt,
-        claim_token -> Nullable<BigInt>,
-        claimed_until -> BigInt,
-        reply -> Nullable<Text>,
-        created_at -> BigInt,
-        sent_at -> Nullable<BigInt>,
-    }
-}
-
 diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, webhooks);
 diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, campaign_links);
 diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, campaigns);
@@ -473,6 +439,7 @@ diesel::table! {
 }
 
 diesel::allow_tables_to_appear_in_same_query!(webhook_outbox, messages);
+diesel::allow_tables_to_appear_in_same_query!(messages, message_engagement);
 diesel::allow_tables_to_appear_in_same_query!(messages, campaigns);
 diesel::allow_tables_to_appear_in_same_query!(messages, recipients);
 diesel::allow_tables_to_appear_in_same_query!(messages, campaign_links);

@@ -52,8 +52,38 @@ impl Signer {
         }
     }
 
+    /// The key of the links of message `message` (a message template's,
+    /// e.g. a flow step): every link of such a message is tracked this
+    /// way, bound to its URL, under a purpose of its own.
+    pub fn message_mail_links(&self, message: i64) -> MessageLinks {
+        let mut ids = Vec::with_capacity(8);
+        put_varint(&mut ids, message as u64);
+        MessageLinks {
+            key: self.key_for(Purpose::MessageLink, &ids),
+            ids,
+        }
+    }
+
+    /// The message of a genuine message-link token for exactly `url`.
+    pub fn read_message_link(&self, token: &str, url: &str) -> Option<i64> {
+        let raw = BASE64URL_NOPAD.decode(token.as_bytes()).ok()?;
+        let (ids, tag) = raw.split_at(raw.len().checked_sub(TRACKING_MAC_BYTES)?);
+        let mut rest = ids;
+        let message = take_varint(&mut rest)?;
+        let mut mac = self.key_for(Purpose::MessageLink, ids);
+        mac.update(url.as_bytes());
+        if !rest.is_empty() || mac.verify_truncated_left(tag).is_err() {
+            return None;
+        }
+        i64::try_from(message).ok().filter(|&m| m > 0)
+    }
+
     fn link_key(&self, ids: &[u8]) -> HmacSha256 {
-        let derived = self.mac(Purpose::TemplateLink, ids).finalize().into_bytes();
+        self.key_for(Purpose::TemplateLink, ids)
+    }
+
+    fn key_for(&self, purpose: Purpose, ids: &[u8]) -> HmacSha256 {
+        let derived = self.mac(purpose, ids).finalize().into_bytes();
         // HMAC takes a key of any length; 32 bytes always do.
         HmacSha256::new_from_slice(&derived).unwrap_or_else(|_| self.key.clone())
     }

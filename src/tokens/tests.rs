@@ -111,3 +111,44 @@ fn varints_have_one_spelling() {
     let mut padded: &[u8] = &[0x80, 0x00];
     assert_eq!(take_varint(&mut padded), None);
 }
+
+#[test]
+fn message_tokens_name_the_message_under_purposes_of_their_own() {
+    let s = signer();
+    let open = s.message_open_token(42);
+    assert_eq!(s.read_message_open(&open), Some(42));
+    assert_eq!(s.read_message_open(&open[..open.len() - 1]), None);
+    assert_eq!(Signer::new(&[8u8; 32]).read_message_open(&open), None);
+    // Never read as a campaign's, nor as another page's.
+    assert_eq!(s.read_open(&open), None);
+    assert_eq!(s.read_message_view(&open), None);
+    assert_eq!(s.read_message_preferences(&open), None);
+    let campaign_open = s.open_token(Tracked {
+        campaign: 42,
+        recipient: 1,
+        version: 1,
+    });
+    assert_eq!(s.read_message_open(&campaign_open), None);
+    let prefs = s.message_preferences_token(42, 7);
+    assert_eq!(s.read_message_preferences(&prefs), Some((42, 7)));
+    assert_eq!(s.read_preferences(&prefs), None);
+    let view = s.message_view_token(42);
+    assert_eq!(s.read_message_view(&view), Some(42));
+    assert_eq!(s.read_view(&view), None);
+    // A link token binds the message and the exact URL.
+    let link = s.message_mail_links(42).token("https://shop.test/a");
+    assert_eq!(s.read_message_link(&link, "https://shop.test/a"), Some(42));
+    assert_eq!(s.read_message_link(&link, "https://evil.test/"), None);
+    let campaign_link = s
+        .message_links(Tracked {
+            campaign: 42,
+            recipient: 1,
+            version: 1,
+        })
+        .token("https://shop.test/a");
+    assert_eq!(
+        s.read_message_link(&campaign_link, "https://shop.test/a"),
+        None
+    );
+    assert_eq!(s.read_link(&link, "https://shop.test/a"), None);
+}

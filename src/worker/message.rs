@@ -154,15 +154,15 @@ async fn prepare(
             if let Some(why) = crate::store::suppressions::reason_for(c, &key)? {
                 return Ok(Err((MessageStatus::Suppressed, why)));
             }
-            let attributes = messages::attributes_of_key(c, &key)?;
+            let recipient = messages::recipient_of_key(c, &key)?;
             Ok(Ok((
                 TemplateMail::load_cached(c, t, &identity, &cache),
-                attributes,
+                recipient,
             )))
         })
         .await?;
-    let (mail, attributes) = match loaded {
-        Ok((Ok(mail), attributes)) => (mail, attributes),
+    let (mail, (recipient, attributes)) = match loaded {
+        Ok((Ok(mail), recipient)) => (mail, recipient),
         Ok((Err(e), _)) => return Ok(Err((MessageStatus::Failed, e.to_string()))),
         Err(refused) => return Ok(Err(refused)),
     };
@@ -173,6 +173,7 @@ async fn prepare(
         let to = To {
             mailbox: &to,
             attributes,
+            recipient,
         };
         compose_message(&mail, id, &to, &data)
     })

@@ -47,6 +47,7 @@ mod eta;
 mod fencing;
 mod fleet;
 mod flow_sql;
+mod flow_tracking;
 mod flows;
 mod forget;
 mod headers;

@@ -26,6 +26,16 @@ pub enum TemplateCommand {
         /// that `mailsplit bounce` reads later marks that message `bounced`
         #[arg(long, env = "MAILSPLIT_RETURN_PATH")]
         return_path: Option<String>,
+        /// Track opens (a 1x1 image <public-url>/o/TOKEN) and/or clicks
+        /// (http(s) links rewritten to <public-url>/l/TOKEN): opens,
+        /// clicks, opens,clicks or none (the default); needs --public-url
+        #[arg(long)]
+        track: Option<String>,
+        /// Where `mailsplit serve` answers: the tracking links, and a
+        /// marketing message's preferences_url (/p/TOKEN) and view_url
+        /// (/v/TOKEN)
+        #[arg(long, env = "MAILSPLIT_PUBLIC_URL")]
+        public_url: Option<String>,
     },
     /// Change a message template: a new version; messages sent from now on use it
     Edit {
@@ -41,6 +51,12 @@ pub enum TemplateCommand {
         /// New VERP return path; an empty value removes it
         #[arg(long)]
         return_path: Option<String>,
+        /// opens, clicks, opens,clicks or none (stops tracking)
+        #[arg(long)]
+        track: Option<String>,
+        /// New public URL; an empty value removes it
+        #[arg(long)]
+        public_url: Option<String>,
     },
     /// Every message template: name, stream, version, subject, from
     Ls {

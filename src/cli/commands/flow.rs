@@ -125,8 +125,12 @@ fn report(g: &Global, name: &str, json: bool) -> Result {
         r.done
     )?;
     for (i, s) in r.steps.iter().enumerate() {
+        let engaged = [("opened", s.opened), ("clicked", s.clicked)]
+            .iter()
+            .filter_map(|(what, n)| n.map(|n| format!(", {what} {n}")))
+            .collect::<String>();
         outln!(
-            "  step {} ({} {}): queued {}, sent {}, failed {}, suppressed {}",
+            "  step {} ({} {}): queued {}, sent {}, failed {}, suppressed {}{engaged}",
             i + 1,
             show_delay(s.delay_ms),
             s.template,

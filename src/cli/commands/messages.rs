@@ -34,6 +34,8 @@ pub fn template(g: &Global, cmd: TemplateCommand) -> Result {
             from,
             stream: s,
             return_path,
+            track,
+            public_url,
         } => {
             let content = content(c).ok_or_else(|| {
                 UsageError("give the content: --html FILE [--text FILE] or --markdown FILE".into())
@@ -44,11 +46,10 @@ pub fn template(g: &Global, cmd: TemplateCommand) -> Result {
                 content,
                 stream: stream(&s)?,
                 return_path,
+                track,
+                public_url,
             };
-            let saved = templates::create(&mut open_migrated(g)?, &name, &t)?;
-            for w in &saved.warnings {
-                eprintln!("warning: {w}");
-            }
+            warn(&templates::create(&mut open_migrated(g)?, &name, &t)?);
             outln!("created message template {name:?} ({s}, version 1)")?;
         }
         TemplateCommand::Edit {
@@ -58,6 +59,8 @@ pub fn template(g: &Global, cmd: TemplateCommand) -> Result {
             from,
             stream: s,
             return_path,
+            track,
+            public_url,
         } => {
             let e = TemplateEdit {
                 subject,
@@ -65,11 +68,11 @@ pub fn template(g: &Global, cmd: TemplateCommand) -> Result {
                 content: content(c),
                 stream: s.as_deref().map(stream).transpose()?,
                 return_path,
+                track,
+                public_url,
             };
             let saved = templates::edit(&mut open_migrated(g)?, &name, &e)?;
-            for w in &saved.warnings {
-                eprintln!("warning: {w}");
-            }
+            warn(&saved);
             outln!("message template {name:?} is now version {}", saved.version)?;
         }
         TemplateCommand::Ls { json } => ls(g, json)?,
@@ -81,6 +84,13 @@ pub fn template(g: &Global, cmd: TemplateCommand) -> Result {
     Ok(())
 }
 
+/// What the template's author should hear, on stderr.
+fn warn(saved: &templates::Saved) {
+    for w in &saved.warnings {
+        eprintln!("warning: {w}");
+    }
+}
+
 fn ls(g: &Global, json: bool) -> Result {
     let all = templates::list(&mut open_read_only(g)?)?;
     if all.is_empty() && !json {
@@ -90,7 +100,8 @@ fn ls(g: &Global, json: bool) -> Result {
         if json {
             let line = serde_json::json!({
                 "name": t.name, "stream": t.stream.as_str(), "version": t.version,
-                "subject": t.subject, "from": t.from_addr,
+                "subject": t.subject, "from": t.from_addr, "track": t.track,
+                "public_url": t.public_url,
                 "updated_at": crate::clock::rfc3339(t.updated_at, crate::clock::Precision::AsNeeded),
             });
             outln!("{line}")?;

@@ -61,6 +61,12 @@ pub struct Held {
     pub format: String,
     pub content: String,
     pub text: String,
+    /// `opens`, `clicks`, `opens,clicks` or `none`; empty: the default
+    /// (create) or what is stored (edit).
+    pub track: String,
+    /// Where tracking and the recipient's pages point; empty on edit
+    /// removes it, as `--public-url ""` does.
+    pub public_url: String,
 }
 
 impl Held {
@@ -74,6 +80,8 @@ impl Held {
             format: form.one("format"),
             content: form.all("content").concat(),
             text: form.all("text").concat(),
+            track: form.one("track"),
+            public_url: form.one("public_url"),
         }
     }
 
@@ -119,6 +127,8 @@ impl Held {
             content,
             stream: self.stream()?.unwrap_or(Stream::Transactional),
             return_path: Some(self.return_path.clone()).filter(|r| !r.is_empty()),
+            track: Some(self.track.clone()).filter(|t| !t.is_empty()),
+            public_url: Some(self.public_url.clone()).filter(|u| !u.is_empty()),
         })
     }
 
@@ -132,6 +142,8 @@ impl Held {
             content: self.content(dir)?,
             stream: self.stream()?,
             return_path: Some(self.return_path.clone()),
+            track: some(&self.track),
+            public_url: Some(self.public_url.clone()),
         })
     }
 }
@@ -200,6 +212,8 @@ async fn show_one(
         subject: row.t.subject.clone(),
         from: row.t.from_addr.clone(),
         return_path: row.t.return_path.clone().unwrap_or_default(),
+        track: row.t.track.clone(),
+        public_url: row.t.public_url.clone().unwrap_or_default(),
         ..Held::default()
     });
     let csrf = access.csrf(state);
