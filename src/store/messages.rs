@@ -91,7 +91,7 @@ pub enum Inserted {
 
 /// Insert a message, or find the one its idempotency key already names.
 pub fn insert(conn: &mut Conn, n: &NewMessage) -> Result<Inserted> {
-    let id: Option<i64> = on!(conn, |c| diesel::insert_into(m::table)
+    let inserted: Option<Message> = on!(conn, |c| diesel::insert_into(m::table)
         .values((
             m::template_id.eq(n.template_id),
             m::template_name.eq(n.template_name),
@@ -104,13 +104,11 @@ pub fn insert(conn: &mut Conn, n: &NewMessage) -> Result<Inserted> {
             m::created_at.eq(n.now),
         ))
         .on_conflict_do_nothing()
-        .returning(m::id)
+        .returning(Message::as_returning())
         .get_result(c)
         .optional())?;
-    if let Some(id) = id {
-        return find(conn, id)?
-            .map(Inserted::New)
-            .ok_or(diesel::NotFound.into());
+    if let Some(new) = inserted {
+        return Ok(Inserted::New(new));
     }
     let Some(key) = n.idempotency_key else {
         return Err(diesel::NotFound.into());
@@ -186,20 +184,22 @@ pub fn claim(conn: &mut Conn, id: i64, token: i64, lease: i64, now: i64) -> Resu
     let open = m::status.eq(MessageStatus::Queued).or(m::status
         .eq(MessageStatus::Claimed)
         .and(m::claimed_until.lt(now)));
-    let n = on!(conn, |c| diesel::update(m::table.find(id).filter(open))
+    let mine: Option<Message> = on!(conn, |c| diesel::update(m::table.find(id).filter(open))
         .set((
             m::status.eq(MessageStatus::Claimed),
             m::claim_token.eq(token),
             m::claimed_until.eq(now + lease),
             m::attempts.eq(m::attempts + 1),
         ))
-        .execute(c))?;
+        .returning(Message::as_returning())
+        .get_result(c)
+        .optional())?;
+    if let Some(msg) = mine {
+        return Ok(Claim::Mine(Box::new(msg)));
+    }
     let Some(msg) = find(conn, id)? else {
         return Ok(Claim::Unknown);
     };
-    if n == 1 {
-        return Ok(Claim::Mine(Box::new(msg)));
-    }
     if msg.status.is_final() {
         return Ok(Claim::Done);
     }
@@ -249,11 +249,20 @@ pub fn extend_claim(
         m::table
             .find(id)
             .filter(m::claim_token.eq(token))
-            .filter(m::status.eq_any([MessageStatus::Claimed, MessageStatus::Sending]))
+            .filter(held())
     )
     .set(m::claimed_until.eq(now + lease))
     .execute(c))?;
     Ok(n == 1)
+}
+
+/// A claim still held (claimed or sending). Two comparisons rather than
+/// `eq_any`, whose array diesel does not cache: that statement would be
+/// parsed anew for every message.
+fn held() -> diesel::dsl::Or<diesel::dsl::Eq<m::status, MessageStatus>, diesel::dsl::Eq<m::status, MessageStatus>> {
+    m::status
+        .eq(MessageStatus::Claimed)
+        .or(m::status.eq(MessageStatus::Sending))
 }
 
 /// Record what became of a claimed message: a final status (with the
@@ -272,7 +281,7 @@ pub fn record(
             m::table
                 .find(id)
                 .filter(m::claim_token.eq(token))
-                .filter(m::status.eq_any([MessageStatus::Claimed, MessageStatus::Sending]))
+                .filter(held())
         )
         .set((
             m::status.eq(status),
