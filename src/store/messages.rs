@@ -259,7 +259,10 @@ pub fn extend_claim(
 /// A claim still held (claimed or sending). Two comparisons rather than
 /// `eq_any`, whose array diesel does not cache: that statement would be
 /// parsed anew for every message.
-fn held() -> diesel::dsl::Or<diesel::dsl::Eq<m::status, MessageStatus>, diesel::dsl::Eq<m::status, MessageStatus>> {
+fn held() -> diesel::dsl::Or<
+    diesel::dsl::Eq<m::status, MessageStatus>,
+    diesel::dsl::Eq<m::status, MessageStatus>,
+> {
     m::status
         .eq(MessageStatus::Claimed)
         .or(m::status.eq(MessageStatus::Sending))

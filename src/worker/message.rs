@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::pipeline::{Delivered, Urgent};
 use super::reserve::{Cmd, Incoming};
 use super::shared::Shared;
+use crate::compose::content::Cache;
 use crate::compose::message::{compose_message, TemplateMail, To};
 use crate::compose::Unsendable;
 use crate::mail::reply::Verdict;
@@ -32,7 +33,6 @@ use crate::queue::message::{MessageJob, MESSAGE_PRIORITY};
 use crate::queue::{job_ttr, BadJob};
 use crate::rate::limiter;
 use crate::store::messages::{self, Claim, Message, MessageStatus};
-use crate::compose::content::Cache;
 use crate::store::{message_templates, now_ms, Conn, StoreError};
 use crate::tokens::Identity;
 
@@ -155,8 +155,17 @@ type Refused = (MessageStatus, String);
 type Loaded = (Mailbox, TemplateMail, String);
 
 /// Suppressions again, then the template and the recipient's attributes
-/// read.
+/// read (in one read transaction).
 fn load(
+    c: &mut Conn,
+    msg: &Message,
+    identity: &Identity,
+    cache: &Cache,
+) -> Result<Result<Loaded, Refused>, StoreError> {
+    c.reads(|c| read(c, msg, identity, cache))
+}
+
+fn read(
     c: &mut Conn,
     msg: &Message,
     identity: &Identity,
