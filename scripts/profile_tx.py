@@ -48,7 +48,7 @@ def ctx(api, procs):
 
 
 def perf(pid, path, seconds):
-    return subprocess.Popen(["perf", "record", "-g", "-F", "999", "-o", path, "-p", str(pid), "--",
+    return subprocess.Popen(["perf", "record", "--call-graph", "dwarf,16384", "-F", "499", "-o", path, "-p", str(pid), "--",
                              "sleep", str(seconds)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
