@@ -90,14 +90,14 @@ async fn run(shared: &Arc<Shared>, (server, id): (usize, u64), message: i64) -> 
             Ok(match messages::claim(c, message, token, lease, now_ms())? {
                 Claim::Mine(msg) => {
                     let loaded = load(c, &msg, &identity, &cache);
-                    Claimed::Mine(msg, loaded)
+                    Claimed::Mine(msg, Box::new(loaded))
                 }
                 other => Claimed::Not(other),
             })
         })
         .await;
     let (msg, loaded) = match claimed {
-        Ok(Claimed::Mine(m, loaded)) => (*m, loaded),
+        Ok(Claimed::Mine(m, loaded)) => (*m, *loaded),
         Ok(Claimed::Not(Claim::Mine(_) | Claim::Done)) => return Cmd::Delete(id),
         Ok(Claimed::Not(Claim::Busy(until))) => {
             let wait = (until - now_ms()).max(0) as u64 + 100;
@@ -142,7 +142,10 @@ async fn run(shared: &Arc<Shared>, (server, id): (usize, u64), message: i64) -> 
 /// What the claim's call on the database found.
 enum Claimed {
     /// This worker holds the message, and what [`load`] read for it.
-    Mine(Box<Message>, Result<Result<Loaded, Refused>, StoreError>),
+    Mine(
+        Box<Message>,
+        Box<Result<Result<Loaded, Refused>, StoreError>>,
+    ),
     /// Not this worker's to send.
     Not(Claim),
 }
