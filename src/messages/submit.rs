@@ -182,15 +182,13 @@ pub fn submit_as(
     asked: AskedBy,
 ) -> Result<Submitted, MessageError> {
     let (to, data) = check(&s)?;
-    let template = message_templates::find(conn, &s.template)?
-        .ok_or_else(|| MessageError::UnknownTemplate(s.template.clone()))?;
+    let Looked {
+        template,
+        suppressed,
+        identity,
+    } = conn.reads(|c| look_up(c, &s, &to, asked))?;
     let to_text = to.to_string();
     let hash = body_hash(&template.name, &to_text, &data);
-    let key =
-        crate::mailbox::key(to.email.as_ref()).map_err(|_| MessageError::BadTo(s.to.clone()))?;
-    refuse(conn, &key, s.idempotency_key.as_deref(), asked)?;
-    let marketing = template.stream == message_templates::Stream::Marketing;
-    let suppressed = messages::suppression(conn, &key, marketing)?;
     let now = now_ms();
     let inserted = messages::insert(
         conn,
@@ -221,13 +219,42 @@ pub fn submit_as(
     let stale =
         !created && msg.status == MessageStatus::Queued && now - msg.created_at > REPUT_AFTER_MS;
     if msg.status == MessageStatus::Queued && (created || stale) {
-        let identity = Identity::from(&installation::load(conn)?);
         put(queue, &identity, msg.id).map_err(MessageError::Queue)?;
     }
     Ok(Submitted {
         id: msg.id,
         status: msg.status.public(),
         created,
+    })
+}
+
+/// What a submit reads before it stores the message.
+struct Looked {
+    template: message_templates::MessageTemplate,
+    /// Why the message is stored `suppressed` rather than queued.
+    suppressed: Option<&'static str>,
+    identity: Identity,
+}
+
+/// The template, the refusals and suppressions for `to`, and the
+/// installation's identity (its job's signature), in one read
+/// transaction: a submit's reads take the database's locks once.
+fn look_up(
+    conn: &mut Conn,
+    s: &Submit,
+    to: &Mailbox,
+    asked: AskedBy,
+) -> Result<Looked, MessageError> {
+    let template = message_templates::find(conn, &s.template)?
+        .ok_or_else(|| MessageError::UnknownTemplate(s.template.clone()))?;
+    let key =
+        crate::mailbox::key(to.email.as_ref()).map_err(|_| MessageError::BadTo(s.to.clone()))?;
+    refuse(conn, &key, s.idempotency_key.as_deref(), asked)?;
+    let marketing = template.stream == message_templates::Stream::Marketing;
+    Ok(Looked {
+        suppressed: messages::suppression(conn, &key, marketing)?,
+        identity: Identity::from(&installation::load(conn)?),
+        template,
     })
 }
 

@@ -10,6 +10,7 @@
 use diesel::prelude::*;
 
 use super::outbox::{self, EventKind};
+use super::prepared::{Bind, Prepared};
 use super::schema::{bounces as b, messages as m, recipients as r, webhook_outbox as o};
 use super::{on, Conn, RecipientStatus, Result};
 
@@ -91,7 +92,7 @@ pub enum Inserted {
 
 /// Insert a message, or find the one its idempotency key already names.
 pub fn insert(conn: &mut Conn, n: &NewMessage) -> Result<Inserted> {
-    let id: Option<i64> = on!(conn, |c| diesel::insert_into(m::table)
+    let inserted: Option<Message> = on!(conn, |c| diesel::insert_into(m::table)
         .values((
             m::template_id.eq(n.template_id),
             m::template_name.eq(n.template_name),
@@ -104,13 +105,11 @@ pub fn insert(conn: &mut Conn, n: &NewMessage) -> Result<Inserted> {
             m::created_at.eq(n.now),
         ))
         .on_conflict_do_nothing()
-        .returning(m::id)
+        .returning(Message::as_returning())
         .get_result(c)
         .optional())?;
-    if let Some(id) = id {
-        return find(conn, id)?
-            .map(Inserted::New)
-            .ok_or(diesel::NotFound.into());
+    if let Some(new) = inserted {
+        return Ok(Inserted::New(new));
     }
     let Some(key) = n.idempotency_key else {
         return Err(diesel::NotFound.into());
@@ -183,17 +182,19 @@ pub enum Claim {
 
 /// Claim message `id` for `lease` ms under `token`.
 pub fn claim(conn: &mut Conn, id: i64, token: i64, lease: i64, now: i64) -> Result<Claim> {
-    let open = m::status.eq(MessageStatus::Queued).or(m::status
-        .eq(MessageStatus::Claimed)
-        .and(m::claimed_until.lt(now)));
-    let n = on!(conn, |c| diesel::update(m::table.find(id).filter(open))
-        .set((
-            m::status.eq(MessageStatus::Claimed),
-            m::claim_token.eq(token),
-            m::claimed_until.eq(now + lease),
-            m::attempts.eq(m::attempts + 1),
-        ))
-        .execute(c))?;
+    let n = on!(conn, |c| Prepared::new(
+        CLAIM,
+        vec![
+            Bind::Text(MessageStatus::Claimed.as_str()),
+            Bind::Int(token),
+            Bind::Int(now + lease),
+            Bind::Int(id),
+            Bind::Text(MessageStatus::Queued.as_str()),
+            Bind::Text(MessageStatus::Claimed.as_str()),
+            Bind::Int(now),
+        ],
+    )
+    .execute(c))?;
     let Some(msg) = find(conn, id)? else {
         return Ok(Claim::Unknown);
     };
@@ -225,13 +226,15 @@ pub fn claim(conn: &mut Conn, id: i64, token: i64, lease: i64, now: i64) -> Resu
 /// The claim holder is about to hand the message to the relay; false when
 /// the claim is no longer its own.
 pub fn start_sending(conn: &mut Conn, id: i64, token: i64) -> Result<bool> {
-    let n = on!(conn, |c| diesel::update(
-        m::table
-            .find(id)
-            .filter(m::claim_token.eq(token))
-            .filter(m::status.eq(MessageStatus::Claimed))
+    let n = on!(conn, |c| Prepared::new(
+        START_SENDING,
+        vec![
+            Bind::Text(MessageStatus::Sending.as_str()),
+            Bind::Int(id),
+            Bind::Int(token),
+            Bind::Text(MessageStatus::Claimed.as_str()),
+        ],
     )
-    .set(m::status.eq(MessageStatus::Sending))
     .execute(c))?;
     Ok(n == 1)
 }
@@ -245,16 +248,33 @@ pub fn extend_claim(
     lease: i64,
     now: i64,
 ) -> Result<bool> {
-    let n = on!(conn, |c| diesel::update(
-        m::table
-            .find(id)
-            .filter(m::claim_token.eq(token))
-            .filter(m::status.eq_any([MessageStatus::Claimed, MessageStatus::Sending]))
+    let n = on!(conn, |c| Prepared::new(
+        EXTEND,
+        vec![
+            Bind::Int(now + lease),
+            Bind::Int(id),
+            Bind::Int(token),
+            Bind::Text(MessageStatus::Claimed.as_str()),
+            Bind::Text(MessageStatus::Sending.as_str()),
+        ],
     )
-    .set(m::claimed_until.eq(now + lease))
     .execute(c))?;
     Ok(n == 1)
 }
+
+/// A worker's statements on one message, in SQL that never changes:
+/// prepared once per connection (see [`super::prepared`]; diesel prepares
+/// every UPDATE anew, a parse and a plan per statement, which a campaign
+/// spreads over a batch and a message paid alone). A claim is held while
+/// the message is `claimed` or `sending`.
+const CLAIM: &str = "UPDATE messages SET status = ?, claim_token = ?, claimed_until = ?, \
+     attempts = attempts + 1 WHERE id = ? AND (status = ? OR (status = ? AND claimed_until < ?))";
+const START_SENDING: &str =
+    "UPDATE messages SET status = ? WHERE id = ? AND claim_token = ? AND status = ?";
+const EXTEND: &str = "UPDATE messages SET claimed_until = ? \
+     WHERE id = ? AND claim_token = ? AND status IN (?, ?)";
+const RECORD: &str = "UPDATE messages SET status = ?, reply = ?, sent_at = ? \
+     WHERE id = ? AND claim_token = ? AND status IN (?, ?)";
 
 /// Record what became of a claimed message: a final status (with the
 /// webhook event in the same transaction), or `Queued` to try again. False
@@ -268,17 +288,18 @@ pub fn record(
 ) -> Result<bool> {
     let sent_at = (status == MessageStatus::Sent).then_some(now);
     conn.transaction(|conn| {
-        let n = on!(conn, |c| diesel::update(
-            m::table
-                .find(id)
-                .filter(m::claim_token.eq(token))
-                .filter(m::status.eq_any([MessageStatus::Claimed, MessageStatus::Sending]))
+        let n = on!(conn, |c| Prepared::new(
+            RECORD,
+            vec![
+                Bind::Text(status.as_str()),
+                Bind::OptText(reply),
+                Bind::OptInt(sent_at),
+                Bind::Int(id),
+                Bind::Int(token),
+                Bind::Text(MessageStatus::Claimed.as_str()),
+                Bind::Text(MessageStatus::Sending.as_str()),
+            ],
         )
-        .set((
-            m::status.eq(status),
-            m::reply.eq(reply),
-            m::sent_at.eq(sent_at)
-        ))
         .execute(c))?;
         let kind = match status {
             MessageStatus::Sent => Some(EventKind::Sent),

@@ -335,6 +335,34 @@ impl Conn {
         }
     }
 
+    /// Run `f`, which only reads, in one read transaction on SQLite: one
+    /// set of file locks and one look at the write-ahead log for all its
+    /// statements, instead of one per statement (a transactional message's
+    /// checks are several small reads). On PostgreSQL, and inside a
+    /// transaction, `f` runs as it is: a BEGIN and a COMMIT there would be
+    /// two more round trips.
+    pub fn reads<T, E>(&mut self, f: impl FnOnce(&mut Conn) -> Result<T, E>) -> Result<T, E>
+    where
+        E: From<StoreError>,
+    {
+        if self.depth > 0 || self.backend() == Backend::Postgres {
+            return f(self);
+        }
+        self.execute_batch("BEGIN").map_err(E::from)?;
+        self.depth += 1;
+        let result = f(self);
+        self.depth -= 1;
+        let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
+        match (result, self.execute_batch(end)) {
+            (Ok(v), Ok(())) => Ok(v),
+            (Ok(_), Err(e)) => {
+                let _ = self.execute_batch("ROLLBACK");
+                Err(E::from(e))
+            }
+            (Err(e), _) => Err(e),
+        }
+    }
+
     pub fn execute_batch(&mut self, sql: &str) -> Result<()> {
         on!(self, |c| c.batch_execute(sql))?;
         Ok(())

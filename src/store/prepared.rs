@@ -30,6 +30,7 @@ pub(crate) enum Bind<'a> {
     /// A JSON text: on SQLite, how a list of ids travels (see [`ids_json`]).
     Json(&'a str),
     Text(&'a str),
+    OptText(Option<&'a str>),
 }
 
 /// `ids` as a JSON array, for `json_each(?)` on SQLite.
@@ -66,6 +67,7 @@ impl QueryFragment<Pg> for Prepared<'_> {
                 Bind::OptInt(v) => out.push_bind_param::<Nullable<BigInt>, _>(v),
                 Bind::Ints(v) => out.push_bind_param::<Array<BigInt>, _>(*v),
                 Bind::Json(v) | Bind::Text(v) => out.push_bind_param::<Text, _>(*v),
+                Bind::OptText(v) => out.push_bind_param::<Nullable<Text>, _>(v),
             },
             &mut out,
         )
@@ -82,6 +84,7 @@ impl QueryFragment<Sqlite> for Prepared<'_> {
                     "prepared statement: an array on SQLite (bind the ids as JSON)".into(),
                 )),
                 Bind::Json(v) | Bind::Text(v) => out.push_bind_param::<Text, _>(*v),
+                Bind::OptText(v) => out.push_bind_param::<Nullable<Text>, _>(v),
             },
             &mut out,
         )
