@@ -41,11 +41,11 @@ const DB_RETRY_DELAY: Duration = Duration::from_secs(5);
 /// A job of another database that cannot be moved to its own tube goes
 /// back for its own workers; this worker meets it again at most this often.
 const FOREIGN_DELAY: Duration = Duration::from_secs(30);
-/// Messages composed per hand-off to the blocking pool: enough that the
-/// hand-off costs little beside the renders and signatures, few enough
-/// that a batch of RSA signatures (a few milliseconds of one core) keeps
-/// the senders fed. Signed ones: smaller when the senders' queue has less
-/// room ([`sign_batch`]).
+/// DKIM-signed messages composed per hand-off to the blocking pool: enough
+/// that the hand-off costs little beside the signatures, few enough that a
+/// batch of RSA signatures (a few milliseconds of one core) keeps the
+/// senders fed. Smaller when the senders' queue has less room
+/// ([`sign_batch`]).
 const SIGN_BATCH: usize = 16;
 
 /// A recipient's id and address, and its composed message (or why there
@@ -289,12 +289,6 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
             .unwrap_or_else(|| Arc::clone(&info));
         let take = if inline(&info) {
             1
-        } else if info.mail.dkim.is_empty() {
-            // An unsigned message holds no key that could be retired while
-            // it waits for room in the senders' queue (a `campaign edit`
-            // meanwhile hands it back, as any queued message): a full
-            // batch per hand-off, not one per message when the queue is full.
-            SIGN_BATCH
         } else {
             sign_batch(&shared.to_send)
         };
