@@ -30,6 +30,15 @@ fn main() -> ExitCode {
     // to contend. Before any thread exists.
     // SAFETY: mallopt only changes a malloc tunable.
     unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
+    // SQLite opens an in-memory b-tree for each `IN (…)` list and each
+    // `RETURNING`, with a page cache of ~90 KB that it frees when the
+    // statement ends. With glibc's default trim threshold (128 KB) that
+    // free shrank the heap and the next statement grew it again: page
+    // faults on every claim and every batch of outcomes, 5 % of a SQLite
+    // worker's CPU (BENCHMARKS.md, "A worker's CPU, cut by cut"). Freed
+    // memory up to this much stays in the process for the next statement.
+    // SAFETY: as above.
+    unsafe { libc::mallopt(libc::M_TRIM_THRESHOLD, 4 << 20) };
     let cli = match parse() {
         Ok(cli) => cli,
         Err(code) => return code,

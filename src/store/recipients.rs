@@ -28,7 +28,7 @@ impl RecipientStatus {
 }
 
 /// What a worker needs to render one message.
-#[derive(Debug, Clone, Queryable, Selectable)]
+#[derive(Debug, Clone, Queryable, QueryableByName, Selectable)]
 #[diesel(table_name = recipients)]
 pub struct Recipient {
     pub id: i64,
@@ -270,10 +270,23 @@ fn merge_twin(
 
 /// Load recipients by id (any order).
 pub fn load(conn: &mut Conn, ids: &[i64]) -> Result<Vec<Recipient>> {
-    Ok(on!(conn, |c| recipients::table
-        .filter(recipients::id.eq_any(ids))
-        .select(Recipient::as_select())
-        .load(c))?)
+    Ok(match conn.inner_mut() {
+        // One fixed text, prepared once per connection (`eq_any` would be
+        // one `?` per id, parsed anew for every job a worker claims).
+        InnerMut::Sqlite(c) => {
+            let ids = ids_json(ids);
+            Prepared::new(
+                "SELECT id, email, name, attributes, status FROM recipients \
+                 WHERE id IN (SELECT value FROM json_each(?))",
+                vec![Bind::Json(&ids)],
+            )
+            .load(c)?
+        }
+        InnerMut::Pg(c) => recipients::table
+            .filter(recipients::id.eq_any(ids))
+            .select(Recipient::as_select())
+            .load(c)?,
+    })
 }
 
 /// [`load`], with only the attributes named in `keep` (all when `None`):
@@ -300,21 +313,22 @@ pub fn load_keeping(
         )
     };
     Ok(match conn.inner_mut() {
+        // A fixed text, prepared once per connection, like `load`'s.
         // json_each gives true and false as 1 and 0: made booleans again.
-        InnerMut::Sqlite(c) => recipients::table
-            .filter(recipients::id.eq_any(ids))
-            .select(columns(
-                sql::<Text>(
-                    "COALESCE((SELECT json_group_object(e.key, CASE e.type \
+        InnerMut::Sqlite(c) => {
+            let ids = ids_json(ids);
+            Prepared::new(
+                "SELECT id, email, name, status, \
+                   COALESCE((SELECT json_group_object(e.key, CASE e.type \
                        WHEN 'true' THEN json('true') WHEN 'false' THEN json('false') \
                        ELSE e.value END) \
                      FROM json_each(recipients.attributes) AS e \
-                     WHERE e.key IN (SELECT value FROM json_each(",
-                )
-                .bind::<Text, _>(keys)
-                .sql("))), '{}')"),
-            ))
-            .load::<Recipient>(c)?,
+                     WHERE e.key IN (SELECT value FROM json_each(?))), '{}') AS attributes \
+                 FROM recipients WHERE id IN (SELECT value FROM json_each(?))",
+                vec![Bind::Json(&keys), Bind::Json(&ids)],
+            )
+            .load(c)?
+        }
         InnerMut::Pg(c) => recipients::table
             .filter(recipients::id.eq_any(ids))
             .select(columns(

@@ -15,7 +15,14 @@ use super::Result;
 /// Run a worker until it is told to stop.
 pub fn worker(g: &Global, args: &WorkerArgs) -> Result {
     let settings = worker_settings(g, args)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    // One thread runs the SMTP sessions, the scheduler and the reporter:
+    // they only wait on sockets and hand work on, and on one thread a
+    // wake-up is a queue push, where tokio's multi-threaded scheduler paid
+    // for cross-thread wake-ups, work stealing and its locks on every
+    // message (BENCHMARKS.md, "A worker's CPU, cut by cut"). The CPU work
+    // (rendering, signing, the database) runs on the blocking pool, on
+    // every core.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")

@@ -167,7 +167,7 @@ fn claim_sqlite(
     let now = now_ms();
     let until = now + lease_ms;
     let ids = ids_json(recipient_ids);
-    Prepared::new(
+    let inserted = Prepared::new(
         &CLAIM_SQLITE_NEW,
         vec![
             Bind::Int(campaign_id),
@@ -178,6 +178,13 @@ fn claim_sqlite(
         ],
     )
     .execute(c)?;
+    // A job's first try (the common case): every id got a new row, with
+    // this token and attempt 1, so there is nothing to take over and
+    // nothing to read back. Any id left out (a row already there, or the
+    // same id twice) takes the full path.
+    if inserted == recipient_ids.len() {
+        return Ok(recipient_ids.iter().map(|&rid| (rid, 1)).collect());
+    }
     Prepared::new(
         &CLAIM_SQLITE_TAKE_OVER,
         vec![
