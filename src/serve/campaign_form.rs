@@ -155,6 +155,7 @@ impl NewForm {
             return_path: None,
             max_failure_rate: None,
             max_complaint_rate: None,
+            ab: None,
         })
     }
 }
