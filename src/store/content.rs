@@ -112,12 +112,7 @@ pub struct Parts<'a> {
 /// Store A/B variant `variant`'s own content as a version of the
 /// campaign's (its links numbered in a table of their own) that the
 /// campaign itself never sends; returns its number.
-pub fn add_variant(
-    conn: &mut Conn,
-    campaign_id: i64,
-    variant: i64,
-    parts: &Parts,
-) -> Result<i64> {
+pub fn add_variant(conn: &mut Conn, campaign_id: i64, variant: i64, parts: &Parts) -> Result<i64> {
     insert(conn, campaign_id, variant, parts)
 }
 

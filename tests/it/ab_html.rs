@@ -307,7 +307,11 @@ fn bad_variants_name_the_fix(kind: Kind) {
     import(&env, 3);
     let a = file(&env, "a.html", HTML_A);
     let broken = file(&env, "broken.html", "<p>ok</p>\n<p>{% if %}</p>\n");
-    let script = file(&env, "js.html", "<p>\n<a href=\"javascript:go()\">x</a></p>");
+    let script = file(
+        &env,
+        "js.html",
+        "<p>\n<a href=\"javascript:go()\">x</a></p>",
+    );
     let base = [
         "campaign",
         "create",
@@ -333,7 +337,10 @@ fn bad_variants_name_the_fix(kind: Kind) {
     for (extra, says) in [
         (vec!["--variant-html", &broken], "broken.html:2:"),
         (vec!["--variant-html", &script], "js.html:2: link"),
-        (vec!["--variant-html", &script], "write an http(s) or mailto link"),
+        (
+            vec!["--variant-html", &script],
+            "write an http(s) or mailto link",
+        ),
         (ten, "at most 9 (B to J)"),
     ] {
         let mut args = base.to_vec();
