@@ -1,14 +1,17 @@
 //! A/B tests on campaigns: what `campaign create --variant-subject …
-//! --ab-sample P% --ab-wait D --ab-metric opens|clicks` checks, the
+//! --variant-html FILE … --ab-sample P% --ab-wait D --ab-metric
+//! opens|clicks` checks (the variants themselves in
+//! [`super::variants`]), the
 //! `variants`/`winner` that `status --json` shows, and the statistics
 //! `report` prints (each variant's rate with a 95 % Wilson interval, and
 //! whether the difference is significant). The workers draw the sample,
 //! hold back the rest and pick the winner (see `worker::ab`).
 
+use std::path::PathBuf;
+
 use serde::Serialize;
 
 use super::CampaignError;
-use crate::compose::content::{Compiled, Sources};
 use crate::store::ab::{self, Metric, NewAb};
 use crate::store::content::Track;
 use crate::store::{Conn, StoreError};
@@ -21,6 +24,9 @@ pub const MAX_VARIANTS: usize = 10;
 pub struct AbRequest {
     /// `--variant-subject`, repeatable: variants B, C, …
     pub variant_subjects: Vec<String>,
+    /// `--variant-html`, repeatable: variants B, C, … (paired with the
+    /// subjects in order; a variant without one has A's).
+    pub variant_html: Vec<PathBuf>,
     /// `--ab-sample`: `20%` (1 % to 50 %).
     pub sample: Option<String>,
     /// `--ab-wait`: `30m`, `2h`, `1d`.
@@ -32,43 +38,42 @@ pub struct AbRequest {
 impl AbRequest {
     fn any(&self) -> bool {
         !self.variant_subjects.is_empty()
+            || !self.variant_html.is_empty()
             || self.sample.is_some()
             || self.wait.is_some()
             || self.metric.is_some()
     }
 }
 
-fn bad(why: impl Into<String>) -> CampaignError {
+pub(super) fn bad(why: impl Into<String>) -> CampaignError {
     CampaignError::Bad(why.into())
+}
+
+/// What checking the A/B options needs of the campaign itself.
+#[derive(Debug, Clone, Copy)]
+pub struct Main<'a> {
+    pub name: &'a str,
+    /// `--subject`: variant A's, and that of a variant without its own.
+    pub subject: &'a str,
+    pub track: Track,
+    pub public_url: Option<&'a str>,
+}
+
+/// A checked test: what to store, and what its creator should hear about
+/// the variants' content (scripts).
+#[derive(Debug, Clone)]
+pub struct CheckedAb {
+    pub test: NewAb,
+    pub warnings: Vec<String>,
 }
 
 /// Check the A/B options against what the campaign tracks; `None` when
 /// there is no test.
-pub fn check(r: &AbRequest, name: &str, track: Track) -> Result<Option<NewAb>, CampaignError> {
+pub fn check(r: &AbRequest, main: &Main) -> Result<Option<CheckedAb>, CampaignError> {
     if !r.any() {
         return Ok(None);
     }
-    if r.variant_subjects.is_empty() {
-        return Err(bad(
-            "an A/B test needs at least one variant besides --subject: add --variant-subject \"Another subject\" (repeatable)",
-        ));
-    }
-    if r.variant_subjects.len() + 1 > MAX_VARIANTS {
-        return Err(bad(format!(
-            "at most {} --variant-subject (variants B to J besides --subject's A)",
-            MAX_VARIANTS - 1
-        )));
-    }
-    for s in &r.variant_subjects {
-        if s.trim().is_empty() || s.chars().any(char::is_control) {
-            return Err(bad("--variant-subject must be one non-empty line"));
-        }
-        let sources = Sources {
-            subject: ("--variant-subject", s),
-            body: None,
-        };
-        Compiled::new(&sources, name).map_err(|e| bad(e.to_string()))?;
-    }
+    let (variants, warnings) = super::variants::check(r, main)?;
     let sample = r.sample.as_deref().ok_or_else(|| {
         bad("variants need --ab-sample: the share of the list that tests them, e.g. --ab-sample 20%")
     })?;
@@ -79,20 +84,21 @@ pub fn check(r: &AbRequest, name: &str, track: Track) -> Result<Option<NewAb>, C
     let wait_ms = parse_wait(wait)?;
     let metric = parse_metric(r.metric.as_deref().unwrap_or("opens"))?;
     let tracked = match metric {
-        Metric::Opens => track.opens,
-        Metric::Clicks => track.clicks,
+        Metric::Opens => main.track.opens,
+        Metric::Clicks => main.track.clicks,
     };
     if !tracked {
         return Err(bad(format!(
             "--ab-metric {metric} needs --track {metric} (and --public-url): the winner is picked by tracked {metric}"
         )));
     }
-    Ok(Some(NewAb {
+    let test = NewAb {
         sample_permille,
         wait_ms,
         metric,
-        subjects: r.variant_subjects.clone(),
-    }))
+        variants,
+    };
+    Ok(Some(CheckedAb { test, warnings }))
 }
 
 /// `--ab-sample`: `20%` or `20` (percent, 1 to 50, a tenth at most);
@@ -165,7 +171,11 @@ pub fn view(
         return Ok(None);
     };
     let mut subjects = vec![subject.to_string()];
-    subjects.extend(ab::variant_subjects(conn, campaign_id)?);
+    subjects.extend(
+        ab::variants(conn, campaign_id)?
+            .into_iter()
+            .map(|v| v.subject.unwrap_or_else(|| subject.to_string())),
+    );
     let tallies = ab::tallies(conn, campaign_id, subjects.len() as i64)?;
     let variants = subjects
         .into_iter()
@@ -392,35 +402,49 @@ mod tests {
             opens: true,
             clicks: false,
         };
+        let main = Main {
+            name: "c",
+            subject: "A",
+            track,
+            public_url: Some("https://m.test"),
+        };
         let req = |subjects: &[&str], sample: Option<&str>, wait: Option<&str>| AbRequest {
             variant_subjects: subjects.iter().map(|s| s.to_string()).collect(),
             sample: sample.map(str::to_string),
             wait: wait.map(str::to_string),
-            metric: None,
+            ..AbRequest::default()
         };
-        assert!(check(&AbRequest::default(), "c", track).unwrap().is_none());
-        let e = check(&req(&[], Some("20%"), Some("2h")), "c", track).unwrap_err();
+        assert!(check(&AbRequest::default(), &main).unwrap().is_none());
+        let e = check(&req(&[], Some("20%"), Some("2h")), &main).unwrap_err();
         assert!(e.to_string().contains("--variant-subject"), "{e}");
-        let e = check(&req(&["B"], None, Some("2h")), "c", track).unwrap_err();
+        assert!(e.to_string().contains("--variant-html"), "{e}");
+        let e = check(&req(&["B"], None, Some("2h")), &main).unwrap_err();
         assert!(e.to_string().contains("--ab-sample 20%"), "{e}");
         for bad in ["0%", "60%", "51", "x", "-5%"] {
-            let e = check(&req(&["B"], Some(bad), Some("2h")), "c", track).unwrap_err();
+            let e = check(&req(&["B"], Some(bad), Some("2h")), &main).unwrap_err();
             assert!(e.to_string().contains("1% to 50%"), "{bad}: {e}");
         }
         for bad in ["2", "2w", "0", "0s", "h"] {
-            let e = check(&req(&["B"], Some("20%"), Some(bad)), "c", track).unwrap_err();
+            let e = check(&req(&["B"], Some("20%"), Some(bad)), &main).unwrap_err();
             assert!(e.to_string().contains("s, m, h or d"), "{bad}: {e}");
         }
-        let ok = check(&req(&["B", "C"], Some("12.5%"), Some("90m")), "c", track)
+        let ok = check(&req(&["B", "C"], Some("12.5%"), Some("90m")), &main)
             .unwrap()
-            .unwrap();
+            .unwrap()
+            .test;
         assert_eq!((ok.sample_permille, ok.wait_ms), (125, 90 * 60_000));
         assert_eq!(ok.metric, Metric::Opens);
+        assert_eq!(ok.variants[1].subject.as_deref(), Some("C"));
+        assert!(ok.variants[1].content.is_none());
         let mut clicks = req(&["B"], Some("20%"), Some("2h"));
         clicks.metric = Some("clicks".into());
-        let e = check(&clicks, "c", track).unwrap_err();
+        let e = check(&clicks, &main).unwrap_err();
         assert!(e.to_string().contains("--track clicks"), "{e}");
-        let e = check(&req(&["{{ x"], Some("20%"), Some("2h")), "c", track).unwrap_err();
+        let e = check(&req(&["{{ x"], Some("20%"), Some("2h")), &main).unwrap_err();
         assert!(e.to_string().contains("--variant-subject"), "{e}");
+        let ten: Vec<String> = (0..10).map(|i| format!("S{i}")).collect();
+        let ten: Vec<&str> = ten.iter().map(String::as_str).collect();
+        let e = check(&req(&ten, Some("20%"), Some("2h")), &main).unwrap_err();
+        assert!(e.to_string().contains("at most 9"), "{e}");
     }
 }

@@ -13,6 +13,7 @@ pub mod edit;
 pub mod report;
 pub mod status;
 pub mod test_send;
+mod variants;
 
 use crate::campaign::status::{CampaignStatus, Phase};
 use crate::compose;
@@ -80,7 +81,8 @@ pub struct CreateRequest {
     pub send_at: Option<String>,
     /// `--track`: `opens`, `clicks`, `opens,clicks`, `none`.
     pub track: Option<String>,
-    /// `--variant-subject`, `--ab-sample`, `--ab-wait`, `--ab-metric`.
+    /// `--variant-subject`, `--variant-html`, `--ab-sample`, `--ab-wait`,
+    /// `--ab-metric`.
     pub ab: ab::AbRequest,
 }
 
@@ -175,7 +177,7 @@ pub fn check(request: CreateRequest) -> Result<Checked, CampaignError> {
         .flatten();
     let subject = &request.subject;
     check_subject(subject)?;
-    let content = content::prepare(&request.name, subject, &request.content)?;
+    let mut content = content::prepare(&request.name, subject, &request.content)?;
     let public_url = request
         .public_url
         .as_deref()
@@ -189,7 +191,16 @@ pub fn check(request: CreateRequest) -> Result<Checked, CampaignError> {
         track,
         public_url.as_deref(),
     )?;
-    let ab = ab::check(&request.ab, &request.name, tracking.track)?;
+    let main = ab::Main {
+        name: &request.name,
+        subject,
+        track: tracking.track,
+        public_url: public_url.as_deref(),
+    };
+    let ab = ab::check(&request.ab, &main)?.map(|checked| {
+        content.warnings.extend(checked.warnings);
+        checked.test
+    });
     Ok(Checked {
         request,
         content,

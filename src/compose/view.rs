@@ -6,7 +6,7 @@
 
 use super::content::Cache;
 use super::{render, tracking, CampaignMail, ComposeError};
-use crate::store::{campaigns, installation, recipients, views, Conn};
+use crate::store::{ab, campaigns, installation, recipients, views, Campaign, Conn};
 use crate::templates::Rendered;
 use crate::tokens::Identity;
 
@@ -73,6 +73,9 @@ pub fn sent_message(
         )?));
         mail.content_version = v;
     }
+    if let Some(own) = variant_sent(conn, &c, recipient, &mail)? {
+        mail = own;
+    }
     let attributes = serde_json::from_str(&r.attributes).unwrap_or_default();
     let (unsubscribe_url, _) = super::unsubscribe(&mail, recipient, &attributes);
     match render(&mail, (recipient, &r), &attributes, &unsubscribe_url) {
@@ -81,5 +84,23 @@ pub fn sent_message(
             email: r.email.clone(),
             why: format!("{e:?}"),
         }),
+    }
+}
+
+/// The A/B variant (B, C, …) the ledger says `recipient` was sent, as
+/// its messages are composed; `None` for variant A, or a variant that no
+/// longer matches the content shown (A edited since).
+fn variant_sent(
+    conn: &mut Conn,
+    c: &Campaign,
+    recipient: i64,
+    mail: &CampaignMail,
+) -> Result<Option<CampaignMail>, ComposeError> {
+    let Some(n) = ab::variant_of(conn, c.id, recipient)?.filter(|&n| n > 0) else {
+        return Ok(None);
+    };
+    match ab::variants(conn, c.id)?.into_iter().find(|v| v.n == n) {
+        Some(v) => mail.variant(conn, c, &v),
+        None => Ok(None),
     }
 }

@@ -156,6 +156,7 @@ impl NewForm {
             return_path: None,
             max_failure_rate: None,
             max_complaint_rate: None,
+            ab: None,
         })
     }
 }

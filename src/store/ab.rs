@@ -1,5 +1,6 @@
 //! A/B tests on campaigns (table `campaign_ab`, one row per campaign that
-//! has one, and `campaign_variants`, the subjects of variants B, C, …).
+//! has one, and `campaign_variants`, variants B, C, …: each one's subject
+//! and/or its own content version).
 //!
 //! Who is in the sample and which variant a sample member gets is a keyed
 //! hash of (the test's seed, the recipient id) ([`AbTest::assign`]): every
@@ -32,11 +33,14 @@ diesel::table! {
 }
 
 diesel::table! {
-    /// The subjects of variants B, C, … (n from 1).
+    /// Variants B, C, … (n from 1).
     campaign_variants (campaign_id, n) {
         campaign_id -> BigInt,
         n -> BigInt,
+        /// '': variant A's.
         subject -> Text,
+        /// Its own content version; NULL: variant A's content.
+        content_version -> Nullable<BigInt>,
     }
 }
 
@@ -80,13 +84,43 @@ pub enum Assigned {
 }
 
 /// What `campaign create` stores for a test.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct NewAb {
     pub sample_permille: i64,
     pub wait_ms: i64,
     pub metric: Metric,
-    /// The subjects of variants B, C, … in order.
-    pub subjects: Vec<String>,
+    /// Variants B, C, … in order.
+    pub variants: Vec<NewVariant>,
+}
+
+/// One variant besides A, as `campaign create` stores it: what it has of
+/// its own (at least one of the two); the rest is variant A's.
+#[derive(Debug, Clone, Default)]
+pub struct NewVariant {
+    pub subject: Option<String>,
+    pub content: Option<VariantContent>,
+}
+
+/// A variant's own content, converted and checked as the campaign's.
+#[derive(Debug, Clone)]
+pub struct VariantContent {
+    pub kind: super::content::ContentKind,
+    /// The subject template stored with it (the variant's, or A's).
+    pub subject: String,
+    pub html: String,
+    pub text: String,
+    pub tracking: super::content::VersionTracking,
+}
+
+/// A variant besides A, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Variant {
+    /// 1 for B, 2 for C, …
+    pub n: i64,
+    /// Its own subject template; `None`: variant A's.
+    pub subject: Option<String>,
+    /// Its own content version; `None`: variant A's content.
+    pub content_version: Option<i64>,
 }
 
 impl AbTest {
@@ -142,12 +176,27 @@ pub fn create(conn: &mut Conn, campaign_id: i64, new: &NewAb) -> Result<()> {
             ab::seed.eq(seed),
         ))
         .execute(c))?;
-    for (i, subject) in new.subjects.iter().enumerate() {
+    for (i, variant) in new.variants.iter().enumerate() {
+        let n = i as i64 + 1;
+        let version = match &variant.content {
+            Some(own) => {
+                let parts = super::content::Parts {
+                    kind: own.kind,
+                    subject: &own.subject,
+                    html: &own.html,
+                    text: &own.text,
+                    tracking: &own.tracking,
+                };
+                Some(super::content::add_variant(conn, campaign_id, n, &parts)?)
+            }
+            None => None,
+        };
         on!(conn, |c| diesel::insert_into(cv::table)
             .values((
                 cv::campaign_id.eq(campaign_id),
-                cv::n.eq(i as i64 + 1),
-                cv::subject.eq(subject),
+                cv::n.eq(n),
+                cv::subject.eq(variant.subject.as_deref().unwrap_or("")),
+                cv::content_version.eq(version),
             ))
             .execute(c))?;
     }
@@ -163,13 +212,32 @@ pub fn get(conn: &mut Conn, campaign_id: i64) -> Result<Option<AbTest>> {
         .optional())?)
 }
 
-/// The subjects of variants B, C, … in order.
-pub fn variant_subjects(conn: &mut Conn, campaign_id: i64) -> Result<Vec<String>> {
-    Ok(on!(conn, |c| cv::table
+/// Variants B, C, … in order.
+pub fn variants(conn: &mut Conn, campaign_id: i64) -> Result<Vec<Variant>> {
+    let rows: Vec<(i64, String, Option<i64>)> = on!(conn, |c| cv::table
         .filter(cv::campaign_id.eq(campaign_id))
         .order(cv::n)
-        .select(cv::subject)
-        .load(c))?)
+        .select((cv::n, cv::subject, cv::content_version))
+        .load(c))?;
+    Ok(rows
+        .into_iter()
+        .map(|(n, subject, content_version)| Variant {
+            n,
+            subject: (!subject.is_empty()).then_some(subject),
+            content_version,
+        })
+        .collect())
+}
+
+/// The variant the campaign's message to `recipient` was, per the ledger;
+/// `None` without a test or before it was sent.
+pub fn variant_of(conn: &mut Conn, campaign_id: i64, recipient: i64) -> Result<Option<i64>> {
+    let found: Option<Option<i64>> = on!(conn, |c| d::table
+        .find((campaign_id, recipient))
+        .select(d::variant)
+        .first(c)
+        .optional())?;
+    Ok(found.flatten())
 }
 
 /// The test, its wait begun: the first caller sets `started_at` to `now`,

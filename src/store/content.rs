@@ -89,6 +89,34 @@ pub fn add(
     text: &str,
     tracking: &VersionTracking,
 ) -> Result<i64> {
+    let parts = Parts {
+        kind,
+        subject,
+        html,
+        text,
+        tracking,
+    };
+    insert(conn, campaign_id, 0, &parts)
+}
+
+/// One content version's parts, to store.
+#[derive(Debug, Clone, Copy)]
+pub struct Parts<'a> {
+    pub kind: ContentKind,
+    pub subject: &'a str,
+    pub html: &'a str,
+    pub text: &'a str,
+    pub tracking: &'a VersionTracking,
+}
+
+/// Store A/B variant `variant`'s own content as a version of the
+/// campaign's (its links numbered in a table of their own) that the
+/// campaign itself never sends; returns its number.
+pub fn add_variant(conn: &mut Conn, campaign_id: i64, variant: i64, parts: &Parts) -> Result<i64> {
+    insert(conn, campaign_id, variant, parts)
+}
+
+fn insert(conn: &mut Conn, campaign_id: i64, variant: i64, p: &Parts) -> Result<i64> {
     conn.transaction(|conn| {
         let last: Option<i64> = on!(conn, |c| cc::table
             .filter(cc::campaign_id.eq(campaign_id))
@@ -99,24 +127,27 @@ pub fn add(
             .values((
                 cc::campaign_id.eq(campaign_id),
                 cc::version.eq(version),
-                cc::kind.eq(kind),
-                cc::subject.eq(subject),
-                cc::html.eq(html),
-                cc::text.eq(text),
+                cc::kind.eq(p.kind),
+                cc::subject.eq(p.subject),
+                cc::html.eq(p.html),
+                cc::text.eq(p.text),
                 cc::created_at.eq(now_ms()),
-                cc::track.eq(tracking.track.to_string()),
+                cc::track.eq(p.tracking.track.to_string()),
+                cc::variant.eq(variant),
             ))
             .execute(c))?;
-        add_links(conn, campaign_id, version, &tracking.links)?;
+        add_links(conn, campaign_id, version, &p.tracking.links)?;
         Ok(version)
     })
 }
 
-/// The campaign's newest content version; `None` for campaigns made
-/// before content was stored (they render their built-in template).
+/// The campaign's newest content version (its own, not an A/B
+/// variant's); `None` for campaigns made before content was stored (they
+/// render their built-in template).
 pub fn latest(conn: &mut Conn, campaign_id: i64) -> Result<Option<Content>> {
     Ok(on!(conn, |c| cc::table
         .filter(cc::campaign_id.eq(campaign_id))
+        .filter(cc::variant.eq(0))
         .order(cc::version.desc())
         .select(Content::as_select())
         .first(c)
@@ -138,6 +169,7 @@ pub struct VersionInfo {
 pub fn history(conn: &mut Conn, campaign_id: i64) -> Result<Vec<VersionInfo>> {
     Ok(on!(conn, |c| cc::table
         .filter(cc::campaign_id.eq(campaign_id))
+        .filter(cc::variant.eq(0))
         .order(cc::version.desc())
         .select(VersionInfo::as_select())
         .load(c))?)
@@ -210,6 +242,7 @@ pub fn delete(conn: &mut Conn, campaign_id: i64) -> Result<usize> {
 pub fn latest_versions(conn: &mut Conn, ids: &[i64]) -> Result<Vec<(i64, i64)>> {
     let rows: Vec<(i64, Option<i64>)> = on!(conn, |c| cc::table
         .filter(cc::campaign_id.eq_any(ids))
+        .filter(cc::variant.eq(0))
         .group_by(cc::campaign_id)
         .select((cc::campaign_id, diesel::dsl::max(cc::version)))
         .load(c))?;

@@ -318,6 +318,8 @@ diesel::table! {
         created_at -> BigInt,
         /// What this version tracks.
         track -> Text,
+        /// 0: the campaign's own content; n: A/B variant n's.
+        variant -> BigInt,
     }
 }
 

@@ -63,13 +63,13 @@ pub fn load(
         return Ok(None);
     }
     let mut others = Vec::new();
-    for subject in ab::variant_subjects(conn, c.id)? {
-        let variant =
-            mail.with_subject(conn, c, &subject)?
-                .ok_or_else(|| StoreError::BadValue {
-                    what: "campaign content",
-                    value: format!("campaign {:?} changed while its variants loaded", c.name),
-                })?;
+    for v in ab::variants(conn, c.id)? {
+        let variant = mail
+            .variant(conn, c, &v)?
+            .ok_or_else(|| StoreError::BadValue {
+                what: "campaign content",
+                value: format!("campaign {:?} changed while its variants loaded", c.name),
+            })?;
         others.push(variant);
     }
     Ok(Some(AbPlan {

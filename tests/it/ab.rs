@@ -16,13 +16,13 @@ use mailsplit::store::DeliveryState;
 const HTML: &str = "<html><body><p>Hello {{ email }}</p>\n\
     <p><a href=\"https://shop.example/offer\">Offer</a></p>\n</body></html>\n";
 
-fn file(env: &Env, name: &str, text: &str) -> String {
+pub(crate) fn file(env: &Env, name: &str, text: &str) -> String {
     let path = env.dir.path().join(name);
     std::fs::write(&path, text).unwrap();
     path.to_str().unwrap().to_string()
 }
 
-fn import(env: &Env, n: usize) {
+pub(crate) fn import(env: &Env, n: usize) {
     let mut csv = String::from("email\n");
     for i in 0..n {
         csv.push_str(&format!("r{i:04}@example.test\n"));
@@ -59,7 +59,7 @@ fn create(env: &Env, name: &str, public_url: &str, extra: &[&str]) {
 
 /// Each accepted message's recipient with its subject and HTML part, in
 /// the order accepted.
-fn accepted(peer: &ScriptedSmtp) -> Vec<(String, String, String)> {
+pub(crate) fn accepted(peer: &ScriptedSmtp) -> Vec<(String, String, String)> {
     let got = peer.messages.lock().unwrap();
     got.iter()
         .map(|(to, raw)| {
@@ -74,7 +74,7 @@ fn accepted(peer: &ScriptedSmtp) -> Vec<(String, String, String)> {
 }
 
 /// Recipient ids by address, of the `n` imported.
-fn ids(env: &Env, n: usize) -> BTreeMap<String, i64> {
+pub(crate) fn ids(env: &Env, n: usize) -> BTreeMap<String, i64> {
     let mut c = env.conn();
     (0..n)
         .map(|i| {

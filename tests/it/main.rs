@@ -18,6 +18,7 @@
 mod util;
 
 mod ab;
+mod ab_html;
 mod accessibility;
 mod admin;
 mod api;

@@ -122,7 +122,7 @@ fn print_created(c: &Created) -> Result {
     if let Some(ab) = &c.ab {
         outln!(
             "A/B test: {} variants to a random {}% of the list; {}s after the first send the best by {} goes to the rest (`mailsplit status {}` shows the winner)",
-            ab.subjects.len() + 1,
+            ab.variants.len() + 1,
             ab.sample_permille as f64 / 10.0,
             ab.wait_ms / 1000,
             ab.metric,

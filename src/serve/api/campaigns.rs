@@ -21,6 +21,7 @@ use super::auth::{self, Need};
 use super::problem::{Errors, Problem};
 use super::subscribers::store_problem;
 use super::Input;
+use crate::campaign::ab::AbRequest;
 use crate::campaign::status::{CampaignStatus, Phase};
 use crate::campaign::{self, CampaignError, ContentSource, CreateRequest};
 use crate::config::{DEFAULT_BATCH_SIZE, DEFAULT_ENQUEUE_WAIT};
@@ -70,6 +71,57 @@ pub struct NewCampaign {
     pub max_failure_rate: Option<String>,
     /// `0.3%`, `0.003` or `off` (default 0.3%): complaints that pause it.
     pub max_complaint_rate: Option<String>,
+    /// An A/B test, as `campaign create --variant-subject …
+    /// --variant-html … --ab-sample … --ab-wait … --ab-metric …`.
+    pub ab: Option<AbOptions>,
+}
+
+/// An A/B test: variants B, C, … of the subject and/or the HTML (paired in
+/// order: B gets the first of each; a variant without one has the
+/// campaign's), a random sample split evenly among all variants, and the
+/// winner sent to the rest after the wait.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AbOptions {
+    /// Subjects of variants B, C, … (the campaign's `subject` is A's).
+    #[serde(default)]
+    pub variant_subjects: Vec<String>,
+    /// HTML of variants B, C, … (Jinja templates, checked as `html` is).
+    #[serde(default)]
+    pub variant_html: Vec<String>,
+    /// Share of the list that tests the variants: `1%` to `50%`.
+    pub sample: Option<String>,
+    /// How long the sample is watched from the first send: `30m`, `2h`, `1d`.
+    pub wait: Option<String>,
+    /// `opens` or `clicks` (default `opens`); needs `track` of the same.
+    pub metric: Option<String>,
+}
+
+/// The file `variant_html[i]` is written to, for the stage to read.
+fn variant_file(i: usize) -> String {
+    format!("variant-{i}.html")
+}
+
+/// The A/B options as `campaign create` takes them: each variant's HTML a
+/// file, written to `dir`.
+fn ab_of(ab: Option<AbOptions>, dir: &Scratch) -> Result<AbRequest, Problem> {
+    let Some(ab) = ab else {
+        return Ok(AbRequest::default());
+    };
+    let variant_html = ab
+        .variant_html
+        .iter()
+        .enumerate()
+        .map(|(i, html)| dir.file(&variant_file(i), html))
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| Problem::internal(&e))?;
+    Ok(AbRequest {
+        variant_subjects: ab.variant_subjects,
+        variant_html,
+        sample: ab.sample,
+        wait: ab.wait,
+        metric: ab.metric,
+    })
 }
 
 /// A created campaign, with what `mailsplit campaign create` warns of.
@@ -156,6 +208,7 @@ pub(in crate::serve) fn create_blocking(
     let dir = Scratch::new().map_err(|e| Problem::internal(&e))?;
     let request = CreateRequest {
         content: content_of(&body, &dir)?,
+        ab: ab_of(body.ab, &dir)?,
         name: body.name,
         list: body.list,
         subject: body.subject,
@@ -172,7 +225,6 @@ pub(in crate::serve) fn create_blocking(
         max_complaint_rate: body.max_complaint_rate.unwrap_or_default(),
         send_at: body.send_at,
         track: body.track,
-        ab: Default::default(),
     };
     let checked = campaign::check(request).map_err(|e| readable(e, dir.0.as_path()))?;
     let mut conn = Conn::open(url).map_err(|e| store_problem(&e))?;
@@ -193,6 +245,11 @@ pub(in crate::serve) fn readable(e: CampaignError, dir: &FsPath) -> Problem {
         ("content.md", "markdown"),
     ] {
         p.detail = p.detail.replace(file, field);
+    }
+    for i in 0..crate::campaign::ab::MAX_VARIANTS {
+        p.detail = p
+            .detail
+            .replace(&variant_file(i), &format!("ab.variant_html[{i}]"));
     }
     p
 }
