@@ -13,11 +13,9 @@ use serde::Serialize;
 
 use super::CampaignError;
 use crate::store::ab::{self, Metric, NewAb};
-use crate::store::content::Track;
 use crate::store::{Conn, StoreError};
 
-/// Most variants a test may have (A included).
-pub const MAX_VARIANTS: usize = 10;
+pub use super::variants::{Main, MAX_VARIANTS};
 
 /// The A/B options of `campaign create`, as typed.
 #[derive(Debug, Clone, Default)]
@@ -49,16 +47,6 @@ pub(super) fn bad(why: impl Into<String>) -> CampaignError {
     CampaignError::Bad(why.into())
 }
 
-/// What checking the A/B options needs of the campaign itself.
-#[derive(Debug, Clone, Copy)]
-pub struct Main<'a> {
-    pub name: &'a str,
-    /// `--subject`: variant A's, and that of a variant without its own.
-    pub subject: &'a str,
-    pub track: Track,
-    pub public_url: Option<&'a str>,
-}
-
 /// A checked test: what to store, and what its creator should hear about
 /// the variants' content (scripts).
 #[derive(Debug, Clone)]
@@ -73,7 +61,7 @@ pub fn check(r: &AbRequest, main: &Main) -> Result<Option<CheckedAb>, CampaignEr
     if !r.any() {
         return Ok(None);
     }
-    let (variants, warnings) = super::variants::check(r, main)?;
+    let (variants, warnings) = super::variants::check(&r.variant_subjects, &r.variant_html, main)?;
     let sample = r.sample.as_deref().ok_or_else(|| {
         bad("variants need --ab-sample: the share of the list that tests them, e.g. --ab-sample 20%")
     })?;
@@ -316,6 +304,7 @@ pub fn significant((h1, n1): (i64, i64), (h2, n2): (i64, i64)) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::content::Track;
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 5e-4

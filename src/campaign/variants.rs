@@ -7,18 +7,38 @@
 //! table of its own ([`super::tracking_of`]), so a click on its links
 //! credits it and goes where its own HTML said.
 
-use super::ab::{bad, AbRequest, Main, MAX_VARIANTS};
+use std::path::PathBuf;
+
 use super::content::{self, ContentSource};
 use super::CampaignError;
 use crate::compose::content::{Compiled, Sources};
 use crate::store::ab::{NewVariant, VariantContent};
+use crate::store::content::Track;
+
+/// Most variants a test may have (A included).
+pub const MAX_VARIANTS: usize = 10;
+
+/// What checking the A/B options needs of the campaign itself.
+#[derive(Debug, Clone, Copy)]
+pub struct Main<'a> {
+    pub name: &'a str,
+    /// `--subject`: variant A's, and that of a variant without its own.
+    pub subject: &'a str,
+    pub track: Track,
+    pub public_url: Option<&'a str>,
+}
+
+fn bad(why: impl Into<String>) -> CampaignError {
+    CampaignError::Bad(why.into())
+}
 
 /// The variants to store, B first, and the warnings about their content.
 pub(super) fn check(
-    r: &AbRequest,
+    variant_subjects: &[String],
+    variant_html: &[PathBuf],
     main: &Main,
 ) -> Result<(Vec<NewVariant>, Vec<String>), CampaignError> {
-    let count = r.variant_subjects.len().max(r.variant_html.len());
+    let count = variant_subjects.len().max(variant_html.len());
     if count == 0 {
         return Err(bad(
             "an A/B test needs at least one variant besides the campaign's own content (variant A): add --variant-subject \"Another subject\" and/or --variant-html FILE (both repeatable)",
@@ -30,14 +50,14 @@ pub(super) fn check(
             MAX_VARIANTS - 1
         )));
     }
-    for s in &r.variant_subjects {
+    for s in variant_subjects {
         check_subject(s, main.name)?;
     }
     let mut warnings = Vec::new();
     let mut variants = Vec::with_capacity(count);
     for i in 0..count {
-        let subject = r.variant_subjects.get(i).cloned();
-        let content = match r.variant_html.get(i) {
+        let subject = variant_subjects.get(i).cloned();
+        let content = match variant_html.get(i) {
             Some(html) => {
                 let subject = subject.as_deref().unwrap_or(main.subject);
                 let (own, warned) = own_content(html, subject, main)?;
