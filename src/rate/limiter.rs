@@ -336,20 +336,14 @@ impl Limiter {
                 first_at_us,
                 interval_us,
             }) => {
-                // Measured from after the lease's round trip: a first token
-                // due at once must not look older than TOKEN_EXPIRY on a
-                // database slower than 5 ms and be dropped unspent.
-                let (at, offset) = (Instant::now(), first_at_us - now_us());
-                let first = if offset > 0 {
-                    at + Duration::from_micros(offset as u64)
-                } else {
-                    at
-                };
-                let step = Duration::from_micros(interval_us.max(0) as u64);
                 // Spaced wider than the configured rate: a throttle cut it.
                 local.adapted = interval_us > group.config.interval_us();
-                // Tokens of an earlier lease still held come first.
-                local.tokens.push(first, step, u64::from(count));
+                push_granted(
+                    &mut local.tokens,
+                    count,
+                    first_at_us - now_us(),
+                    interval_us,
+                );
             }
             Ok(Lease::Wait(us)) => {
                 local.wait_until = Instant::now() + Duration::from_micros(us.max(100) as u64);
@@ -441,6 +435,29 @@ impl Limiter {
             }
         }
     }
+}
+
+/// Put a granted lease in the local stock: `count` tokens, the first
+/// conforming `offset_us` from now (negative: already conforming, by the
+/// group's unspent burst), then one every `interval_us`. Every token that
+/// already conforms is usable at once, so a group with tokens to spare is
+/// served at its rate (and burst) from its first message rather than
+/// ramping up from one token per interval; the rest keep their times.
+/// Times are measured from after the lease's round trip: a token due at
+/// once must not look older than TOKEN_EXPIRY on a slow database and be
+/// dropped unspent. Tokens of an earlier lease still held come first.
+fn push_granted(stock: &mut stock::Stock, count: u32, offset_us: i64, interval_us: i64) {
+    let (now, count) = (Instant::now(), u64::from(count));
+    let step_us = interval_us.max(1);
+    let ready = if offset_us > 0 {
+        0
+    } else {
+        (offset_us.unsigned_abs() / step_us as u64 + 1).min(count)
+    };
+    stock.push(now, Duration::ZERO, ready);
+    let later_us = offset_us + ready as i64 * step_us;
+    let first = now + Duration::from_micros(later_us.max(0) as u64);
+    stock.push(first, Duration::from_micros(step_us as u64), count - ready);
 }
 
 /// Rate tokens one message costs: one, plus one per started 256 KiB, so

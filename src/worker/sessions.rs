@@ -3,7 +3,8 @@
 //! sender connects (a sender never holds a message while it waits for one):
 //!
 //! - an **adaptive session count** (1..=`--concurrency`, reached after a
-//!   slow start of [`RAMP_STEP`] per session), like Postfix's
+//!   slow start: one more session per quick greeting, and at least one per
+//!   [`RAMP_STEP`]), like Postfix's
 //!   destination concurrency feedback: a connect that fails (refused,
 //!   greeting timeout, `421` at the greeting) brings it down to the
 //!   sessions the relay does greet (halves it when it greets none), once per
@@ -32,9 +33,12 @@ const GROW_AFTER: u32 = 4;
 /// A greeting slower than this means the relay queued the connection.
 const SLOW_GREETING: Duration = Duration::from_secs(1);
 /// Slow start: the sessions a worker may open at first, and how fast that
-/// cap rises (one more per step, so 100 sessions after 2 s). Workers
-/// started together then share a relay that greets fewer than all of
-/// them, instead of the first to connect taking every session it greets.
+/// cap rises: one more per quick greeting (a relay that greets at once is
+/// used at full concurrency within a few round trips), and at least one
+/// more per step whatever the greetings (so 100 sessions after 2 s).
+/// Workers started together then share a relay that greets fewer than all
+/// of them (the connects it does not greet add nothing), instead of the
+/// first to connect taking every session it greets.
 const RAMP_START: usize = 4;
 const RAMP_STEP: Duration = Duration::from_millis(20);
 /// Shortest time between two lease renewals asked for by waiting senders.
@@ -55,6 +59,8 @@ struct State {
     quick: u32,
     /// When the first slot was asked for (the slow start's origin).
     first_ask: Option<Instant>,
+    /// Quick greetings since then (each widens the slow start by one).
+    greeted: usize,
 }
 
 pub struct Sessions {
@@ -96,6 +102,7 @@ impl Sessions {
                 last_shrink: None,
                 quick: 0,
                 first_ask: None,
+                greeted: 0,
             }),
             freed: Notify::new(),
             renew: Notify::new(),
@@ -129,7 +136,8 @@ impl Sessions {
                     usize::MAX
                 } else {
                     let steps = first.elapsed().as_nanos() / self.ramp_step.as_nanos();
-                    RAMP_START.saturating_add(usize::try_from(steps).unwrap_or(usize::MAX))
+                    let steps = usize::try_from(steps).unwrap_or(usize::MAX);
+                    RAMP_START.saturating_add(steps).saturating_add(st.greeted)
                 };
                 if st.active < st.limit.min(ramp) && shared_ok {
                     st.active += 1;
@@ -174,14 +182,20 @@ impl Sessions {
             st.quick = 0;
             return;
         }
+        // A waiting sender may open one more session now.
+        st.greeted = st.greeted.saturating_add(1);
+        let mut wake = st.waiting > 0 && st.greeted < self.max;
         st.quick += 1;
         if st.quick >= GROW_AFTER && st.limit < self.max {
             st.quick = 0;
             st.limit += 1;
+            wake = true;
             if st.limit == self.max {
                 tracing::info!(relay = %self.relay, sessions = st.limit, "relay takes every session again");
             }
-            drop(st);
+        }
+        drop(st);
+        if wake {
             self.freed.notify_waiters();
         }
     }
