@@ -488,3 +488,40 @@ fn lease_size(g: &RateGroup) -> u32 {
         1
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_with_burst_to_spare_is_usable_at_once_and_the_rest_keeps_its_pace() {
+        let before = Instant::now();
+        let mut s = stock::Stock::default();
+        // Ten tokens 10 ms apart, the first conforming 35 ms ago: four
+        // conform already (−35, −25, −15, −5 ms), the fifth in 5 ms.
+        push_granted(&mut s, 10, -35_000, 10_000);
+        let after = Instant::now();
+        assert_eq!(s.len(), 10);
+        assert!(
+            s.nth(3).is_some_and(|t| t <= after),
+            "burst not usable at once"
+        );
+        let fifth = s.nth(4).unwrap_or(before);
+        assert!(
+            fifth >= before + Duration::from_millis(5),
+            "{:?}",
+            fifth - before
+        );
+        assert_eq!(s.nth(9).map(|t| t - fifth), Some(Duration::from_millis(50)));
+        // A lease whose first token lies ahead keeps every time.
+        let mut s = stock::Stock::default();
+        push_granted(&mut s, 3, 20_000, 10_000);
+        assert!(s
+            .nth(0)
+            .is_some_and(|t| t >= before + Duration::from_millis(20)));
+        // More conforming than granted: all granted are usable at once.
+        let mut s = stock::Stock::default();
+        push_granted(&mut s, 3, -1_000_000, 10_000);
+        assert!(s.nth(2).is_some_and(|t| t <= Instant::now()));
+    }
+}

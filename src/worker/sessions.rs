@@ -368,6 +368,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn each_quick_greeting_opens_room_for_one_more_session() {
+        // A step of a minute: time alone would allow nothing more.
+        let s = Sessions::with_ramp("127.0.0.1:25", 100, Duration::from_secs(60));
+        let done = CancellationToken::new();
+        let mut slots = Vec::new();
+        for _ in 0..RAMP_START {
+            slots.push(s.acquire(&done).await.unwrap());
+        }
+        let waiter = {
+            let (s, done) = (Arc::clone(&s), done.clone());
+            tokio::spawn(async move { s.acquire(&done).await.is_some() })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiter.is_finished(), "opened beyond the slow start");
+        // A slow greeting (the relay queued it) widens nothing...
+        s.connected(&mut slots[0], Duration::from_secs(2));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiter.is_finished(), "a slow greeting widened the start");
+        // ...a quick one lets the waiting sender open its session.
+        s.connected(&mut slots[1], Duration::from_millis(1));
+        let opened = tokio::time::timeout(Duration::from_secs(5), waiter).await;
+        assert!(matches!(opened, Ok(Ok(true))), "{opened:?}");
+    }
+
+    #[tokio::test]
     async fn slow_start_opens_a_few_sessions_then_one_per_step() {
         let s = Sessions::with_ramp("127.0.0.1:25", 100, Duration::from_millis(100));
         let done = CancellationToken::new();
