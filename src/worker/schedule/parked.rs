@@ -14,14 +14,55 @@ pub(super) struct Parked {
     pub(super) since: Instant,
 }
 
+/// The window a worker's share of a group is measured over.
+const METER_WINDOW: Duration = Duration::from_secs(1);
+
 /// Tokens this worker took per group lately: its share of a group that
 /// other workers use too, for estimating how long a parked message waits.
 pub(super) struct Meter {
     pub(super) start: Instant,
     pub(super) count: u32,
+    /// When this worker last took a token of the group.
+    pub(super) last: Instant,
     /// Tokens per second over the last full window while messages were
     /// parked for the group; `None` when unknown.
     pub(super) rate: Option<f64>,
+}
+
+impl Meter {
+    fn new(now: Instant) -> Meter {
+        Meter {
+            start: now,
+            count: 0,
+            last: now,
+            rate: None,
+        }
+    }
+
+    /// A token taken at `now`, while messages were parked for the group
+    /// (`backlogged`) or not.
+    fn note(&mut self, now: Instant, backlogged: bool) {
+        // A gap longer than a window (the group had no token for anyone:
+        // a warm-up day's budget spent, a slow group's next token) says
+        // nothing of this worker's share: a window across it would read
+        // as a tiny share, and the sweep would defer every parked message
+        // just as the tokens come back.
+        if now.duration_since(self.last) >= METER_WINDOW {
+            self.start = now;
+            self.count = 0;
+        }
+        self.last = now;
+        self.count += 1;
+        let elapsed = now.duration_since(self.start);
+        if elapsed >= METER_WINDOW {
+            // Only a window with a backlog says what this worker gets.
+            if backlogged {
+                self.rate = Some(f64::from(self.count) / elapsed.as_secs_f64());
+            }
+            self.start = now;
+            self.count = 0;
+        }
+    }
 }
 
 #[derive(Default)]
@@ -90,21 +131,10 @@ impl State {
         let now = Instant::now();
         for g in groups {
             let backlogged = self.queues.get(g).is_some_and(|q| !q.msgs.is_empty());
-            let m = self.meters.entry(g.clone()).or_insert(Meter {
-                start: now,
-                count: 0,
-                rate: None,
-            });
-            m.count += 1;
-            let elapsed = now.duration_since(m.start);
-            if elapsed >= Duration::from_secs(1) {
-                // Only a window with a backlog says what this worker gets.
-                if backlogged {
-                    m.rate = Some(f64::from(m.count) / elapsed.as_secs_f64());
-                }
-                m.start = now;
-                m.count = 0;
-            }
+            self.meters
+                .entry(g.clone())
+                .or_insert_with(|| Meter::new(now))
+                .note(now, backlogged);
         }
     }
 
@@ -131,5 +161,39 @@ impl State {
             .and_then(|q| q.due)
             .map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
         until_due + (self.each(shared, group) * ahead).min(MAX_BACKLOG_DELAY)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gap_without_tokens_does_not_read_as_a_tiny_share() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut m = Meter::new(t0);
+        // A warm-up day: 120 tokens over 1.2 s, then its budget is spent
+        // until the next day, 4.8 s later.
+        for i in 0..120 {
+            m.note(t0 + ms(10 * i), true);
+        }
+        let day = m.rate.unwrap_or(0.0);
+        assert!((90.0..=110.0).contains(&day), "{day}");
+        m.note(t0 + ms(6_000), true);
+        m.note(t0 + ms(6_010), true);
+        let rate = m.rate.unwrap_or(0.0);
+        assert!(rate > 50.0, "the next day starts at a share of {rate}/s");
+        // Steady takes still measure the share, and a window without a
+        // backlog leaves it alone.
+        for i in 0..200 {
+            m.note(t0 + ms(6_020 + 20 * i), true);
+        }
+        let steady = m.rate.unwrap_or(0.0);
+        assert!((45.0..=55.0).contains(&steady), "{steady}");
+        for i in 0..100 {
+            m.note(t0 + ms(10_100 + 100 * i), false);
+        }
+        assert_eq!(m.rate, Some(steady));
     }
 }
