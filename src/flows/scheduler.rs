@@ -17,9 +17,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::FlowError;
 use crate::messages::{self, MessageError, Queue, Submit};
+use crate::queue::message::MAX_BATCH;
 use crate::store::flows::{self as store, Flow, Step, Trigger};
 use crate::store::messages::MessageStatus;
 use crate::store::{now_ms, Conn, Db};
+use crate::tokens::Identity;
 
 /// How often a worker looks for due steps (or tries the lease), unless
 /// the hidden `MAILSPLIT_FLOW_TICK_MS` (at least 100) says otherwise.
@@ -112,14 +114,57 @@ async fn round(
     }
 }
 
-/// One batch of due entries; how many were read.
+/// One batch of due entries; how many were read. Three steps, so that a
+/// batch costs a few transactions rather than a few per entry, and a job
+/// never names a row not yet committed nor an entry moves on before its
+/// job is put:
+/// 1. one write transaction: entries that leave or end are moved, and
+///    each due step is stored as a message under its idempotency key;
+/// 2. after the commit, the messages' jobs, up to [`MAX_BATCH`] a job;
+/// 3. one write transaction: each entry whose job was put moves to its
+///    next step; one whose job could not be put is tried again later (its
+///    key finds the same message then, and puts its job again).
 pub fn batch(conn: &mut Conn, queue: &Queue, now: i64) -> Result<usize, FlowError> {
     let due = store::due(conn, now, BATCH)?;
-    let mut flows: HashMap<i64, Option<(Flow, Vec<Step>)>> = HashMap::new();
-    for d in &due {
+    if due.is_empty() {
+        return Ok(0);
+    }
+    let stored = conn.transaction(|c| store_steps(c, &due, now))?;
+    let put = put_jobs(queue, &stored);
+    conn.transaction(|c| {
+        for (s, put) in stored.iter().zip(put) {
+            if put {
+                store::advance(c, s.entry, s.step, s.step + 1, s.next_due)?;
+            } else {
+                store::postpone(c, s.entry, s.step, now + RETRY_MS)?;
+            }
+        }
+        Ok::<_, FlowError>(())
+    })?;
+    Ok(due.len())
+}
+
+/// A due step stored as a message, its entry not yet moved on.
+struct Stored {
+    entry: i64,
+    step: i64,
+    /// When the entry's next step is due (none: it was the last).
+    next_due: Option<i64>,
+    message: i64,
+    /// Whether its job is to be put, and the identity that signs it.
+    to_put: Option<Identity>,
+}
+
+/// A batch's flows and their steps, read once per batch.
+type Flows = HashMap<i64, Option<(Flow, Vec<Step>)>>;
+
+/// Step 1 of [`batch`], inside its transaction.
+fn store_steps(conn: &mut Conn, due: &[store::Due], now: i64) -> Result<Vec<Stored>, FlowError> {
+    let mut flows: Flows = HashMap::new();
+    let mut stored = Vec::with_capacity(due.len());
+    for d in due {
         if let std::collections::hash_map::Entry::Vacant(slot) = flows.entry(d.flow_id) {
-            let f = store::by_id(conn, d.flow_id)?;
-            let loaded = match f {
+            let loaded = match store::by_id(conn, d.flow_id)? {
                 Some(f) => {
                     let steps = store::steps(conn, f.id)?;
                     Some((f, steps))
@@ -131,69 +176,127 @@ pub fn batch(conn: &mut Conn, queue: &Queue, now: i64) -> Result<usize, FlowErro
         let Some(Some((flow, steps))) = flows.get(&d.flow_id) else {
             continue;
         };
-        let Some(step) = steps.get(d.next_step as usize) else {
-            store::advance(conn, d.id, d.next_step, d.next_step, None)?;
-            continue;
-        };
-        if let Some(reason) = store::leave_reason(conn, d.recipient_id, d.status)? {
-            store::leave(conn, d.id, d.next_step, reason)?;
-            continue;
+        if let Some(s) = store_step(conn, flow, steps, d, now)? {
+            stored.push(s);
         }
-        if flow.trigger_kind == Trigger::Sql && !still_matched(conn, flow, d, step, now)? {
-            continue;
+    }
+    Ok(stored)
+}
+
+/// Entry `d`'s due step: stored as a message, or the entry leaves, ends
+/// or waits.
+fn store_step(
+    conn: &mut Conn,
+    flow: &Flow,
+    steps: &[Step],
+    d: &store::Due,
+    now: i64,
+) -> Result<Option<Stored>, FlowError> {
+    let Some(step) = steps.get(d.next_step as usize) else {
+        store::advance(conn, d.id, d.next_step, d.next_step, None)?;
+        return Ok(None);
+    };
+    if !may_go(conn, flow, d, step, now)? {
+        return Ok(None);
+    }
+    let row: Value = serde_json::from_str(&d.row_data).unwrap_or(Value::Object(Default::default()));
+    // A SQL trigger's row is `row` in the step's templates.
+    let data = match flow.trigger_kind {
+        Trigger::Sql => serde_json::json!({ "row": row }),
+        Trigger::Join => row,
+    };
+    let submit = Submit {
+        template: step.template.clone(),
+        to: to(&d.email, &d.name),
+        data: Some(data),
+        idempotency_key: Some(step_key(flow.id, d.id, d.next_step)),
+    };
+    match messages::submit::store(conn, submit, messages::AskedBy::Sender) {
+        Ok(s) if s.submitted.status == MessageStatus::Suppressed => {
+            store::leave(conn, d.id, d.next_step, "suppressed")?;
+            Ok(None)
         }
-        if flow.trigger_kind == Trigger::Join {
+        Ok(s) => {
+            let next_due = steps
+                .get(d.next_step as usize + 1)
+                .map(|s| (d.entered_at + s.delay_ms).max(now));
+            Ok(Some(Stored {
+                entry: d.id,
+                step: d.next_step,
+                next_due,
+                message: s.submitted.id,
+                // Found again still queued (its job's put failed, or the
+                // scheduler stopped before the entry moved on): put again.
+                // Only one scheduler runs, so this is rare; a second job
+                // is harmless.
+                to_put: s.waiting.then_some(s.identity),
+            }))
+        }
+        Err(MessageError::Refused(_)) => {
+            store::leave(conn, d.id, d.next_step, "suppressed")?;
+            Ok(None)
+        }
+        Err(MessageError::Store(e)) => Err(e.into()),
+        Err(e) => {
+            // Template removed, an address the wire refuses: said once
+            // per try, tried again later.
+            tracing::warn!(flow = %flow.name, entry = d.id, step = d.next_step, error = %e,
+                "flow step not sent; trying again in 10 s");
+            store::postpone(conn, d.id, d.next_step, now + RETRY_MS)?;
+            Ok(None)
+        }
+    }
+}
+
+/// Whether entry `d` may get its due `step` now; if not, it has left or
+/// waits (moved here).
+fn may_go(
+    conn: &mut Conn,
+    flow: &Flow,
+    d: &store::Due,
+    step: &Step,
+    now: i64,
+) -> Result<bool, FlowError> {
+    if let Some(reason) = store::leave_reason(conn, d.recipient_id, d.status)? {
+        store::leave(conn, d.id, d.next_step, reason)?;
+        return Ok(false);
+    }
+    match flow.trigger_kind {
+        Trigger::Sql => still_matched(conn, flow, d, step, now),
+        Trigger::Join => {
             let member = match flow.list_id {
                 Some(list) => store::is_member(conn, list, d.recipient_id)?,
                 None => false,
             };
             if !member {
                 store::leave(conn, d.id, d.next_step, "removed")?;
-                continue;
             }
+            Ok(member)
         }
-        let row: Value =
-            serde_json::from_str(&d.row_data).unwrap_or(Value::Object(Default::default()));
-        // A SQL trigger's row is `row` in the step's templates.
-        let data = match flow.trigger_kind {
-            Trigger::Sql => serde_json::json!({ "row": row }),
-            Trigger::Join => row,
-        };
-        let submitted = messages::submit(
-            conn,
-            queue,
-            Submit {
-                template: step.template.clone(),
-                to: to(&d.email, &d.name),
-                data: Some(data),
-                idempotency_key: Some(step_key(flow.id, d.id, d.next_step)),
-            },
-        );
-        match submitted {
-            Ok(s) if s.status == MessageStatus::Suppressed => {
-                store::leave(conn, d.id, d.next_step, "suppressed")?;
-            }
-            Ok(_) => {
-                let next = d.next_step + 1;
-                let due_at = steps
-                    .get(next as usize)
-                    .map(|s| (d.entered_at + s.delay_ms).max(now));
-                store::advance(conn, d.id, d.next_step, next, due_at)?;
-            }
-            Err(MessageError::Refused(_)) => {
-                store::leave(conn, d.id, d.next_step, "suppressed")?;
-            }
-            Err(MessageError::Store(e)) => return Err(e.into()),
-            Err(e) => {
-                // Queue down, template removed, an address the wire
-                // refuses: said once per try, tried again later.
-                tracing::warn!(flow = %flow.name, entry = d.id, step = d.next_step, error = %e,
-                    "flow step not sent; trying again in 10 s");
-                store::postpone(conn, d.id, d.next_step, now + RETRY_MS)?;
+    }
+}
+
+/// Step 2 of [`batch`]: the stored messages' jobs, up to [`MAX_BATCH`]
+/// messages a job; for each stored step, whether its job is on the queue
+/// (a message not to put is: its job was put before).
+fn put_jobs(queue: &Queue, stored: &[Stored]) -> Vec<bool> {
+    let mut put = vec![true; stored.len()];
+    let to_put: Vec<(usize, &Stored, &Identity)> = stored
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| s.to_put.as_ref().map(|id| (i, s, id)))
+        .collect();
+    for chunk in to_put.chunks(MAX_BATCH) {
+        let ids: Vec<i64> = chunk.iter().map(|(_, s, _)| s.message).collect();
+        let identity = chunk[0].2;
+        if let Err(e) = messages::submit::put(queue, identity, &ids) {
+            tracing::warn!(error = %e, messages = ids.len(), "flow steps not queued; trying again in 10 s");
+            for (i, _, _) in chunk {
+                put[*i] = false;
             }
         }
     }
-    Ok(due.len())
+    put
 }
 
 /// Whether a SQL trigger's entry `d` may get its due `step`: the last

@@ -28,7 +28,8 @@ pub const MAX_DATA: usize = 64 * 1024;
 pub const MAX_KEY: usize = 255;
 /// A retry of a message still queued this long after it was stored puts
 /// its job again: the first put may have failed (beanstalkd down) after
-/// the row was written. A second job is harmless (the claim is once).
+/// the row was written. A second job is harmless (the claim is once);
+/// the age keeps concurrent retries of one key from putting one each.
 const REPUT_AFTER_MS: i64 = 10_000;
 
 /// Where message jobs go: the workers' beanstalkd servers and tube.
@@ -181,6 +182,31 @@ pub fn submit_as(
     s: Submit,
     asked: AskedBy,
 ) -> Result<Submitted, MessageError> {
+    let stored = store(conn, s, asked)?;
+    // A retry of a message still queued long after it was stored puts its
+    // job again: the first put may have failed.
+    let stale = stored.waiting && now_ms() - stored.created_at > REPUT_AFTER_MS;
+    if stored.waiting && (stored.submitted.created || stale) {
+        put(queue, &stored.identity, &[stored.submitted.id]).map_err(MessageError::Queue)?;
+    }
+    Ok(stored.submitted)
+}
+
+/// A message stored (or found under its key), its job not yet put.
+pub struct Stored {
+    pub submitted: Submitted,
+    /// Queued and in no worker's hands: its job is to be put (once if it
+    /// is new; again if the first put may have failed).
+    pub waiting: bool,
+    pub created_at: i64,
+    /// What signs its job.
+    pub identity: Identity,
+}
+
+/// Store a message (or find the one its key names) without queueing it.
+/// The caller puts the job after its transaction commits (see [`put`]):
+/// a job never names a row not yet committed.
+pub fn store(conn: &mut Conn, s: Submit, asked: AskedBy) -> Result<Stored, MessageError> {
     let (to, data) = check(&s)?;
     let Looked {
         template,
@@ -216,15 +242,15 @@ pub fn submit_as(
             ))
         }
     };
-    let stale =
-        !created && msg.status == MessageStatus::Queued && now - msg.created_at > REPUT_AFTER_MS;
-    if msg.status == MessageStatus::Queued && (created || stale) {
-        put(queue, &identity, msg.id).map_err(MessageError::Queue)?;
-    }
-    Ok(Submitted {
-        id: msg.id,
-        status: msg.status.public(),
-        created,
+    Ok(Stored {
+        submitted: Submitted {
+            id: msg.id,
+            status: msg.status.public(),
+            created,
+        },
+        waiting: msg.status == MessageStatus::Queued,
+        created_at: msg.created_at,
+        identity,
     })
 }
 
@@ -267,14 +293,23 @@ type Kept = HashMap<(SocketAddr, String), Vec<Server>>;
 /// Idle connections kept per (server, tube); more are closed after use.
 const IDLE_CONNECTIONS: usize = 16;
 
-/// Put message `id`'s job on the first server that takes it.
-fn put(queue: &Queue, identity: &Identity, id: i64) -> Result<(), crate::queue::QueueError> {
-    let body = MessageJob { message: id }.encode(identity);
+/// Put the job of messages `ids` (one, or a batch of up to
+/// [`crate::queue::message::MAX_BATCH`]) on the first server that takes it.
+pub fn put(
+    queue: &Queue,
+    identity: &Identity,
+    ids: &[i64],
+) -> Result<(), crate::queue::QueueError> {
+    let body = MessageJob {
+        messages: ids.to_vec(),
+    }
+    .encode(identity);
     let mut last = None;
     // Spread over the servers by id; each is tried once.
     let n = queue.servers.len().max(1);
+    let first = ids.first().copied().unwrap_or_default();
     for i in 0..queue.servers.len() {
-        let addr = queue.servers[(id as usize + i) % n];
+        let addr = queue.servers[(first as usize + i) % n];
         match put_on(addr, &queue.tube, &body) {
             Ok(()) => return Ok(()),
             Err(e) => last = Some(e),

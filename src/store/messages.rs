@@ -286,8 +286,88 @@ pub fn record(
     reply: Option<&str>,
     now: i64,
 ) -> Result<bool> {
+    conn.transaction(|conn| record_in(conn, (id, token), status, reply, now))
+}
+
+/// A batch's claims, marks, extensions and outcomes, each kind in one
+/// write transaction (one commit for the batch rather than one per
+/// message, as a campaign job's recipients): the same statements as
+/// [`claim`], [`start_sending`], [`extend_claim`] and [`record`].
+pub mod batch {
+    use super::*;
+
+    /// [`claim`] each of `ids`, in order.
+    pub fn claim(
+        conn: &mut Conn,
+        ids: &[i64],
+        token: i64,
+        lease: i64,
+        now: i64,
+    ) -> Result<Vec<Claim>> {
+        conn.transaction(|c| {
+            ids.iter()
+                .map(|&id| super::claim(c, id, token, lease, now))
+                .collect()
+        })
+    }
+
+    /// [`start_sending`] each of `ids`: whether the claim was still ours.
+    pub fn start_sending(conn: &mut Conn, ids: &[i64], token: i64) -> Result<Vec<bool>> {
+        conn.transaction(|c| {
+            ids.iter()
+                .map(|&id| super::start_sending(c, id, token))
+                .collect()
+        })
+    }
+
+    /// [`extend_claim`] of each of `ids`: whether any is still ours.
+    pub fn extend_claim(
+        conn: &mut Conn,
+        ids: &[i64],
+        token: i64,
+        lease: i64,
+        now: i64,
+    ) -> Result<bool> {
+        conn.transaction(|c| {
+            let mut any = false;
+            for &id in ids {
+                any |= super::extend_claim(c, (id, token), lease, now)?;
+            }
+            Ok(any)
+        })
+    }
+
+    /// One outcome of a batch: message, status, the relay's reply.
+    pub type Outcome = (i64, MessageStatus, Option<String>);
+
+    /// [`record`] each outcome: whether the claim was still ours.
+    pub fn record(
+        conn: &mut Conn,
+        outcomes: &[Outcome],
+        token: i64,
+        now: i64,
+    ) -> Result<Vec<bool>> {
+        conn.transaction(|c| {
+            outcomes
+                .iter()
+                .map(|(id, status, reply)| {
+                    record_in(c, (*id, token), *status, reply.as_deref(), now)
+                })
+                .collect()
+        })
+    }
+}
+
+/// [`record`] inside the caller's transaction.
+fn record_in(
+    conn: &mut Conn,
+    (id, token): (i64, i64),
+    status: MessageStatus,
+    reply: Option<&str>,
+    now: i64,
+) -> Result<bool> {
     let sent_at = (status == MessageStatus::Sent).then_some(now);
-    conn.transaction(|conn| {
+    {
         let n = on!(conn, |c| Prepared::new(
             RECORD,
             vec![
@@ -310,7 +390,7 @@ pub fn record(
             event(conn, kind, id, now)?;
         }
         Ok(n == 1)
-    })
+    }
 }
 
 /// A later bounce of a sent message (its VERP token named it).

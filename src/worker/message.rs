@@ -57,7 +57,7 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
         permit,
     } = job;
     let cmd = match MessageJob::decode(&body, &shared.identity) {
-        Ok(m) => run(&shared, (server, id), m.message).await,
+        Ok(m) => run(&shared, (server, id), m.messages).await,
         Err(BadJob::Foreign(db)) => super::job::foreign(&shared, id, db, &body),
         Err(e) => {
             tracing::warn!(job = id, "burying message job: {e}");
@@ -76,67 +76,367 @@ fn release(id: u64, delay: Duration) -> Fate {
     }
 }
 
-/// Claim, send and record message `message` of job `id` (reserved on
-/// server `server`).
-async fn run(shared: &Arc<Shared>, (server, id): (usize, u64), message: i64) -> Fate {
+/// What becomes of a job once each of its messages is handled: deleted,
+/// or released to come back when the earliest of its messages that must
+/// be tried again is due (those already done are then skipped: their
+/// claim answers `Done`).
+#[derive(Default)]
+struct JobFate {
+    again: Option<Duration>,
+    /// Messages of the job that are not in the ledger, and whether any is.
+    unknown: usize,
+    known: bool,
+}
+
+impl JobFate {
+    fn again_in(&mut self, delay: Duration) {
+        self.again = Some(self.again.map_or(delay, |d| d.min(delay)));
+    }
+
+    fn cmd(&self, id: u64) -> Fate {
+        match self.again {
+            Some(delay) => release(id, delay),
+            // Nothing it names exists: kept aside for a look, as before.
+            None if self.unknown > 0 && !self.known => Cmd::Bury { id, priority: 0 },
+            None => Cmd::Delete(id),
+        }
+    }
+}
+
+/// A claimed message on its way: the message, its claim token's holder's
+/// outcome so far.
+type Outcome = messages::batch::Outcome;
+
+/// Claim, send and record the messages of job `id` (reserved on server
+/// `server`): a batch's claims in one write transaction and its reads in
+/// one read transaction, its sending marks in one, its outcomes recorded
+/// in groups, as a campaign job's recipients.
+async fn run(shared: &Arc<Shared>, (server, id): (usize, u64), ids: Vec<i64>) -> Fate {
     let token = rand::random_range(1..i64::MAX);
-    let lease = job_ttr().as_millis() as i64;
-    let (identity, cache) = (shared.identity.clone(), Arc::clone(&shared.templates));
-    // The claim and the reads for the message in one call on the
-    // connection: one trip to the blocking pool instead of two.
-    let claimed = shared
-        .db
-        .run(move |c| {
-            Ok(match messages::claim(c, message, token, lease, now_ms())? {
-                Claim::Mine(msg) => {
-                    let loaded = load(c, &msg, &identity, &cache);
-                    Claimed::Mine(msg, Box::new(loaded))
-                }
-                other => Claimed::Not(other),
-            })
-        })
-        .await;
-    let (msg, loaded) = match claimed {
-        Ok(Claimed::Mine(m, loaded)) => (*m, *loaded),
-        Ok(Claimed::Not(Claim::Mine(_) | Claim::Done)) => return Cmd::Delete(id),
-        Ok(Claimed::Not(Claim::Busy(until))) => {
-            let wait = (until - now_ms()).max(0) as u64 + 100;
-            return release(id, Duration::from_millis(wait));
-        }
-        Ok(Claimed::Not(Claim::Unknown)) => {
-            tracing::warn!(job = id, message, "burying message job: no such message");
-            return Cmd::Bury { id, priority: 0 };
-        }
-        Err(e) => {
-            tracing::warn!(job = id, error = %e, "cannot claim the message; job comes back in {DB_RETRY_DELAY:?}");
-            return release(id, DB_RETRY_DELAY);
-        }
+    let mut fate = JobFate::default();
+    let mine = match claim(shared, id, ids, token, &mut fate).await {
+        Some(mine) if !mine.is_empty() => mine,
+        _ => return fate.cmd(id),
     };
-    // A slow relay must not let the job's TTR run out under the claim.
+    // A slow relay must not let the job's TTR run out under the claims.
     let alive = CancellationToken::new();
+    let claimed: Vec<i64> = mine.iter().map(|(m, _)| m.id).collect();
     tokio::spawn(keep_alive(
         Arc::clone(shared),
         (server, id),
-        (msg.id, token),
+        (claimed, token),
         alive.clone(),
     ));
     let _alive = alive.drop_guard();
-    let ready = match loaded {
-        Ok(Ok(loaded)) => compose(&msg, loaded).await,
-        Ok(Err(refused)) => Err(refused),
+    let mut outcomes = Vec::new();
+    let composed = compose_all(mine, &mut outcomes, &mut fate).await;
+    let ready = take_tokens(shared, composed, &mut outcomes, &mut fate).await;
+    let started = start_sending(shared, ready, token, &mut outcomes, &mut fate).await;
+    record(shared, token, std::mem::take(&mut outcomes)).await;
+    deliver(shared, started, token, &mut fate).await;
+    fate.cmd(id)
+}
+
+/// Claim the job's messages and read what composing them takes; `None`
+/// when the database could not be asked (the job comes back).
+async fn claim(
+    shared: &Arc<Shared>,
+    id: u64,
+    ids: Vec<i64>,
+    token: i64,
+    fate: &mut JobFate,
+) -> Option<Vec<(Message, LoadedFor)>> {
+    let lease = job_ttr().as_millis() as i64;
+    let (identity, cache) = (shared.identity.clone(), Arc::clone(&shared.templates));
+    let asked = ids.clone();
+    let claimed = shared
+        .db
+        .run(move |c| {
+            let claims = messages::batch::claim(c, &asked, token, lease, now_ms())?;
+            Ok(claims
+                .into_iter()
+                .map(|claim| match claim {
+                    Claim::Mine(msg) => {
+                        let loaded = load(c, &msg, &identity, &cache);
+                        Claimed::Mine(msg, Box::new(loaded))
+                    }
+                    other => Claimed::Not(other),
+                })
+                .collect::<Vec<_>>())
+        })
+        .await;
+    let claimed = match claimed {
+        Ok(c) => c,
         Err(e) => {
-            tracing::warn!(job = id, error = %e, "cannot read the message's template; job comes back in {DB_RETRY_DELAY:?}");
-            finish(shared, (msg.id, token), MessageStatus::Queued, None).await;
-            return release(id, DB_RETRY_DELAY);
+            tracing::warn!(job = id, error = %e, "cannot claim the messages; job comes back in {DB_RETRY_DELAY:?}");
+            fate.again_in(DB_RETRY_DELAY);
+            return None;
         }
     };
-    match ready {
-        Ok(composed) => send(shared, id, (msg, token), composed).await,
-        Err((status, why)) => {
-            finish(shared, (msg.id, token), status, Some(why)).await;
-            Cmd::Delete(id)
+    let mut mine = Vec::with_capacity(claimed.len());
+    for (message, c) in ids.into_iter().zip(claimed) {
+        match c {
+            Claimed::Mine(m, loaded) => mine.push((*m, *loaded)),
+            Claimed::Not(Claim::Mine(_) | Claim::Done) => {}
+            Claimed::Not(Claim::Busy(until)) => fate.again_in(Duration::from_millis(
+                (until - now_ms()).max(0) as u64 + 100,
+            )),
+            Claimed::Not(Claim::Unknown) => {
+                tracing::warn!(job = id, message, "message job names no such message");
+                fate.unknown += 1;
+                continue;
+            }
+        }
+        fate.known = true;
+    }
+    Some(mine)
+}
+
+/// What [`load`] read for a claimed message.
+type LoadedFor = Result<Result<Loaded, Refused>, StoreError>;
+
+/// Compose the claimed messages, on the blocking pool in one hand-off (a
+/// render may use its whole budget); what stops one before the wire is
+/// its outcome.
+async fn compose_all(
+    mine: Vec<(Message, LoadedFor)>,
+    outcomes: &mut Vec<Outcome>,
+    fate: &mut JobFate,
+) -> Vec<(Message, Composed)> {
+    let mut loaded = Vec::with_capacity(mine.len());
+    for (msg, l) in mine {
+        match l {
+            Ok(Ok(l)) => loaded.push((msg, l)),
+            Ok(Err((status, why))) => outcomes.push((msg.id, status, Some(why))),
+            Err(e) => {
+                tracing::warn!(message = msg.id, error = %e, "cannot read the message's template; it comes back in {DB_RETRY_DELAY:?}");
+                outcomes.push((msg.id, MessageStatus::Queued, None));
+                fate.again_in(DB_RETRY_DELAY);
+            }
         }
     }
+    let ids: Vec<i64> = loaded.iter().map(|(m, _)| m.id).collect();
+    let composed = tokio::task::spawn_blocking(move || {
+        loaded
+            .into_iter()
+            .map(|(msg, l)| {
+                let c = compose(&msg, l);
+                (msg, c)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await;
+    let composed = match composed {
+        Ok(c) => c,
+        Err(e) => {
+            let why = format!("composing failed: {e}");
+            outcomes.extend(
+                ids.iter()
+                    .map(|&id| (id, MessageStatus::Failed, Some(why.clone()))),
+            );
+            return Vec::new();
+        }
+    };
+    let mut ready = Vec::with_capacity(composed.len());
+    for (msg, c) in composed {
+        match c {
+            Ok(c) => ready.push((msg, c)),
+            Err((status, why)) => outcomes.push((msg.id, status, Some(why))),
+        }
+    }
+    ready
+}
+
+/// A composed message with its rate groups, ready for the wire.
+struct Ready {
+    msg: Message,
+    composed: Composed,
+    groups: Vec<String>,
+}
+
+/// Take each message's rate tokens, waiting up to [`MAX_TOKEN_WAIT`] for
+/// them; once one cannot have them in time, it and the rest go back to
+/// the queue for as long as the tokens are off.
+async fn take_tokens(
+    shared: &Arc<Shared>,
+    composed: Vec<(Message, Composed)>,
+    outcomes: &mut Vec<Outcome>,
+    fate: &mut JobFate,
+) -> Vec<Ready> {
+    let mut ready = Vec::with_capacity(composed.len());
+    let mut off: Option<Duration> = None;
+    for (msg, composed) in composed {
+        if off.is_some() {
+            outcomes.push((msg.id, MessageStatus::Queued, None));
+            continue;
+        }
+        let domain = msg.to_addr.rsplit('@').next().unwrap_or_default();
+        let domain = domain.trim_end_matches('>').to_string();
+        shared.limiter.resolve(&domain).await;
+        let groups = shared.limiter.groups_for("", &domain);
+        let weight = limiter::message_weight(composed.bytes.len());
+        match shared
+            .limiter
+            .acquire(&groups, weight, MAX_TOKEN_WAIT)
+            .await
+        {
+            Ok(()) => ready.push(Ready {
+                msg,
+                composed,
+                groups,
+            }),
+            Err(t) => {
+                off = Some(t.retry_in);
+                outcomes.push((msg.id, MessageStatus::Queued, None));
+            }
+        }
+    }
+    if let Some(wait) = off {
+        fate.again_in(wait);
+    }
+    ready
+}
+
+/// Mark the messages `sending` (one transaction): from here a lapsed
+/// claim fails them rather than sending them again. Those whose claim was
+/// lost meanwhile are dropped (another worker has them).
+async fn start_sending(
+    shared: &Arc<Shared>,
+    ready: Vec<Ready>,
+    token: i64,
+    outcomes: &mut Vec<Outcome>,
+    fate: &mut JobFate,
+) -> Vec<Ready> {
+    let ids: Vec<i64> = ready.iter().map(|r| r.msg.id).collect();
+    match shared
+        .db
+        .run(move |c| messages::batch::start_sending(c, &ids, token))
+        .await
+    {
+        Ok(ours) => ready
+            .into_iter()
+            .zip(ours)
+            .filter_map(|(r, ours)| ours.then_some(r))
+            .collect(),
+        Err(_) => {
+            outcomes.extend(
+                ready
+                    .iter()
+                    .map(|r| (r.msg.id, MessageStatus::Queued, None)),
+            );
+            fate.again_in(DB_RETRY_DELAY);
+            Vec::new()
+        }
+    }
+}
+
+/// Hand the messages to the senders' pooled sessions (ahead of the
+/// campaigns' messages) and record each verdict. Verdicts are recorded in
+/// groups: whenever no further answer is there yet, the ones gathered are
+/// written in one transaction, which also gives back the senders'
+/// "unrecorded" permits they hold (a sender waits for one before it sends).
+async fn deliver(shared: &Arc<Shared>, started: Vec<Ready>, token: i64, fate: &mut JobFate) {
+    let mut answers = tokio::task::JoinSet::new();
+    for r in started {
+        let (reply, answer) = oneshot::channel();
+        let Ready {
+            msg,
+            composed,
+            groups,
+        } = r;
+        if shared
+            .urgent
+            .send(Urgent { composed, reply })
+            .await
+            .is_err()
+        {
+            record(shared, token, vec![(msg.id, MessageStatus::Queued, None)]).await;
+            fate.again_in(Duration::ZERO);
+            continue;
+        }
+        answers.spawn(async move { (msg, groups, answer.await) });
+    }
+    let mut gathered = Vec::new();
+    let mut permits = Vec::new();
+    loop {
+        let next = match answers.try_join_next() {
+            Some(next) => Some(next),
+            None => {
+                flush(shared, token, &mut gathered, &mut permits).await;
+                answers.join_next().await
+            }
+        };
+        let Some(Ok((msg, groups, answer))) = next else {
+            if next.is_none() {
+                break;
+            }
+            continue;
+        };
+        let (outcome, permit) = verdict_of(shared, &msg, &groups, answer, fate).await;
+        gathered.extend(outcome);
+        permits.extend(permit);
+    }
+    flush(shared, token, &mut gathered, &mut permits).await;
+}
+
+/// Record what is gathered, then free the permits that held it.
+async fn flush(
+    shared: &Arc<Shared>,
+    token: i64,
+    gathered: &mut Vec<Outcome>,
+    permits: &mut Vec<tokio::sync::OwnedSemaphorePermit>,
+) {
+    if !gathered.is_empty() {
+        record(shared, token, std::mem::take(gathered)).await;
+    }
+    permits.clear();
+}
+
+/// A sender's answer for `msg` as its outcome to record (none: whether
+/// the relay took it is unknown), and the permit to free once recorded.
+async fn verdict_of(
+    shared: &Arc<Shared>,
+    msg: &Message,
+    groups: &[String],
+    answer: Result<Delivered, oneshot::error::RecvError>,
+    fate: &mut JobFate,
+) -> (Option<Outcome>, Option<tokio::sync::OwnedSemaphorePermit>) {
+    let (verdict, permit) = match answer {
+        Ok(Delivered {
+            verdict: Some(v),
+            unrecorded,
+        }) => (v, unrecorded),
+        Ok(Delivered { verdict: None, .. }) => {
+            fate.again_in(Duration::ZERO);
+            return (Some((msg.id, MessageStatus::Queued, None)), None);
+        }
+        Err(_) => {
+            // The sender ended with the message in hand: whether the relay
+            // took it is unknown; its claim lapses and it is failed as in
+            // doubt, never sent twice.
+            fate.again_in(Duration::ZERO);
+            return (None, None);
+        }
+    };
+    let outcome = match verdict {
+        Verdict::Sent => {
+            shared.limiter.success(groups).await;
+            (msg.id, MessageStatus::Sent, None)
+        }
+        Verdict::Permanent(reply) => (msg.id, MessageStatus::Failed, Some(reply.text)),
+        Verdict::Transient(reply) => {
+            if reply.throttles() {
+                shared.limiter.slow_down(groups, &reply.text).await;
+            }
+            if msg.attempts >= i64::from(shared.max_attempts) {
+                (msg.id, MessageStatus::Failed, Some(reply.text))
+            } else {
+                fate.again_in(retry_delay(msg.attempts));
+                (msg.id, MessageStatus::Queued, Some(reply.text))
+            }
+        }
+    };
+    (Some(outcome), permit)
 }
 
 /// What the claim's call on the database found.
@@ -200,150 +500,53 @@ fn read(
     })
 }
 
-/// Compose the message, on the blocking pool: a render may use its whole
-/// budget.
-async fn compose(
+/// Compose one message (on the blocking pool: a render may use its
+/// whole budget).
+fn compose(
     msg: &Message,
     (to, mail, (recipient, attributes)): Loaded,
 ) -> Result<Composed, Refused> {
     let data: Value = serde_json::from_str(&msg.data).unwrap_or(Value::Object(Map::new()));
-    let id = msg.id;
-    let composed = tokio::task::spawn_blocking(move || {
-        let attributes = serde_json::from_str(&attributes).unwrap_or_default();
-        let to = To {
-            mailbox: &to,
-            attributes,
-            recipient,
-        };
-        compose_message(&mail, id, &to, &data)
-    })
-    .await
-    .unwrap_or_else(|e| Err(Unsendable::Invalid(format!("composing failed: {e}"))));
-    composed.map_err(|e| match e {
+    let attributes = serde_json::from_str(&attributes).unwrap_or_default();
+    let to = To {
+        mailbox: &to,
+        attributes,
+        recipient,
+    };
+    compose_message(&mail, msg.id, &to, &data).map_err(|e| match e {
         Unsendable::Invalid(why) => (MessageStatus::Failed, why),
         Unsendable::Inactive(s) => (MessageStatus::Suppressed, format!("the address is {s}")),
     })
 }
 
-/// Take the rate tokens, mark the message `sending`, hand it to the relay
-/// and record the verdict.
-async fn send(shared: &Arc<Shared>, id: u64, (msg, token): (Message, i64), m: Composed) -> Fate {
-    let domain = msg.to_addr.rsplit('@').next().unwrap_or_default();
-    let domain = domain.trim_end_matches('>').to_string();
-    shared.limiter.resolve(&domain).await;
-    let groups = shared.limiter.groups_for("", &domain);
-    let weight = limiter::message_weight(m.bytes.len());
-    if let Err(t) = shared
-        .limiter
-        .acquire(&groups, weight, MAX_TOKEN_WAIT)
-        .await
-    {
-        finish(shared, (msg.id, token), MessageStatus::Queued, None).await;
-        return release(id, t.retry_in);
-    }
-    let (mid, db) = (msg.id, Arc::clone(&shared.db));
-    match db
-        .run(move |c| messages::start_sending(c, mid, token))
-        .await
-    {
-        Ok(true) => {}
-        Ok(false) => return Cmd::Delete(id),
-        Err(_) => {
-            finish(shared, (msg.id, token), MessageStatus::Queued, None).await;
-            return release(id, DB_RETRY_DELAY);
-        }
-    }
-    // On a sender's pooled session, ahead of the campaigns' messages.
-    let (reply, answer) = oneshot::channel();
-    let urgent = Urgent { composed: m, reply };
-    if shared.urgent.send(urgent).await.is_err() {
-        finish(shared, (msg.id, token), MessageStatus::Queued, None).await;
-        return release(id, Duration::ZERO);
-    }
-    let (verdict, _unrecorded) = match answer.await {
-        Ok(Delivered {
-            verdict: Some(v),
-            unrecorded,
-        }) => (v, unrecorded),
-        Ok(Delivered { verdict: None, .. }) => {
-            finish(shared, (msg.id, token), MessageStatus::Queued, None).await;
-            return release(id, Duration::ZERO);
-        }
-        Err(_) => {
-            // The sender ended with the message in hand: whether the relay
-            // took it is unknown; its claim lapses and it is failed as in
-            // doubt, never sent twice.
-            return release(id, Duration::ZERO);
-        }
-    };
-    match verdict {
-        Verdict::Sent => {
-            shared.limiter.success(&groups).await;
-            finish(shared, (msg.id, token), MessageStatus::Sent, None).await;
-            Cmd::Delete(id)
-        }
-        Verdict::Permanent(reply) => {
-            finish(
-                shared,
-                (msg.id, token),
-                MessageStatus::Failed,
-                Some(reply.text),
-            )
-            .await;
-            Cmd::Delete(id)
-        }
-        Verdict::Transient(reply) => {
-            if reply.throttles() {
-                shared.limiter.slow_down(&groups, &reply.text).await;
-            }
-            if msg.attempts >= i64::from(shared.max_attempts) {
-                finish(
-                    shared,
-                    (msg.id, token),
-                    MessageStatus::Failed,
-                    Some(reply.text),
-                )
-                .await;
-                return Cmd::Delete(id);
-            }
-            finish(
-                shared,
-                (msg.id, token),
-                MessageStatus::Queued,
-                Some(reply.text),
-            )
-            .await;
-            release(id, retry_delay(msg.attempts))
-        }
-    }
-}
-
-/// Every third of the TTR, extend the message's claim and, once the
-/// database confirmed it, touch its job, until `done`. A claim that is no
-/// longer ours, or a database that does not answer, stops the touching: the
-/// job goes back when its TTR runs out, as its claim lapses.
+/// Every third of the TTR, extend the messages' claims and, once the
+/// database confirmed any, touch their job, until `done`. Claims no
+/// longer ours, or a database that does not answer, stop the touching:
+/// the job goes back when its TTR runs out, as its claims lapse.
 async fn keep_alive(
     shared: Arc<Shared>,
     (server, id): (usize, u64),
-    claim: (i64, i64),
+    (messages, token): (Vec<i64>, i64),
     done: CancellationToken,
 ) {
     let every = job_ttr() / 3;
+    let messages = Arc::new(messages);
     loop {
         tokio::select! {
             _ = done.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
         let lease = job_ttr().as_millis() as i64;
+        let ids = Arc::clone(&messages);
         let extended = shared
             .db
-            .run(move |c| messages::extend_claim(c, claim, lease, now_ms()))
+            .run(move |c| messages::batch::extend_claim(c, &ids, token, lease, now_ms()))
             .await;
         match extended {
             Ok(true) if !done.is_cancelled() => shared.cmd(server, Cmd::Touch(id)),
             Ok(_) => return,
             Err(e) => {
-                return tracing::warn!(job = id, error = %e, "cannot extend the message's claim; its job is no longer touched")
+                return tracing::warn!(job = id, error = %e, "cannot extend the messages' claims; their job is no longer touched")
             }
         }
     }
@@ -355,33 +558,36 @@ fn retry_delay(attempts: i64) -> Duration {
     FIRST_RETRY.saturating_mul(1 << doublings).min(MAX_RETRY)
 }
 
-/// Record an outcome, trying a few times: a message that went out must
-/// not be left `sending` by a database hiccup (it would be failed as
-/// in doubt once its claim lapses).
-async fn finish(
-    shared: &Arc<Shared>,
-    (mid, token): (i64, i64),
-    status: MessageStatus,
-    reply: Option<String>,
-) {
+/// Record outcomes (one transaction), trying a few times: a message that
+/// went out must not be left `sending` by a database hiccup (it would be
+/// failed as in doubt once its claim lapses).
+async fn record(shared: &Arc<Shared>, token: i64, outcomes: Vec<Outcome>) {
+    if outcomes.is_empty() {
+        return;
+    }
+    let outcomes = Arc::new(outcomes);
     for wait in [0u64, 500, 2000, 5000] {
         tokio::time::sleep(Duration::from_millis(wait)).await;
-        let reply = reply.clone();
+        let batch = Arc::clone(&outcomes);
         let done = shared
             .db
-            .run(move |c| messages::record(c, (mid, token), status, reply.as_deref(), now_ms()))
+            .run(move |c| messages::batch::record(c, &batch, token, now_ms()))
             .await;
         match done {
-            Ok(true) => return tracing::debug!(message = mid, %status, "message recorded"),
-            Ok(false) => {
-                return tracing::warn!(
-                    message = mid,
-                    "message's claim was lost before its outcome was recorded"
-                )
+            Ok(ours) => {
+                for ((mid, status, _), ours) in outcomes.iter().zip(ours) {
+                    if ours {
+                        tracing::debug!(message = mid, %status, "message recorded");
+                    } else {
+                        tracing::warn!(
+                            message = mid,
+                            "message's claim was lost before its outcome was recorded"
+                        );
+                    }
+                }
+                return;
             }
-            Err(e) => {
-                tracing::warn!(message = mid, error = %e, "cannot record the message's outcome")
-            }
+            Err(e) => tracing::warn!(error = %e, "cannot record the messages' outcomes"),
         }
     }
 }
