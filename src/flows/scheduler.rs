@@ -199,16 +199,10 @@ fn store_step(
     if !may_go(conn, flow, d, step, now)? {
         return Ok(None);
     }
-    let row: Value = serde_json::from_str(&d.row_data).unwrap_or(Value::Object(Default::default()));
-    // A SQL trigger's row is `row` in the step's templates.
-    let data = match flow.trigger_kind {
-        Trigger::Sql => serde_json::json!({ "row": row }),
-        Trigger::Join => row,
-    };
     let submit = Submit {
         template: step.template.clone(),
         to: to(&d.email, &d.name),
-        data: Some(data),
+        data: Some(data_of(flow, d)),
         idempotency_key: Some(step_key(flow.id, d.id, d.next_step)),
     };
     match messages::submit::store(conn, submit, messages::AskedBy::Sender) {
@@ -245,6 +239,16 @@ fn store_step(
             store::postpone(conn, d.id, d.next_step, now + RETRY_MS)?;
             Ok(None)
         }
+    }
+}
+
+/// What entry `d`'s step templates see: a SQL trigger's row as `row`, a
+/// join's member data as it is.
+fn data_of(flow: &Flow, d: &store::Due) -> Value {
+    let row: Value = serde_json::from_str(&d.row_data).unwrap_or(Value::Object(Default::default()));
+    match flow.trigger_kind {
+        Trigger::Sql => serde_json::json!({ "row": row }),
+        Trigger::Join => row,
     }
 }
 

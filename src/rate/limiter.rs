@@ -338,12 +338,8 @@ impl Limiter {
             }) => {
                 // Spaced wider than the configured rate: a throttle cut it.
                 local.adapted = interval_us > group.config.interval_us();
-                push_granted(
-                    &mut local.tokens,
-                    count,
-                    first_at_us - now_us(),
-                    interval_us,
-                );
+                let offset = first_at_us - now_us();
+                local.tokens.push_granted(count, offset, interval_us);
             }
             Ok(Lease::Wait(us)) => {
                 local.wait_until = Instant::now() + Duration::from_micros(us.max(100) as u64);
@@ -437,29 +433,6 @@ impl Limiter {
     }
 }
 
-/// Put a granted lease in the local stock: `count` tokens, the first
-/// conforming `offset_us` from now (negative: already conforming, by the
-/// group's unspent burst), then one every `interval_us`. Every token that
-/// already conforms is usable at once, so a group with tokens to spare is
-/// served at its rate (and burst) from its first message rather than
-/// ramping up from one token per interval; the rest keep their times.
-/// Times are measured from after the lease's round trip: a token due at
-/// once must not look older than TOKEN_EXPIRY on a slow database and be
-/// dropped unspent. Tokens of an earlier lease still held come first.
-fn push_granted(stock: &mut stock::Stock, count: u32, offset_us: i64, interval_us: i64) {
-    let (now, count) = (Instant::now(), u64::from(count));
-    let step_us = interval_us.max(1);
-    let ready = if offset_us > 0 {
-        0
-    } else {
-        (offset_us.unsigned_abs() / step_us as u64 + 1).min(count)
-    };
-    stock.push(now, Duration::ZERO, ready);
-    let later_us = offset_us + ready as i64 * step_us;
-    let first = now + Duration::from_micros(later_us.max(0) as u64);
-    stock.push(first, Duration::from_micros(step_us as u64), count - ready);
-}
-
 /// Rate tokens one message costs: one, plus one per started 256 KiB, so
 /// large messages count for more against a relay's budget.
 pub fn message_weight(bytes: usize) -> u32 {
@@ -486,42 +459,5 @@ fn lease_size(g: &RateGroup) -> u32 {
         (n as u32).clamp(1, MAX_LEASE)
     } else {
         1
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_lease_with_burst_to_spare_is_usable_at_once_and_the_rest_keeps_its_pace() {
-        let before = Instant::now();
-        let mut s = stock::Stock::default();
-        // Ten tokens 10 ms apart, the first conforming 35 ms ago: four
-        // conform already (−35, −25, −15, −5 ms), the fifth in 5 ms.
-        push_granted(&mut s, 10, -35_000, 10_000);
-        let after = Instant::now();
-        assert_eq!(s.len(), 10);
-        assert!(
-            s.nth(3).is_some_and(|t| t <= after),
-            "burst not usable at once"
-        );
-        let fifth = s.nth(4).unwrap_or(before);
-        assert!(
-            fifth >= before + Duration::from_millis(5),
-            "{:?}",
-            fifth - before
-        );
-        assert_eq!(s.nth(9).map(|t| t - fifth), Some(Duration::from_millis(50)));
-        // A lease whose first token lies ahead keeps every time.
-        let mut s = stock::Stock::default();
-        push_granted(&mut s, 3, 20_000, 10_000);
-        assert!(s
-            .nth(0)
-            .is_some_and(|t| t >= before + Duration::from_millis(20)));
-        // More conforming than granted: all granted are usable at once.
-        let mut s = stock::Stock::default();
-        push_granted(&mut s, 3, -1_000_000, 10_000);
-        assert!(s.nth(2).is_some_and(|t| t <= Instant::now()));
     }
 }

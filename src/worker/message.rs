@@ -17,33 +17,26 @@ use std::time::Duration;
 
 use lettre::message::Mailbox;
 use serde_json::{Map, Value};
-use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::pipeline::{Delivered, Urgent};
 use super::reserve::{Cmd, Incoming};
 use super::shared::Shared;
 use crate::compose::content::Cache;
 use crate::compose::message::{compose_message, TemplateMail, To};
 use crate::compose::Unsendable;
-use crate::mail::reply::Verdict;
 use crate::mail::Composed;
 use crate::messages::submit::parse_to;
 use crate::queue::message::{MessageJob, MESSAGE_PRIORITY};
 use crate::queue::{job_ttr, BadJob};
-use crate::rate::limiter;
 use crate::store::messages::{self, Claim, Message, MessageStatus};
 use crate::store::{message_templates, now_ms, Conn, StoreError};
 use crate::tokens::Identity;
 
+mod wire;
+use wire::{record, send_all, take_tokens};
+
 /// A message job whose ledger row could not be read comes back after this.
 const DB_RETRY_DELAY: Duration = Duration::from_secs(5);
-/// Delay before the second try after a 4xx; doubled per try, capped.
-const FIRST_RETRY: Duration = Duration::from_secs(2);
-const MAX_RETRY: Duration = Duration::from_secs(600);
-/// Longest wait for rate tokens while holding the claim; beyond it the
-/// message goes back to the queue for as long as the tokens are off.
-const MAX_TOKEN_WAIT: Duration = Duration::from_secs(5);
 
 /// What one message's handling ends in: the job's fate.
 type Fate = Cmd;
@@ -131,9 +124,8 @@ async fn run(shared: &Arc<Shared>, (server, id): (usize, u64), ids: Vec<i64>) ->
     let mut outcomes = Vec::new();
     let composed = compose_all(mine, &mut outcomes, &mut fate).await;
     let ready = take_tokens(shared, composed, &mut outcomes, &mut fate).await;
-    let started = start_sending(shared, ready, token, &mut outcomes, &mut fate).await;
-    record(shared, token, std::mem::take(&mut outcomes)).await;
-    deliver(shared, started, token, &mut fate).await;
+    record(shared, token, outcomes).await;
+    send_all(shared, ready, token, &mut fate).await;
     fate.cmd(id)
 }
 
@@ -247,198 +239,6 @@ async fn compose_all(
     ready
 }
 
-/// A composed message with its rate groups, ready for the wire.
-struct Ready {
-    msg: Message,
-    composed: Composed,
-    groups: Vec<String>,
-}
-
-/// Take each message's rate tokens, waiting up to [`MAX_TOKEN_WAIT`] for
-/// them; once one cannot have them in time, it and the rest go back to
-/// the queue for as long as the tokens are off.
-async fn take_tokens(
-    shared: &Arc<Shared>,
-    composed: Vec<(Message, Composed)>,
-    outcomes: &mut Vec<Outcome>,
-    fate: &mut JobFate,
-) -> Vec<Ready> {
-    let mut ready = Vec::with_capacity(composed.len());
-    let mut off: Option<Duration> = None;
-    for (msg, composed) in composed {
-        if off.is_some() {
-            outcomes.push((msg.id, MessageStatus::Queued, None));
-            continue;
-        }
-        let domain = msg.to_addr.rsplit('@').next().unwrap_or_default();
-        let domain = domain.trim_end_matches('>').to_string();
-        shared.limiter.resolve(&domain).await;
-        let groups = shared.limiter.groups_for("", &domain);
-        let weight = limiter::message_weight(composed.bytes.len());
-        match shared
-            .limiter
-            .acquire(&groups, weight, MAX_TOKEN_WAIT)
-            .await
-        {
-            Ok(()) => ready.push(Ready {
-                msg,
-                composed,
-                groups,
-            }),
-            Err(t) => {
-                off = Some(t.retry_in);
-                outcomes.push((msg.id, MessageStatus::Queued, None));
-            }
-        }
-    }
-    if let Some(wait) = off {
-        fate.again_in(wait);
-    }
-    ready
-}
-
-/// Mark the messages `sending` (one transaction): from here a lapsed
-/// claim fails them rather than sending them again. Those whose claim was
-/// lost meanwhile are dropped (another worker has them).
-async fn start_sending(
-    shared: &Arc<Shared>,
-    ready: Vec<Ready>,
-    token: i64,
-    outcomes: &mut Vec<Outcome>,
-    fate: &mut JobFate,
-) -> Vec<Ready> {
-    let ids: Vec<i64> = ready.iter().map(|r| r.msg.id).collect();
-    match shared
-        .db
-        .run(move |c| messages::batch::start_sending(c, &ids, token))
-        .await
-    {
-        Ok(ours) => ready
-            .into_iter()
-            .zip(ours)
-            .filter_map(|(r, ours)| ours.then_some(r))
-            .collect(),
-        Err(_) => {
-            outcomes.extend(
-                ready
-                    .iter()
-                    .map(|r| (r.msg.id, MessageStatus::Queued, None)),
-            );
-            fate.again_in(DB_RETRY_DELAY);
-            Vec::new()
-        }
-    }
-}
-
-/// Hand the messages to the senders' pooled sessions (ahead of the
-/// campaigns' messages) and record each verdict. Verdicts are recorded in
-/// groups: whenever no further answer is there yet, the ones gathered are
-/// written in one transaction, which also gives back the senders'
-/// "unrecorded" permits they hold (a sender waits for one before it sends).
-async fn deliver(shared: &Arc<Shared>, started: Vec<Ready>, token: i64, fate: &mut JobFate) {
-    let mut answers = tokio::task::JoinSet::new();
-    for r in started {
-        let (reply, answer) = oneshot::channel();
-        let Ready {
-            msg,
-            composed,
-            groups,
-        } = r;
-        if shared
-            .urgent
-            .send(Urgent { composed, reply })
-            .await
-            .is_err()
-        {
-            record(shared, token, vec![(msg.id, MessageStatus::Queued, None)]).await;
-            fate.again_in(Duration::ZERO);
-            continue;
-        }
-        answers.spawn(async move { (msg, groups, answer.await) });
-    }
-    let mut gathered = Vec::new();
-    let mut permits = Vec::new();
-    loop {
-        let next = match answers.try_join_next() {
-            Some(next) => Some(next),
-            None => {
-                flush(shared, token, &mut gathered, &mut permits).await;
-                answers.join_next().await
-            }
-        };
-        let Some(Ok((msg, groups, answer))) = next else {
-            if next.is_none() {
-                break;
-            }
-            continue;
-        };
-        let (outcome, permit) = verdict_of(shared, &msg, &groups, answer, fate).await;
-        gathered.extend(outcome);
-        permits.extend(permit);
-    }
-    flush(shared, token, &mut gathered, &mut permits).await;
-}
-
-/// Record what is gathered, then free the permits that held it.
-async fn flush(
-    shared: &Arc<Shared>,
-    token: i64,
-    gathered: &mut Vec<Outcome>,
-    permits: &mut Vec<tokio::sync::OwnedSemaphorePermit>,
-) {
-    if !gathered.is_empty() {
-        record(shared, token, std::mem::take(gathered)).await;
-    }
-    permits.clear();
-}
-
-/// A sender's answer for `msg` as its outcome to record (none: whether
-/// the relay took it is unknown), and the permit to free once recorded.
-async fn verdict_of(
-    shared: &Arc<Shared>,
-    msg: &Message,
-    groups: &[String],
-    answer: Result<Delivered, oneshot::error::RecvError>,
-    fate: &mut JobFate,
-) -> (Option<Outcome>, Option<tokio::sync::OwnedSemaphorePermit>) {
-    let (verdict, permit) = match answer {
-        Ok(Delivered {
-            verdict: Some(v),
-            unrecorded,
-        }) => (v, unrecorded),
-        Ok(Delivered { verdict: None, .. }) => {
-            fate.again_in(Duration::ZERO);
-            return (Some((msg.id, MessageStatus::Queued, None)), None);
-        }
-        Err(_) => {
-            // The sender ended with the message in hand: whether the relay
-            // took it is unknown; its claim lapses and it is failed as in
-            // doubt, never sent twice.
-            fate.again_in(Duration::ZERO);
-            return (None, None);
-        }
-    };
-    let outcome = match verdict {
-        Verdict::Sent => {
-            shared.limiter.success(groups).await;
-            (msg.id, MessageStatus::Sent, None)
-        }
-        Verdict::Permanent(reply) => (msg.id, MessageStatus::Failed, Some(reply.text)),
-        Verdict::Transient(reply) => {
-            if reply.throttles() {
-                shared.limiter.slow_down(groups, &reply.text).await;
-            }
-            if msg.attempts >= i64::from(shared.max_attempts) {
-                (msg.id, MessageStatus::Failed, Some(reply.text))
-            } else {
-                fate.again_in(retry_delay(msg.attempts));
-                (msg.id, MessageStatus::Queued, Some(reply.text))
-            }
-        }
-    };
-    (Some(outcome), permit)
-}
-
 /// What the claim's call on the database found.
 enum Claimed {
     /// This worker holds the message, and what [`load`] read for it.
@@ -548,46 +348,6 @@ async fn keep_alive(
             Err(e) => {
                 return tracing::warn!(job = id, error = %e, "cannot extend the messages' claims; their job is no longer touched")
             }
-        }
-    }
-}
-
-/// The wait before try `attempts + 1`.
-fn retry_delay(attempts: i64) -> Duration {
-    let doublings = attempts.clamp(1, 16) as u32 - 1;
-    FIRST_RETRY.saturating_mul(1 << doublings).min(MAX_RETRY)
-}
-
-/// Record outcomes (one transaction), trying a few times: a message that
-/// went out must not be left `sending` by a database hiccup (it would be
-/// failed as in doubt once its claim lapses).
-async fn record(shared: &Arc<Shared>, token: i64, outcomes: Vec<Outcome>) {
-    if outcomes.is_empty() {
-        return;
-    }
-    let outcomes = Arc::new(outcomes);
-    for wait in [0u64, 500, 2000, 5000] {
-        tokio::time::sleep(Duration::from_millis(wait)).await;
-        let batch = Arc::clone(&outcomes);
-        let done = shared
-            .db
-            .run(move |c| messages::batch::record(c, &batch, token, now_ms()))
-            .await;
-        match done {
-            Ok(ours) => {
-                for ((mid, status, _), ours) in outcomes.iter().zip(ours) {
-                    if ours {
-                        tracing::debug!(message = mid, %status, "message recorded");
-                    } else {
-                        tracing::warn!(
-                            message = mid,
-                            "message's claim was lost before its outcome was recorded"
-                        );
-                    }
-                }
-                return;
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot record the messages' outcomes"),
         }
     }
 }

@@ -57,6 +57,11 @@ pub struct Shared {
     /// Transactional messages (see `message`) to the senders, which take
     /// them before any campaign message, on their pooled sessions.
     pub urgent: async_channel::Sender<Urgent>,
+    /// `concurrency` permits: a transactional message holds one from just
+    /// before it is marked `sending` until its outcome is recorded, so at most
+    /// that many are ever `sending` unanswered here (all a `kill -9` can
+    /// leave failed as in doubt), however many message jobs are at hand.
+    pub on_wire: Arc<tokio::sync::Semaphore>,
     /// Message templates compiled, by (template id, version): once per
     /// version, not per message.
     pub templates: Arc<crate::compose::content::Cache>,
@@ -109,6 +114,7 @@ impl Shared {
             sent: Default::default(),
             deferrals: Default::default(),
             urgent: channels.urgent,
+            on_wire: Arc::new(Semaphore::new(settings.concurrency)),
             templates: Arc::new(Cache::with_max_message(settings.max_message)),
         })
     }

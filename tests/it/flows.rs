@@ -7,6 +7,7 @@
 //! further step.
 
 use std::io::Write;
+use std::time::Duration;
 
 use crate::util::*;
 
@@ -243,4 +244,82 @@ fn include_existing(kind: Kind) {
     assert_eq!(peer.total(), 3);
 }
 
-both!(welcome_series, include_existing);
+/// 300 members join at once: their first step goes as message jobs of up
+/// to 100, claimed, marked and recorded a batch at a time. The worker
+/// holding a batch is killed with -9 while the relay holds some of its
+/// messages (DATA answers slowly): another worker finishes the batch when
+/// its claims lapse. Each member is on the wire at most once; each message
+/// ends sent, or failed as in doubt (handed to the relay, reply unknown:
+/// never sent twice); and every member the relay did not take from the
+/// killed worker gets the step.
+fn a_batch_survives_its_worker_killed_mid_send(kind: Kind) {
+    let script = Script {
+        data_delay: Duration::from_millis(150),
+        ..Script::default()
+    };
+    let env = World::with_peer(kind, script)
+        .var("MAILSPLIT_FLOW_TICK_MS", "200")
+        .var("MAILSPLIT_LEASE_MS", "4000");
+    let peer = env.peer();
+    templates(&env);
+    env.ok(&[
+        "flow",
+        "create",
+        "burst",
+        "--list",
+        "news",
+        "--step",
+        "0:welcome",
+    ]);
+    let members: Vec<String> = (0..300).map(|i| format!("m{i}@example.test")).collect();
+    import(&env, "news", "members.csv", &members);
+    let mut first = env.worker(&["--concurrency", "10"]);
+    wait_for(60, "the first batch on the wire", || peer.total() >= 20);
+    signal(&first.0, "KILL");
+    let _ = first.0.wait();
+    let at_kill = peer.total();
+    let second = env.worker(&["--concurrency", "10"]);
+    let open = "SELECT status AS a, COALESCE(reply, '') AS b FROM messages";
+    wait_for(120, "every step's message to end", || {
+        let all = env.text_pairs(open);
+        all.len() == members.len() && all.iter().all(|(s, _)| s == "sent" || s == "failed")
+    });
+    stop_worker(second);
+    let ended = env.text_pairs(open);
+    let failed: Vec<&(String, String)> = ended.iter().filter(|(s, _)| s == "failed").collect();
+    assert!(
+        failed
+            .iter()
+            .all(|(_, why)| why.contains("never sent twice")),
+        "a failure other than in doubt: {failed:?}"
+    );
+    eprintln!(
+        "relay took {at_kill} before the kill, {} in all; {} failed in doubt",
+        peer.total(),
+        failed.len()
+    );
+    assert_eq!(peer.duplicates(), 0, "a member got the step twice");
+    // Only what was at the relay when the worker died may be failed.
+    assert!(
+        failed.len() <= 10,
+        "{} failed in doubt, 10 sessions",
+        failed.len()
+    );
+    let sent = ended.iter().filter(|(s, _)| s == "sent").count();
+    assert_eq!(sent + failed.len(), members.len());
+    assert!(
+        peer.total() as usize >= sent,
+        "sent {sent}, relay took {}",
+        peer.total()
+    );
+    assert!(
+        at_kill < members.len() as u32 && sent > at_kill as usize,
+        "the kill came after the batch: nothing to finish ({at_kill} at the kill)"
+    );
+}
+
+both!(
+    welcome_series,
+    include_existing,
+    a_batch_survives_its_worker_killed_mid_send
+);

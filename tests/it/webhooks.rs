@@ -172,41 +172,16 @@ fn verify(header: &str, body: &[u8]) -> bool {
 }
 
 /// Two text columns of every row of `sql`.
-fn pairs(env: &Env, sql: &str) -> Vec<(String, String)> {
-    use diesel::sql_types::Text;
-    use diesel::{Connection, QueryableByName, RunQueryDsl};
-    #[derive(QueryableByName)]
-    struct Row {
-        #[diesel(sql_type = Text)]
-        a: String,
-        #[diesel(sql_type = Text)]
-        b: String,
-    }
-    let q = diesel::sql_query(sql);
-    let rows: Vec<Row> = match env.db.url.strip_prefix("sqlite://") {
-        Some(path) => q
-            .load(&mut diesel::SqliteConnection::establish(path).unwrap())
-            .unwrap(),
-        None => q
-            .load(&mut diesel::PgConnection::establish(&env.db.url).unwrap())
-            .unwrap(),
-    };
-    rows.into_iter().map(|r| (r.a, r.b)).collect()
-}
-
 /// The (type, email) of every event the ledger says happened in campaign
 /// `name`: its sent and failed deliveries, and the bounced ones.
 fn ledger_events(env: &Env, name: &str) -> BTreeSet<(String, String)> {
     let of = |what: &str, cond: &str| {
-        pairs(
-            env,
-            &format!(
-                "SELECT '{what}' AS a, r.email AS b FROM deliveries d \
+        env.text_pairs(&format!(
+            "SELECT '{what}' AS a, r.email AS b FROM deliveries d \
                  JOIN recipients r ON r.id = d.recipient_id \
                  JOIN campaigns c ON c.id = d.campaign_id \
                  WHERE c.name = '{name}' AND {cond}"
-            ),
-        )
+        ))
     };
     let mut all = BTreeSet::new();
     all.extend(of("sent", "d.state = 'sent'"));

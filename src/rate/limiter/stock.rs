@@ -97,6 +97,29 @@ impl Stock {
         }
     }
 
+    /// Put a granted lease in the local stock: `count` tokens, the first
+    /// conforming `offset_us` from now (negative: already conforming, by the
+    /// group's unspent burst), then one every `interval_us`. Every token that
+    /// already conforms is usable at once, so a group with tokens to spare is
+    /// served at its rate (and burst) from its first message rather than
+    /// ramping up from one token per interval; the rest keep their times.
+    /// Times are measured from after the lease's round trip: a token due at
+    /// once must not look older than TOKEN_EXPIRY on a slow database and be
+    /// dropped unspent. Tokens of an earlier lease still held come first.
+    pub(super) fn push_granted(&mut self, count: u32, offset_us: i64, interval_us: i64) {
+        let (now, count) = (Instant::now(), u64::from(count));
+        let step_us = interval_us.max(1);
+        let ready = if offset_us > 0 {
+            0
+        } else {
+            (offset_us.unsigned_abs() / step_us as u64 + 1).min(count)
+        };
+        self.push(now, Duration::ZERO, ready);
+        let later_us = offset_us + ready as i64 * step_us;
+        let first = now + Duration::from_micros(later_us.max(0) as u64);
+        self.push(first, Duration::from_micros(step_us as u64), count - ready);
+    }
+
     /// Add `count` tokens, the first at `first` (or one `step` after the
     /// last one held, if that is later), then one every `step`.
     pub(super) fn push(&mut self, first: Instant, step: Duration, count: u64) {
@@ -152,5 +175,37 @@ mod tests {
         s.push(t0, Duration::ZERO, 3);
         s.drop_before(t0 + MS);
         assert_eq!(s.len(), 0);
+    }
+
+    #[test]
+    fn a_lease_with_burst_to_spare_is_usable_at_once_and_the_rest_keeps_its_pace() {
+        let before = Instant::now();
+        let mut s = Stock::default();
+        // Ten tokens 10 ms apart, the first conforming 35 ms ago: four
+        // conform already (−35, −25, −15, −5 ms), the fifth in 5 ms.
+        s.push_granted(10, -35_000, 10_000);
+        let after = Instant::now();
+        assert_eq!(s.len(), 10);
+        assert!(
+            s.nth(3).is_some_and(|t| t <= after),
+            "burst not usable at once"
+        );
+        let fifth = s.nth(4).unwrap_or(before);
+        assert!(
+            fifth >= before + Duration::from_millis(5),
+            "{:?}",
+            fifth - before
+        );
+        assert_eq!(s.nth(9).map(|t| t - fifth), Some(Duration::from_millis(50)));
+        // A lease whose first token lies ahead keeps every time.
+        let mut s = Stock::default();
+        s.push_granted(3, 20_000, 10_000);
+        assert!(s
+            .nth(0)
+            .is_some_and(|t| t >= before + Duration::from_millis(20)));
+        // More conforming than granted: all granted are usable at once.
+        let mut s = Stock::default();
+        s.push_granted(3, -1_000_000, 10_000);
+        assert!(s.nth(2).is_some_and(|t| t <= Instant::now()));
     }
 }

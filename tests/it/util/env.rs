@@ -143,6 +143,28 @@ impl Env {
         let mut c = mailsplit::store::Conn::open(&self.db.url).unwrap();
         c.execute_batch(sql).unwrap();
     }
+    /// Rows of two text columns that `sql` selects.
+    pub fn text_pairs(&self, sql: &str) -> Vec<(String, String)> {
+        use diesel::sql_types::Text;
+        use diesel::{Connection, QueryableByName, RunQueryDsl};
+        #[derive(QueryableByName)]
+        struct Row {
+            #[diesel(sql_type = Text)]
+            a: String,
+            #[diesel(sql_type = Text)]
+            b: String,
+        }
+        let q = diesel::sql_query(sql);
+        let rows: Vec<Row> = match self.db.url.strip_prefix("sqlite://") {
+            Some(path) => q
+                .load(&mut diesel::SqliteConnection::establish(path).unwrap())
+                .unwrap(),
+            None => q
+                .load(&mut diesel::PgConnection::establish(&self.db.url).unwrap())
+                .unwrap(),
+        };
+        rows.into_iter().map(|r| (r.a, r.b)).collect()
+    }
     pub fn conn(&self) -> mailsplit::store::Conn {
         mailsplit::store::Conn::open(&self.db.url).unwrap()
     }
