@@ -71,26 +71,7 @@ struct Claimed {
 /// Check a job and claim its recipients, or say what to do with the job
 /// instead (bury, delete, release).
 async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> {
-    let bury = Cmd::Bury {
-        id,
-        priority: BURY_PRIORITY,
-    };
-    let body = match JobBody::decode(body, &shared.identity) {
-        Ok(body) => body,
-        Err(BadJob::Foreign(db)) => return Err(foreign(shared, id, db, body)),
-        Err(e) => {
-            tracing::warn!(job = id, "burying job: {e}");
-            return Err(bury);
-        }
-    };
-    let retry_later = |what: &str, e: StoreError| {
-        tracing::warn!(job = id, error = %e, "{what}; job comes back in {DB_RETRY_DELAY:?}");
-        Cmd::Release {
-            id,
-            priority: RETRY_PRIORITY,
-            delay: DB_RETRY_DELAY,
-        }
-    };
+    let mut body = decode(shared, id, body)?;
     let info = match shared
         .campaigns
         .info(&shared.db, &shared.identity, body.campaign)
@@ -98,35 +79,13 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
     {
         Ok(Some(info)) => info,
         Ok(None) => return Err(unknown_campaign(shared, id, body.campaign).await),
-        Err(e) => return Err(retry_later("cannot read the campaign", e)),
+        Err(e) => return Err(retry_later(id, "cannot read the campaign", e)),
     };
     check_flags(shared, id, &info).await?;
-    let mut body = body;
-    let ab = match &info.ab {
-        Some(plan) => {
-            let split = super::ab::split(&shared.db, plan, info.mail.id, &body.recipients)
-                .await
-                .map_err(|e| retry_later("cannot read the A/B test", e))?;
-            if let (true, Some(until)) = (split.claim.is_empty(), split.held_until) {
-                // Nobody of the sample: back once, at the decision.
-                return Err(Cmd::Release {
-                    id,
-                    priority: info.priority,
-                    delay: super::ab::held_delay(until),
-                });
-            }
-            body.recipients = split.claim.clone();
-            split
-        }
-        None => super::ab::Split::default(),
-    };
-    let groups_of = ab.variants.clone();
-    let token = rand::random_range(1..i64::MAX);
-    let lease = job_ttr().as_millis() as i64;
-    let (campaign_id, list_id) = (info.mail.id, info.mail.list_id);
+    let ab = ab_split(shared, id, &info, &mut body).await?;
     let named = body.recipients.len();
-    let keep = crate::compose::attributes_needed(&info.mail);
     let asked = Instant::now();
+    let token = rand::random_range(1..i64::MAX);
     let (
         deliveries::JobClaim {
             claim,
@@ -134,30 +93,9 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
             members,
         },
         suppressed,
-    ) = shared
-        .db
-        .run(move |c| {
-            // Only members of the campaign's list are claimed, whatever the
-            // job names: an id that does not exist or belongs to another
-            // list is neither sent nor counted.
-            let claimed = deliveries::claim_job(
-                c,
-                campaign_id,
-                list_id,
-                &body.recipients,
-                token,
-                lease,
-                keep.as_deref(),
-            )?;
-            let groups = super::ab::groups(&groups_of, &claimed.claim.owned);
-            crate::store::ab::set_variants(c, campaign_id, token, &groups)?;
-            // The suppression list as of now (an entry added after
-            // enqueue still applies): one lookup for the whole batch.
-            let suppressed = suppressed_among(c, &claimed.people)?;
-            Ok::<_, StoreError>((claimed, suppressed))
-        })
+    ) = claim_recipients(shared, &info, body.recipients, token, ab.variants.clone())
         .await
-        .map_err(|e| retry_later("cannot claim recipients", e))?;
+        .map_err(|e| retry_later(id, "cannot claim recipients", e))?;
     if members < named {
         tracing::warn!(
             job = id,
@@ -176,6 +114,95 @@ async fn prepare(shared: &Shared, id: u64, body: &[u8]) -> Result<Claimed, Cmd> 
         variants: Arc::new(ab.variants),
         held_until: ab.held_until,
     })
+}
+
+/// The job's body, or: a job of another database goes to its own tube, an
+/// unreadable one is buried.
+fn decode(shared: &Shared, id: u64, body: &[u8]) -> Result<JobBody, Cmd> {
+    match JobBody::decode(body, &shared.identity) {
+        Ok(body) => Ok(body),
+        Err(BadJob::Foreign(db)) => Err(foreign(shared, id, db, body)),
+        Err(e) => {
+            tracing::warn!(job = id, "burying job: {e}");
+            Err(Cmd::Bury {
+                id,
+                priority: BURY_PRIORITY,
+            })
+        }
+    }
+}
+
+/// A job whose database read failed comes back soon, urgent.
+fn retry_later(id: u64, what: &str, e: StoreError) -> Cmd {
+    tracing::warn!(job = id, error = %e, "{what}; job comes back in {DB_RETRY_DELAY:?}");
+    Cmd::Release {
+        id,
+        priority: RETRY_PRIORITY,
+        delay: DB_RETRY_DELAY,
+    }
+}
+
+/// An A/B test narrows the job to its recipients due now (the rest wait
+/// for the decision); a job with none of them goes back until then.
+async fn ab_split(
+    shared: &Shared,
+    id: u64,
+    info: &CampaignInfo,
+    body: &mut JobBody,
+) -> Result<super::ab::Split, Cmd> {
+    let Some(plan) = &info.ab else {
+        return Ok(super::ab::Split::default());
+    };
+    let split = super::ab::split(&shared.db, plan, info.mail.id, &body.recipients)
+        .await
+        .map_err(|e| retry_later(id, "cannot read the A/B test", e))?;
+    if let (true, Some(until)) = (split.claim.is_empty(), split.held_until) {
+        // Nobody of the sample: back once, at the decision.
+        return Err(Cmd::Release {
+            id,
+            priority: info.priority,
+            delay: super::ab::held_delay(until),
+        });
+    }
+    body.recipients = split.claim.clone();
+    Ok(split)
+}
+
+/// Claim the job's recipients in the ledger, set their A/B variants and
+/// find which of them are suppressed, in one database call.
+async fn claim_recipients(
+    shared: &Shared,
+    info: &CampaignInfo,
+    recipients: Vec<i64>,
+    token: i64,
+    groups_of: HashMap<i64, i64>,
+) -> Result<(deliveries::JobClaim, HashMap<i64, String>), StoreError> {
+    let lease = job_ttr().as_millis() as i64;
+    let (campaign_id, list_id) = (info.mail.id, info.mail.list_id);
+    let keep = crate::compose::attributes_needed(&info.mail);
+    shared
+        .db
+        .run(move |c| {
+            // Only members of the campaign's list are claimed, whatever the
+            // job names: an id that does not exist or belongs to another
+            // list is neither sent nor counted.
+            let claimed = deliveries::claim_job(
+                c,
+                campaign_id,
+                list_id,
+                &recipients,
+                token,
+                lease,
+                keep.as_deref(),
+            )?;
+            let groups = super::ab::groups(&groups_of, &claimed.claim.owned);
+            crate::store::ab::set_variants(c, campaign_id, token, &groups)?;
+            // The suppression list as of now (an entry added after
+            // enqueue still applies): one lookup for the whole batch.
+            let suppressed = suppressed_among(c, &claimed.people)?;
+            Ok::<_, StoreError>((claimed, suppressed))
+        })
+        .await
 }
 
 /// Which of `people` the suppression list names (address or domain), by
@@ -242,26 +269,61 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
     }
     tokio::spawn(touch_loop(Arc::clone(&shared), Arc::clone(&tracker)));
 
+    prime_limiter(&shared, info.mail.id, &people).await;
+    // `people` holds exactly the owned recipients that exist, and the job's
+    // count is theirs, so each gets one outcome and the count closes.
+    let attempts: HashMap<i64, i32> = claim.owned.iter().copied().collect();
+    let (people, held): (Vec<_>, Vec<_>) = people
+        .into_iter()
+        .partition(|r| !suppressed.contains_key(&r.id));
+    if !report_suppressed(&shared, &tracker, &attempts, &suppressed, held).await {
+        return;
+    }
+    let job = Job {
+        shared: &shared,
+        tracker: &tracker,
+        attempts: &attempts,
+        variants: &variants,
+    };
+    compose_and_hand_over(&job, info, people).await;
+}
+
+/// Tell the rate limiter about the campaign's groups and the job's domains
+/// before its first message.
+async fn prime_limiter(shared: &Shared, campaign_id: i64, people: &[recipients::Recipient]) {
     // A `campaign:` group set just before `enqueue` must be known before
     // this campaign's first message (later changes: every refresh).
-    if let Err(e) = shared.limiter.know_campaign(info.mail.id).await {
+    if let Err(e) = shared.limiter.know_campaign(campaign_id).await {
         tracing::warn!(error = %e, "cannot read rate groups");
     }
     shared
         .limiter
         .look_up(people.iter().map(|r| domain_of(&r.email)));
-    // `people` holds exactly the owned recipients that exist, and the job's
-    // count is theirs, so each gets one outcome and the count closes.
-    let attempts: HashMap<i64, i32> = claim.owned.iter().copied().collect();
-    // Suppressed recipients get their outcome now, and no message.
-    let (people, held): (Vec<_>, Vec<_>) = people
-        .into_iter()
-        .partition(|r| !suppressed.contains_key(&r.id));
+}
+
+/// What the batches of one job share.
+struct Job<'a> {
+    shared: &'a Shared,
+    tracker: &'a Arc<Tracker>,
+    attempts: &'a HashMap<i64, i32>,
+    variants: &'a Arc<HashMap<i64, i64>>,
+}
+
+/// Give each suppressed recipient its outcome now (skipped, with the
+/// reason), and no message.
+/// False when the pipeline is closed.
+async fn report_suppressed(
+    shared: &Shared,
+    tracker: &Arc<Tracker>,
+    attempts: &HashMap<i64, i32>,
+    suppressed: &HashMap<i64, String>,
+    held: Vec<recipients::Recipient>,
+) -> bool {
     for r in held {
         let why = suppressed.get(&r.id).cloned().unwrap_or_default();
         let attempt = attempts.get(&r.id).copied().unwrap_or(1);
         let outcome = SendOutcome {
-            tracker: Arc::clone(&tracker),
+            tracker: Arc::clone(tracker),
             recipient_id: r.id,
             attempt,
             kind: OutcomeKind::Skipped(why),
@@ -269,16 +331,32 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
             unrecorded: None,
         };
         if shared.to_report.send(outcome).await.is_err() {
-            return;
+            return false;
         }
     }
+    true
+}
+
+/// Compose the job's messages batch by batch and hand them to the senders;
+/// after an abort, hand the rest back unsent.
+async fn compose_and_hand_over(
+    job: &Job<'_>,
+    info: Arc<CampaignInfo>,
+    people: Vec<recipients::Recipient>,
+) {
+    let Job {
+        shared,
+        tracker,
+        attempts,
+        variants,
+    } = *job;
     let mut people = people.into_iter().peekable();
     while people.peek().is_some() {
         if shared.scheduler.abort().is_cancelled() {
             // The grace is over: no more renders; the rest go back unsent
             // as the senders hand theirs back.
             let rest: Vec<i64> = people.map(|r| r.id).collect();
-            hand_back(&shared, &tracker, &attempts, &rest).await;
+            hand_back(shared, tracker, attempts, &rest).await;
             return;
         }
         // The campaign as of the last refresh: a `dkim delete` or a new key
@@ -294,19 +372,19 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
         };
         let batch: Vec<recipients::Recipient> = people.by_ref().take(take).collect();
         let ids: Vec<i64> = batch.iter().map(|r| r.id).collect();
-        let composed = compose_batch(&shared, &info, &variants, batch).await;
+        let composed = compose_batch(shared, &info, variants, batch).await;
         // Those an abort left unrendered (the end of the batch).
         let unrendered = ids.get(composed.len()..).unwrap_or_default().to_vec();
         for (rid, email, composed) in composed {
             let attempt = attempts.get(&rid).copied().unwrap_or(1);
-            if !hand_over(&shared, &tracker, &info, (rid, &email), attempt, composed).await {
+            if !hand_over(shared, tracker, &info, (rid, &email), attempt, composed).await {
                 // The pipeline is shutting down under us; the claims lapse
                 // after the TTR and the job returns to the queue when we
                 // disconnect.
                 return;
             }
         }
-        if !hand_back(&shared, &tracker, &attempts, &unrendered).await {
+        if !hand_back(shared, tracker, attempts, &unrendered).await {
             return;
         }
     }
