@@ -276,23 +276,10 @@ const EXTEND: &str = "UPDATE messages SET claimed_until = ? \
 const RECORD: &str = "UPDATE messages SET status = ?, reply = ?, sent_at = ? \
      WHERE id = ? AND claim_token = ? AND status IN (?, ?)";
 
-/// Record what became of a claimed message: a final status (with the
-/// webhook event in the same transaction), or `Queued` to try again. False
-/// when the claim was no longer this token's.
-pub fn record(
-    conn: &mut Conn,
-    (id, token): (i64, i64),
-    status: MessageStatus,
-    reply: Option<&str>,
-    now: i64,
-) -> Result<bool> {
-    conn.transaction(|conn| record_in(conn, (id, token), status, reply, now))
-}
-
 /// A batch's claims, marks, extensions and outcomes, each kind in one
 /// write transaction (one commit for the batch rather than one per
 /// message, as a campaign job's recipients): the same statements as
-/// [`claim`], [`start_sending`], [`extend_claim`] and [`record`].
+/// [`claim`], [`start_sending`] and [`extend_claim`], and [`batch::record`].
 pub mod batch {
     use super::*;
 
@@ -340,7 +327,9 @@ pub mod batch {
     /// One outcome of a batch: message, status, the relay's reply.
     pub type Outcome = (i64, MessageStatus, Option<String>);
 
-    /// [`record`] each outcome: whether the claim was still ours.
+    /// Record what became of each claimed message: a final status (with
+    /// the webhook event in the same transaction), or `Queued` to try
+    /// again; whether the claim was still ours.
     pub fn record(
         conn: &mut Conn,
         outcomes: &[Outcome],
@@ -358,7 +347,7 @@ pub mod batch {
     }
 }
 
-/// [`record`] inside the caller's transaction.
+/// One outcome of [`batch::record`], inside its transaction.
 fn record_in(
     conn: &mut Conn,
     (id, token): (i64, i64),
@@ -367,30 +356,28 @@ fn record_in(
     now: i64,
 ) -> Result<bool> {
     let sent_at = (status == MessageStatus::Sent).then_some(now);
-    {
-        let n = on!(conn, |c| Prepared::new(
-            RECORD,
-            vec![
-                Bind::Text(status.as_str()),
-                Bind::OptText(reply),
-                Bind::OptInt(sent_at),
-                Bind::Int(id),
-                Bind::Int(token),
-                Bind::Text(MessageStatus::Claimed.as_str()),
-                Bind::Text(MessageStatus::Sending.as_str()),
-            ],
-        )
-        .execute(c))?;
-        let kind = match status {
-            MessageStatus::Sent => Some(EventKind::Sent),
-            MessageStatus::Failed => Some(EventKind::Failed),
-            _ => None,
-        };
-        if let (1, Some(kind)) = (n, kind) {
-            event(conn, kind, id, now)?;
-        }
-        Ok(n == 1)
+    let n = on!(conn, |c| Prepared::new(
+        RECORD,
+        vec![
+            Bind::Text(status.as_str()),
+            Bind::OptText(reply),
+            Bind::OptInt(sent_at),
+            Bind::Int(id),
+            Bind::Int(token),
+            Bind::Text(MessageStatus::Claimed.as_str()),
+            Bind::Text(MessageStatus::Sending.as_str()),
+        ],
+    )
+    .execute(c))?;
+    let kind = match status {
+        MessageStatus::Sent => Some(EventKind::Sent),
+        MessageStatus::Failed => Some(EventKind::Failed),
+        _ => None,
+    };
+    if let (1, Some(kind)) = (n, kind) {
+        event(conn, kind, id, now)?;
     }
+    Ok(n == 1)
 }
 
 /// A later bounce of a sent message (its VERP token named it).

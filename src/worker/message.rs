@@ -89,15 +89,16 @@ impl JobFate {
     fn cmd(&self, id: u64) -> Fate {
         match self.again {
             Some(delay) => release(id, delay),
-            // Nothing it names exists: kept aside for a look, as before.
+            // Nothing it names exists: a forged or stale job, kept aside
+            // for an operator to look at rather than retried.
             None if self.unknown > 0 && !self.known => Cmd::Bury { id, priority: 0 },
             None => Cmd::Delete(id),
         }
     }
 }
 
-/// A claimed message on its way: the message, its claim token's holder's
-/// outcome so far.
+/// What became of a claimed message, to record: its id, status and the
+/// relay's reply.
 type Outcome = messages::batch::Outcome;
 
 /// Claim, send and record the messages of job `id` (reserved on server
@@ -145,16 +146,21 @@ async fn claim(
         .db
         .run(move |c| {
             let claims = messages::batch::claim(c, &asked, token, lease, now_ms())?;
-            Ok(claims
-                .into_iter()
-                .map(|claim| match claim {
-                    Claim::Mine(msg) => {
-                        let loaded = load(c, &msg, &identity, &cache);
-                        Claimed::Mine(msg, Box::new(loaded))
-                    }
-                    other => Claimed::Not(other),
-                })
-                .collect::<Vec<_>>())
+            // The reads of every claimed message in one read transaction.
+            c.reads(|c| {
+                Ok::<_, StoreError>(
+                    claims
+                        .into_iter()
+                        .map(|claim| match claim {
+                            Claim::Mine(msg) => {
+                                let loaded = read(c, &msg, &identity, &cache);
+                                Claimed::Mine(msg, Box::new(loaded))
+                            }
+                            other => Claimed::Not(other),
+                        })
+                        .collect::<Vec<_>>(),
+                )
+            })
         })
         .await;
     let claimed = match claimed {
@@ -184,7 +190,7 @@ async fn claim(
     Some(mine)
 }
 
-/// What [`load`] read for a claimed message.
+/// What [`read`] found for a claimed message.
 type LoadedFor = Result<Result<Loaded, Refused>, StoreError>;
 
 /// Compose the claimed messages, on the blocking pool in one hand-off (a
@@ -259,16 +265,7 @@ type Refused = (MessageStatus, String);
 type Loaded = (Mailbox, TemplateMail, (Option<i64>, String));
 
 /// Suppressions again, then the template and the recipient's attributes
-/// read (in one read transaction).
-fn load(
-    c: &mut Conn,
-    msg: &Message,
-    identity: &Identity,
-    cache: &Cache,
-) -> Result<Result<Loaded, Refused>, StoreError> {
-    c.reads(|c| read(c, msg, identity, cache))
-}
-
+/// (the caller holds one read transaction for the batch).
 fn read(
     c: &mut Conn,
     msg: &Message,
