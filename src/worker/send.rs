@@ -265,7 +265,11 @@ async fn deliver(
         // A throttle says nothing about the recipient: it is deferred (no
         // attempt counted, never failed) while the shared rate is cut.
         Verdict::Transient(reply) if reply.throttles() => {
-            tracing::warn!(%reply, "relay throttles: recipient deferred");
+            // One line per recipient would flood the log in a throttle
+            // storm (a line per deferred recipient, thousands a second):
+            // the limiter warns once per cut of the shared rate, and each
+            // job's line counts its deferred recipients.
+            tracing::debug!(%reply, "relay throttles: recipient deferred");
             shared
                 .limiter
                 .slow_down(&msg.rate_groups, &reply.text)

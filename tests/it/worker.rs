@@ -398,6 +398,7 @@ fn replacing_the_binary_stops_the_worker_cleanly() {
             .spawn()
             .unwrap(),
     );
+    unblock(&mut w.0);
     let _ = &mut cmd;
     wait_for(60, "some mail to go out", || sent(&env, "news") >= 20);
     deploy(&bin);

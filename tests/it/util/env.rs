@@ -130,13 +130,14 @@ impl Env {
     pub fn worker(&self, extra: &[&str]) -> Proc {
         let mut args = vec!["worker", "--smtp", &self.smtp];
         args.extend_from_slice(extra);
-        Proc(
-            self.cmd(&args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        )
+        let mut child = self
+            .cmd(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        super::log::unblock(&mut child);
+        Proc(child)
     }
     /// Run SQL against the test database.
     pub fn sql(&self, sql: &str) {
