@@ -110,7 +110,16 @@ def send_first_step(svc, path, env, n, args):
         "SELECT MIN(created_at), MAX(created_at), COUNT(*) FROM messages").fetchone()
     first_s, last_s, sent = db.execute(
         "SELECT MIN(sent_at), MAX(sent_at), COUNT(*) FROM messages WHERE status = 'sent'").fetchone()
+    # Per second from the first step stored: steps stored and sent (where
+    # the time goes: the scheduler, or the workers after it).
+    hist = {}
+    for col in ("created_at", "sent_at"):
+        rows = db.execute(
+            f"SELECT ({col} - ?) / 1000, COUNT(*) FROM messages WHERE {col} IS NOT NULL GROUP BY 1 ORDER BY 1",
+            (first_c,)).fetchall() if queued else []
+        hist[col] = [c for _, c in rows]
     db.close()
+    print(f"stored per second: {hist['created_at']}\nsent per second:   {hist['sent_at']}", flush=True)
     per_step_us = (last_c - first_c) * 1000 / max(queued - 1, 1) if queued else float("nan")
     span_s = (last_s - first_c) / 1000 if sent else float("nan")
     return {

@@ -8,7 +8,7 @@
 //! lapsed) cannot send a step twice: the key makes one message, and the
 //! entry moves on a conditional UPDATE.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -114,22 +114,31 @@ async fn round(
     }
 }
 
-/// One batch of due entries; how many were read. Three steps, so that a
-/// batch costs a few transactions rather than a few per entry, and a job
-/// never names a row not yet committed nor an entry moves on before its
-/// job is put:
-/// 1. one write transaction: entries that leave or end are moved, and
-///    each due step is stored as a message under its idempotency key;
-/// 2. after the commit, the messages' jobs, up to [`MAX_BATCH`] a job;
-/// 3. one write transaction: each entry whose job was put moves to its
+/// One batch of due entries; how many were read. Four steps, so that a
+/// batch costs a few statements and a short write lock rather than a few
+/// statements per entry under the lock (the workers' claims and records
+/// wait on SQLite's one writer), and a job never names a row not yet
+/// committed nor an entry moves on before its job is put:
+/// 1. one read transaction: for each entry, whether it still may get its
+///    step (membership, complaints, the SQL trigger's last poll) and what
+///    its message needs (template, suppressions), read for the batch;
+/// 2. one write transaction: entries that leave, end or wait are moved,
+///    and each due step is stored as a message under its idempotency key;
+/// 3. after the commit, the messages' jobs, up to [`MAX_BATCH`] a job;
+/// 4. one write transaction: each entry whose job was put moves to its
 ///    next step; one whose job could not be put is tried again later (its
 ///    key finds the same message then, and puts its job again).
+///
+/// What was read in step 1 may have changed by step 2 (a member who
+/// unsubscribed meanwhile): the worker checks the suppressions again
+/// when it claims the message, as for every message.
 pub fn batch(conn: &mut Conn, queue: &Queue, now: i64) -> Result<usize, FlowError> {
     let due = store::due(conn, now, BATCH)?;
     if due.is_empty() {
         return Ok(0);
     }
-    let stored = conn.transaction(|c| store_steps(c, &due, now))?;
+    let plans = conn.reads(|c| plan(c, &due, now))?;
+    let stored = conn.transaction(|c| apply(c, &due, plans, now))?;
     let put = put_jobs(queue, &stored);
     conn.transaction(|c| {
         for (s, put) in stored.iter().zip(put) {
@@ -155,13 +164,28 @@ struct Stored {
     to_put: Option<Identity>,
 }
 
+/// What becomes of a due entry, decided on the batch's reads.
+enum Plan {
+    /// Its flow is gone or paused since: untouched.
+    Skip,
+    /// It has no such step (the flow lost steps): done.
+    End,
+    Leave(&'static str),
+    /// Asked again in [`RETRY_MS`].
+    Postpone,
+    /// Its step's message, ready to store; when its next step is due.
+    Send(Box<messages::submit::Ready>, Option<i64>),
+    /// A `Send` whose message is still to be looked up (with the batch's
+    /// others); [`plan`] leaves none.
+    LookUp(Option<i64>),
+}
+
 /// A batch's flows and their steps, read once per batch.
 type Flows = HashMap<i64, Option<(Flow, Vec<Step>)>>;
 
-/// Step 1 of [`batch`], inside its transaction.
-fn store_steps(conn: &mut Conn, due: &[store::Due], now: i64) -> Result<Vec<Stored>, FlowError> {
+/// Step 1 of [`batch`]: each entry's plan, on reads done for the batch.
+fn plan(conn: &mut Conn, due: &[store::Due], now: i64) -> Result<Vec<Plan>, FlowError> {
     let mut flows: Flows = HashMap::new();
-    let mut stored = Vec::with_capacity(due.len());
     for d in due {
         if let std::collections::hash_map::Entry::Vacant(slot) = flows.entry(d.flow_id) {
             let loaded = match store::by_id(conn, d.flow_id)? {
@@ -173,73 +197,124 @@ fn store_steps(conn: &mut Conn, due: &[store::Due], now: i64) -> Result<Vec<Stor
             };
             slot.insert(loaded);
         }
+    }
+    let recipients: Vec<i64> = due.iter().map(|d| d.recipient_id).collect();
+    let complained = store::complained_among(conn, &recipients)?;
+    let mut members: HashMap<i64, HashSet<i64>> = HashMap::new();
+    for (flow, _) in flows.values().flatten() {
+        if let (Trigger::Join, Some(list)) = (flow.trigger_kind, flow.list_id) {
+            if let std::collections::hash_map::Entry::Vacant(slot) = members.entry(list) {
+                slot.insert(store::members_among(conn, list, &recipients)?);
+            }
+        }
+    }
+    let mut plans = Vec::with_capacity(due.len());
+    let mut submits = Vec::new();
+    for (i, d) in due.iter().enumerate() {
         let Some(Some((flow, steps))) = flows.get(&d.flow_id) else {
+            plans.push(Plan::Skip);
             continue;
         };
-        if let Some(s) = store_step(conn, flow, steps, d, now)? {
-            stored.push(s);
+        let Some(step) = steps.get(d.next_step as usize) else {
+            plans.push(Plan::End);
+            continue;
+        };
+        let member = |list: Option<i64>| {
+            list.and_then(|l| members.get(&l))
+                .is_some_and(|m| m.contains(&d.recipient_id))
+        };
+        let verdict = match store::leave_reason(d.status, complained.contains(&d.recipient_id)) {
+            Some(reason) => Some(Plan::Leave(reason)),
+            None => match flow.trigger_kind {
+                Trigger::Sql => still_matched(flow, d, step),
+                Trigger::Join if !member(flow.list_id) => Some(Plan::Leave("removed")),
+                Trigger::Join => None,
+            },
+        };
+        if let Some(p) = verdict {
+            plans.push(p);
+            continue;
+        }
+        submits.push((
+            i,
+            Submit {
+                template: step.template.clone(),
+                to: to(&d.email, &d.name),
+                data: Some(data_of(flow, d)),
+                idempotency_key: Some(step_key(flow.id, d.id, d.next_step)),
+            },
+        ));
+        let next_due = steps
+            .get(d.next_step as usize + 1)
+            .map(|s| (d.entered_at + s.delay_ms).max(now));
+        plans.push(Plan::LookUp(next_due));
+    }
+    let (at, submits): (Vec<usize>, Vec<Submit>) = submits.into_iter().unzip();
+    let looked = messages::submit::look_up(conn, submits, messages::AskedBy::Sender)
+        .map_err(FlowError::from)?;
+    for (i, ready) in at.into_iter().zip(looked) {
+        plans[i] = match (ready, &plans[i]) {
+            (Ok(r), Plan::LookUp(next_due)) => Plan::Send(Box::new(r), *next_due),
+            (Err(MessageError::Refused(_)), _) => Plan::Leave("suppressed"),
+            (Err(MessageError::Store(e)), _) => return Err(e.into()),
+            (Err(e), _) => {
+                // Template removed, an address the wire refuses: said once
+                // per try, tried again later.
+                let d = &due[i];
+                tracing::warn!(flow = d.flow_id, entry = d.id, step = d.next_step, error = %e,
+                    "flow step not sent; trying again in 10 s");
+                Plan::Postpone
+            }
+            (Ok(_), _) => Plan::Postpone,
+        };
+    }
+    Ok(plans)
+}
+
+/// Step 2 of [`batch`], inside its transaction: each entry's plan
+/// carried out; the steps stored as messages.
+fn apply(
+    conn: &mut Conn,
+    due: &[store::Due],
+    plans: Vec<Plan>,
+    now: i64,
+) -> Result<Vec<Stored>, FlowError> {
+    let mut stored = Vec::with_capacity(due.len());
+    for (d, p) in due.iter().zip(plans) {
+        match p {
+            Plan::Skip | Plan::LookUp(_) => {}
+            Plan::End => {
+                store::advance(conn, d.id, d.next_step, d.next_step, None)?;
+            }
+            Plan::Leave(reason) => {
+                store::leave(conn, d.id, d.next_step, reason)?;
+            }
+            Plan::Postpone => store::postpone(conn, d.id, d.next_step, now + RETRY_MS)?,
+            Plan::Send(ready, next_due) => match messages::submit::store_ready(conn, *ready) {
+                Ok(s) if s.submitted.status == MessageStatus::Suppressed => {
+                    store::leave(conn, d.id, d.next_step, "suppressed")?;
+                }
+                Ok(s) => stored.push(Stored {
+                    entry: d.id,
+                    step: d.next_step,
+                    next_due,
+                    message: s.submitted.id,
+                    // Found again still queued (its job's put failed, or
+                    // the scheduler stopped before the entry moved on):
+                    // put again. Only one scheduler runs, so this is rare;
+                    // a second job is harmless.
+                    to_put: s.waiting.then_some(s.identity),
+                }),
+                Err(MessageError::Store(e)) => return Err(e.into()),
+                Err(e) => {
+                    tracing::warn!(flow = d.flow_id, entry = d.id, step = d.next_step, error = %e,
+                        "flow step not sent; trying again in 10 s");
+                    store::postpone(conn, d.id, d.next_step, now + RETRY_MS)?;
+                }
+            },
         }
     }
     Ok(stored)
-}
-
-/// Entry `d`'s due step: stored as a message, or the entry leaves, ends
-/// or waits.
-fn store_step(
-    conn: &mut Conn,
-    flow: &Flow,
-    steps: &[Step],
-    d: &store::Due,
-    now: i64,
-) -> Result<Option<Stored>, FlowError> {
-    let Some(step) = steps.get(d.next_step as usize) else {
-        store::advance(conn, d.id, d.next_step, d.next_step, None)?;
-        return Ok(None);
-    };
-    if !may_go(conn, flow, d, step, now)? {
-        return Ok(None);
-    }
-    let submit = Submit {
-        template: step.template.clone(),
-        to: to(&d.email, &d.name),
-        data: Some(data_of(flow, d)),
-        idempotency_key: Some(step_key(flow.id, d.id, d.next_step)),
-    };
-    match messages::submit::store(conn, submit, messages::AskedBy::Sender) {
-        Ok(s) if s.submitted.status == MessageStatus::Suppressed => {
-            store::leave(conn, d.id, d.next_step, "suppressed")?;
-            Ok(None)
-        }
-        Ok(s) => {
-            let next_due = steps
-                .get(d.next_step as usize + 1)
-                .map(|s| (d.entered_at + s.delay_ms).max(now));
-            Ok(Some(Stored {
-                entry: d.id,
-                step: d.next_step,
-                next_due,
-                message: s.submitted.id,
-                // Found again still queued (its job's put failed, or the
-                // scheduler stopped before the entry moved on): put again.
-                // Only one scheduler runs, so this is rare; a second job
-                // is harmless.
-                to_put: s.waiting.then_some(s.identity),
-            }))
-        }
-        Err(MessageError::Refused(_)) => {
-            store::leave(conn, d.id, d.next_step, "suppressed")?;
-            Ok(None)
-        }
-        Err(MessageError::Store(e)) => Err(e.into()),
-        Err(e) => {
-            // Template removed, an address the wire refuses: said once
-            // per try, tried again later.
-            tracing::warn!(flow = %flow.name, entry = d.id, step = d.next_step, error = %e,
-                "flow step not sent; trying again in 10 s");
-            store::postpone(conn, d.id, d.next_step, now + RETRY_MS)?;
-            Ok(None)
-        }
-    }
 }
 
 /// What entry `d`'s step templates see: a SQL trigger's row as `row`, a
@@ -252,35 +327,7 @@ fn data_of(flow: &Flow, d: &store::Due) -> Value {
     }
 }
 
-/// Whether entry `d` may get its due `step` now; if not, it has left or
-/// waits (moved here).
-fn may_go(
-    conn: &mut Conn,
-    flow: &Flow,
-    d: &store::Due,
-    step: &Step,
-    now: i64,
-) -> Result<bool, FlowError> {
-    if let Some(reason) = store::leave_reason(conn, d.recipient_id, d.status)? {
-        store::leave(conn, d.id, d.next_step, reason)?;
-        return Ok(false);
-    }
-    match flow.trigger_kind {
-        Trigger::Sql => still_matched(conn, flow, d, step, now),
-        Trigger::Join => {
-            let member = match flow.list_id {
-                Some(list) => store::is_member(conn, list, d.recipient_id)?,
-                None => false,
-            };
-            if !member {
-                store::leave(conn, d.id, d.next_step, "removed")?;
-            }
-            Ok(member)
-        }
-    }
-}
-
-/// Step 2 of [`batch`]: the stored messages' jobs, up to [`MAX_BATCH`]
+/// Step 3 of [`batch`]: the stored messages' jobs, up to [`MAX_BATCH`]
 /// messages a job; for each stored step, whether its job is on the queue
 /// (a message not to put is: its job was put before).
 fn put_jobs(queue: &Queue, stored: &[Stored]) -> Vec<bool> {
@@ -303,27 +350,20 @@ fn put_jobs(queue: &Queue, stored: &[Stored]) -> Vec<bool> {
     put
 }
 
-/// Whether a SQL trigger's entry `d` may get its due `step`: the last
-/// complete poll began after the step fell due (else it is tried again
-/// later: the source may be down) and returned the entry's (email, key)
-/// (else it leaves, `no longer matched`).
-fn still_matched(
-    conn: &mut Conn,
-    flow: &Flow,
-    d: &store::Due,
-    step: &Step,
-    now: i64,
-) -> Result<bool, FlowError> {
+/// Whether a SQL trigger's entry `d` may get its due `step` (`None`), or
+/// waits or leaves: the last complete poll must have begun after the step
+/// fell due (else it is tried again later: the source may be down) and
+/// returned the entry's (email, key) (else it leaves, `no longer
+/// matched`).
+fn still_matched(flow: &Flow, d: &store::Due, step: &Step) -> Option<Plan> {
     // Due by the step's own time, not by a retry's.
     if flow.matched_at < d.entered_at + step.delay_ms {
-        store::postpone(conn, d.id, d.next_step, now + RETRY_MS)?;
-        return Ok(false);
+        return Some(Plan::Postpone);
     }
     if d.seen_at < flow.matched_at {
-        store::leave(conn, d.id, d.next_step, super::sql::NO_LONGER_MATCHED)?;
-        return Ok(false);
+        return Some(Plan::Leave(super::sql::NO_LONGER_MATCHED));
     }
-    Ok(true)
+    None
 }
 
 /// The recipient as `to`: with the name on file, so that `{{ name }}`

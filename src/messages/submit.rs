@@ -130,44 +130,14 @@ pub enum AskedBy {
     Recipient,
 }
 
-/// Why no message may be stored for mailbox `key`: refused at once (422
-/// over HTTP), so the caller knows now instead of reading `suppressed`
-/// later. Entries added after a submit are still applied when a worker
-/// claims the message.
-fn refusal(
-    conn: &mut Conn,
-    key: &str,
-    asked: AskedBy,
-) -> Result<Option<&'static str>, MessageError> {
-    if suppressions::reason_for(conn, key)?.is_some() {
-        return Ok(Some(
-            "the address is on the suppression list (`mailsplit suppress ls`; `suppress rm` takes it off): nothing is sent to it",
-        ));
-    }
-    if asked == AskedBy::Sender && forgotten::is_forgotten(conn, key)? {
-        return Ok(Some(
-            "the address was erased at its owner's request (`subscriber forget`): nothing is sent to it until the person confirms a double-opt-in sign-up",
-        ));
-    }
-    Ok(None)
-}
-
-/// [`refusal`], unless `idempotency_key` names a message stored before
-/// it (a retry gets that message's answer).
-fn refuse(
-    conn: &mut Conn,
-    key: &str,
-    idempotency_key: Option<&str>,
-    asked: AskedBy,
-) -> Result<(), MessageError> {
-    let Some(why) = refusal(conn, key, asked)? else {
-        return Ok(());
-    };
-    match idempotency_key {
-        Some(k) if messages::key_used(conn, k)? => Ok(()),
-        _ => Err(MessageError::Refused(why)),
-    }
-}
+/// Why no message may be stored for an address on the suppression list:
+/// refused at once (422 over HTTP), so the caller knows now instead of
+/// reading `suppressed` later. Entries added after a submit are still
+/// applied when a worker claims the message.
+const ON_THE_LIST: &str = "the address is on the suppression list (`mailsplit suppress ls`; `suppress rm` takes it off): nothing is sent to it";
+/// Why no message may be stored for an erased address (unless its owner
+/// asked for it: see [`AskedBy::Recipient`]).
+const ERASED: &str = "the address was erased at its owner's request (`subscriber forget`): nothing is sent to it until the person confirms a double-opt-in sign-up";
 
 /// Store a message and queue it (or find the one its key names), for
 /// the shop ([`AskedBy::Sender`]).
@@ -207,30 +177,42 @@ pub struct Stored {
 /// The caller puts the job after its transaction commits (see [`put`]):
 /// a job never names a row not yet committed.
 pub fn store(conn: &mut Conn, s: Submit, asked: AskedBy) -> Result<Stored, MessageError> {
-    let (to, data) = check(&s)?;
-    let Looked {
-        template,
-        suppressed,
-        identity,
-    } = conn.reads(|c| look_up(c, &s, &to, asked))?;
-    let to_text = to.to_string();
-    let hash = body_hash(&template.name, &to_text, &data);
-    let now = now_ms();
+    let ready = conn.reads(|c| look_up(c, vec![s], asked))?;
+    let one = ready.into_iter().next().expect("one answer per submit");
+    store_ready(conn, one?)
+}
+
+/// A submit checked and its reads done: what storing it writes.
+pub struct Ready {
+    idempotency_key: Option<String>,
+    template_id: i64,
+    template_name: String,
+    to: String,
+    data: String,
+    /// Why the message is stored `suppressed` rather than queued.
+    suppressed: Option<&'static str>,
+    identity: Identity,
+}
+
+/// Store a message whose reads are done (see [`look_up`]), or find the
+/// one its key names.
+pub fn store_ready(conn: &mut Conn, r: Ready) -> Result<Stored, MessageError> {
+    let hash = body_hash(&r.template_name, &r.to, &r.data);
     let inserted = messages::insert(
         conn,
         &NewMessage {
-            template_id: template.id,
-            template_name: &template.name,
-            to_addr: &to_text,
-            data: &data,
-            idempotency_key: s.idempotency_key.as_deref(),
+            template_id: r.template_id,
+            template_name: &r.template_name,
+            to_addr: &r.to,
+            data: &r.data,
+            idempotency_key: r.idempotency_key.as_deref(),
             body_hash: &hash,
-            status: match suppressed {
+            status: match r.suppressed {
                 Some(_) => MessageStatus::Suppressed,
                 None => MessageStatus::Queued,
             },
-            reply: suppressed,
-            now,
+            reply: r.suppressed,
+            now: now_ms(),
         },
     )?;
     let (msg, created) = match inserted {
@@ -238,7 +220,7 @@ pub fn store(conn: &mut Conn, s: Submit, asked: AskedBy) -> Result<Stored, Messa
         Inserted::Again(m) => (m, false),
         Inserted::Conflict => {
             return Err(MessageError::KeyReused(
-                s.idempotency_key.unwrap_or_default(),
+                r.idempotency_key.unwrap_or_default(),
             ))
         }
     };
@@ -250,38 +232,97 @@ pub fn store(conn: &mut Conn, s: Submit, asked: AskedBy) -> Result<Stored, Messa
         },
         waiting: msg.status == MessageStatus::Queued,
         created_at: msg.created_at,
-        identity,
+        identity: r.identity,
     })
 }
 
-/// What a submit reads before it stores the message.
-struct Looked {
-    template: message_templates::MessageTemplate,
-    /// Why the message is stored `suppressed` rather than queued.
-    suppressed: Option<&'static str>,
-    identity: Identity,
-}
-
-/// The template, the refusals and suppressions for `to`, and the
-/// installation's identity (its job's signature), in one read
-/// transaction: a submit's reads take the database's locks once.
-fn look_up(
+/// Check each submit and read what storing it takes: its template, the
+/// refusals and suppressions of its address, the installation's identity
+/// (its job's signature). A batch costs a few statements whatever its
+/// size (the flows' scheduler submits a batch of due steps at a time);
+/// the caller holds one read transaction for it, so the reads take the
+/// database's locks once and its writes come after, in a short write
+/// transaction.
+pub fn look_up(
     conn: &mut Conn,
-    s: &Submit,
-    to: &Mailbox,
+    submits: Vec<Submit>,
     asked: AskedBy,
-) -> Result<Looked, MessageError> {
-    let template = message_templates::find(conn, &s.template)?
-        .ok_or_else(|| MessageError::UnknownTemplate(s.template.clone()))?;
-    let key =
-        crate::mailbox::key(to.email.as_ref()).map_err(|_| MessageError::BadTo(s.to.clone()))?;
-    refuse(conn, &key, s.idempotency_key.as_deref(), asked)?;
-    let marketing = template.stream == message_templates::Stream::Marketing;
-    Ok(Looked {
-        suppressed: messages::suppression(conn, &key, marketing)?,
-        identity: Identity::from(&installation::load(conn)?),
-        template,
-    })
+) -> Result<Vec<Result<Ready, MessageError>>, MessageError> {
+    let checked: Vec<Result<(Submit, Mailbox, String, String), MessageError>> = submits
+        .into_iter()
+        .map(|s| {
+            let (to, data) = check(&s)?;
+            let key = crate::mailbox::key(to.email.as_ref())
+                .map_err(|_| MessageError::BadTo(s.to.clone()))?;
+            Ok((s, to, data, key))
+        })
+        .collect();
+    let keys: Vec<String> = checked
+        .iter()
+        .flatten()
+        .map(|(_, _, _, k)| k.clone())
+        .collect();
+    let listed = suppressions::matching(conn, &keys)?;
+    let erased: std::collections::HashSet<String> = match asked {
+        AskedBy::Sender => {
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            forgotten::among(conn, &keys)?
+                .into_iter()
+                .map(str::to_string)
+                .collect()
+        }
+        AskedBy::Recipient => Default::default(),
+    };
+    let on_file = messages::addressees(conn, &keys)?;
+    let identity = Identity::from(&installation::load(conn)?);
+    let mut templates: HashMap<String, Option<(i64, bool)>> = HashMap::new();
+    let mut out = Vec::with_capacity(checked.len());
+    for c in checked {
+        let (s, to, data, key) = match c {
+            Ok(c) => c,
+            Err(e) => {
+                out.push(Err(e));
+                continue;
+            }
+        };
+        if !templates.contains_key(&s.template) {
+            let t = message_templates::find(conn, &s.template)?
+                .map(|t| (t.id, t.stream == message_templates::Stream::Marketing));
+            templates.insert(s.template.clone(), t);
+        }
+        let Some(Some((template_id, marketing))) = templates.get(&s.template).copied() else {
+            out.push(Err(MessageError::UnknownTemplate(s.template)));
+            continue;
+        };
+        let refused = if listed.contains_key(&key) {
+            Some(ON_THE_LIST)
+        } else if erased.contains(&key) {
+            Some(ERASED)
+        } else {
+            None
+        };
+        // A retry under a key stored before the refusal gets that message.
+        if let Some(why) = refused {
+            let retry = match s.idempotency_key.as_deref() {
+                Some(k) => messages::key_used(conn, k)?,
+                None => false,
+            };
+            if !retry {
+                out.push(Err(MessageError::Refused(why)));
+                continue;
+            }
+        }
+        out.push(Ok(Ready {
+            suppressed: on_file.get(&key).and_then(|a| a.suppressed(marketing)),
+            idempotency_key: s.idempotency_key,
+            template_id,
+            template_name: s.template,
+            to: to.to_string(),
+            data,
+            identity: identity.clone(),
+        }));
+    }
+    Ok(out)
 }
 
 /// Connections to beanstalkd kept between puts, per (server, tube): a

@@ -403,14 +403,34 @@ pub fn due(conn: &mut Conn, now: i64, limit: i64) -> Result<Vec<Due>> {
         .load(c))?)
 }
 
-/// Whether recipient `recipient` is still a member of list `list_id`.
-pub fn is_member(conn: &mut Conn, list_id: i64, recipient: i64) -> Result<bool> {
-    let n: i64 = on!(conn, |c| lm::table
+/// Which of `recipients` are still members of list `list_id`.
+pub fn members_among(
+    conn: &mut Conn,
+    list_id: i64,
+    recipients: &[i64],
+) -> Result<std::collections::HashSet<i64>> {
+    let found: Vec<i64> = on!(conn, |c| lm::table
         .filter(lm::list_id.eq(list_id))
-        .filter(lm::recipient_id.eq(recipient))
-        .count()
-        .get_result(c))?;
-    Ok(n > 0)
+        .filter(lm::recipient_id.eq_any(recipients))
+        .select(lm::recipient_id)
+        .load(c))?;
+    Ok(found.into_iter().collect())
+}
+
+/// Which of `recipients` ever complained.
+pub fn complained_among(
+    conn: &mut Conn,
+    recipients: &[i64],
+) -> Result<std::collections::HashSet<i64>> {
+    use super::bounces::BounceKind;
+    use super::schema::bounces as b;
+    let found: Vec<i64> = on!(conn, |c| b::table
+        .filter(b::recipient_id.eq_any(recipients))
+        .filter(b::kind.eq(BounceKind::Complaint))
+        .select(b::recipient_id)
+        .distinct()
+        .load(c))?;
+    Ok(found.into_iter().collect())
 }
 
 /// Move entry `id` from step `from` to `to`, due at `due_at` (none: the
@@ -454,26 +474,15 @@ pub fn leave(conn: &mut Conn, id: i64, at: i64, reason: &str) -> Result<bool> {
     Ok(n == 1)
 }
 
-/// Why recipient `id` (of `status`) may get no further step, if so:
-/// `complained`, `bounced` or `unsubscribed`.
-pub fn leave_reason(
-    conn: &mut Conn,
-    id: i64,
-    status: RecipientStatus,
-) -> Result<Option<&'static str>> {
-    use super::bounces::BounceKind;
-    use super::schema::bounces as b;
-    let complained: i64 = on!(conn, |c| b::table
-        .filter(b::recipient_id.eq(id))
-        .filter(b::kind.eq(BounceKind::Complaint))
-        .count()
-        .get_result(c))?;
-    Ok(match status {
-        _ if complained > 0 => Some("complained"),
+/// Why a member whose recipient row says `status` (and who `complained`
+/// or not) leaves a flow, if they do.
+pub fn leave_reason(status: RecipientStatus, complained: bool) -> Option<&'static str> {
+    match status {
+        _ if complained => Some("complained"),
         RecipientStatus::Bounced => Some("bounced"),
         RecipientStatus::Unsubscribed => Some("unsubscribed"),
         RecipientStatus::Active => None,
-    })
+    }
 }
 
 /// Try entry `id`'s step `at` again at `due_at` (its send could not be

@@ -146,25 +146,70 @@ pub fn find(conn: &mut Conn, id: i64) -> Result<Option<Message>> {
 /// Why an address gets no message of a stream: bounced or complained (any
 /// stream), unsubscribed (marketing only). `None`: it may be mailed.
 pub fn suppression(conn: &mut Conn, key: &str, marketing: bool) -> Result<Option<&'static str>> {
-    let found: Option<(i64, RecipientStatus)> = on!(conn, |c| r::table
-        .filter(r::email_key.eq(key))
-        .select((r::id, r::status))
-        .first(c)
-        .optional())?;
-    let Some((id, status)) = found else {
-        return Ok(None);
-    };
-    let complained: i64 = on!(conn, |c| b::table
-        .filter(b::recipient_id.eq(id))
+    let keys = [key.to_string()];
+    Ok(addressees(conn, &keys)?
+        .remove(key)
+        .and_then(|a| a.suppressed(marketing)))
+}
+
+/// What the ledger knows of an address a message goes to: its recipient
+/// row, and whether it ever complained.
+#[derive(Debug)]
+pub struct Addressee {
+    pub id: i64,
+    pub status: RecipientStatus,
+    /// JSON text.
+    pub attributes: String,
+    pub complained: bool,
+}
+
+impl Addressee {
+    /// Why this address gets no message of a stream (see [`suppression`]).
+    pub fn suppressed(&self, marketing: bool) -> Option<&'static str> {
+        match self.status {
+            _ if self.complained => Some("the address complained about earlier mail"),
+            RecipientStatus::Bounced => Some("the address bounced"),
+            RecipientStatus::Unsubscribed if marketing => Some("the address unsubscribed"),
+            _ => None,
+        }
+    }
+}
+
+/// The addressees on file among mailbox keys `keys`, by key: two
+/// statements for a batch, whatever its size (one per key and kind was
+/// most of a message's reads).
+pub fn addressees(
+    conn: &mut Conn,
+    keys: &[String],
+) -> Result<std::collections::HashMap<String, Addressee>> {
+    let rows: Vec<(i64, Option<String>, RecipientStatus, String)> = on!(conn, |c| r::table
+        .filter(r::email_key.eq_any(keys))
+        .select((r::id, r::email_key, r::status, r::attributes))
+        .load(c))?;
+    if rows.is_empty() {
+        return Ok(Default::default());
+    }
+    let ids: Vec<i64> = rows.iter().map(|row| row.0).collect();
+    let complained: std::collections::HashSet<i64> = on!(conn, |c| b::table
+        .filter(b::recipient_id.eq_any(&ids))
         .filter(b::kind.eq(super::bounces::BounceKind::Complaint))
-        .count()
-        .get_result(c))?;
-    Ok(match status {
-        _ if complained > 0 => Some("the address complained about earlier mail"),
-        RecipientStatus::Bounced => Some("the address bounced"),
-        RecipientStatus::Unsubscribed if marketing => Some("the address unsubscribed"),
-        _ => None,
-    })
+        .select(b::recipient_id)
+        .distinct()
+        .load::<i64>(c))?
+    .into_iter()
+    .collect();
+    Ok(rows
+        .into_iter()
+        .filter_map(|(id, key, status, attributes)| {
+            let a = Addressee {
+                id,
+                status,
+                attributes,
+                complained: complained.contains(&id),
+            };
+            Some((key?, a))
+        })
+        .collect())
 }
 
 /// What a claim found.
@@ -180,27 +225,15 @@ pub enum Claim {
     Unknown,
 }
 
-/// Claim message `id` for `lease` ms under `token`.
-pub fn claim(conn: &mut Conn, id: i64, token: i64, lease: i64, now: i64) -> Result<Claim> {
-    let n = on!(conn, |c| Prepared::new(
-        CLAIM,
-        vec![
-            Bind::Text(MessageStatus::Claimed.as_str()),
-            Bind::Int(token),
-            Bind::Int(now + lease),
-            Bind::Int(id),
-            Bind::Text(MessageStatus::Queued.as_str()),
-            Bind::Text(MessageStatus::Claimed.as_str()),
-            Bind::Int(now),
-        ],
-    )
-    .execute(c))?;
+/// Why message `id` (not claimed just now) is not this worker's: it has
+/// its outcome, is unknown, or another worker's claim runs. A `sending`
+/// claim that lapsed is failed here: the worker stopped between handing
+/// the message to the relay and recording its reply, and the relay may
+/// have taken it, so it is never sent again.
+fn not_claimed(conn: &mut Conn, id: i64, now: i64) -> Result<Claim> {
     let Some(msg) = find(conn, id)? else {
         return Ok(Claim::Unknown);
     };
-    if n == 1 {
-        return Ok(Claim::Mine(Box::new(msg)));
-    }
     if msg.status.is_final() {
         return Ok(Claim::Done);
     }
@@ -209,81 +242,37 @@ pub fn claim(conn: &mut Conn, id: i64, token: i64, lease: i64, now: i64) -> Resu
         let lapsed = m::status
             .eq(MessageStatus::Sending)
             .and(m::claimed_until.lt(now));
-        conn.transaction(|conn| {
-            let n = on!(conn, |c| diesel::update(m::table.find(id).filter(lapsed))
-                .set((m::status.eq(MessageStatus::Failed), m::reply.eq(why)))
-                .execute(c))?;
-            if n == 1 {
-                event(conn, EventKind::Failed, id, now)?;
-            }
-            Ok::<_, super::StoreError>(())
-        })?;
+        let n = on!(conn, |c| diesel::update(m::table.find(id).filter(lapsed))
+            .set((m::status.eq(MessageStatus::Failed), m::reply.eq(why)))
+            .execute(c))?;
+        if n == 1 {
+            event(conn, EventKind::Failed, id, now)?;
+        }
         return Ok(Claim::Done);
     }
     Ok(Claim::Busy(msg.claimed_until))
 }
 
-/// The claim holder is about to hand the message to the relay; false when
-/// the claim is no longer its own.
-pub fn start_sending(conn: &mut Conn, id: i64, token: i64) -> Result<bool> {
-    let n = on!(conn, |c| Prepared::new(
-        START_SENDING,
-        vec![
-            Bind::Text(MessageStatus::Sending.as_str()),
-            Bind::Int(id),
-            Bind::Int(token),
-            Bind::Text(MessageStatus::Claimed.as_str()),
-        ],
-    )
-    .execute(c))?;
-    Ok(n == 1)
-}
-
-/// Push the lease of this token's claim (claimed or sending) to `now +
-/// lease`, while the worker is still at it. False when the claim is no
-/// longer this token's.
-pub fn extend_claim(
-    conn: &mut Conn,
-    (id, token): (i64, i64),
-    lease: i64,
-    now: i64,
-) -> Result<bool> {
-    let n = on!(conn, |c| Prepared::new(
-        EXTEND,
-        vec![
-            Bind::Int(now + lease),
-            Bind::Int(id),
-            Bind::Int(token),
-            Bind::Text(MessageStatus::Claimed.as_str()),
-            Bind::Text(MessageStatus::Sending.as_str()),
-        ],
-    )
-    .execute(c))?;
-    Ok(n == 1)
-}
-
-/// A worker's statements on one message, in SQL that never changes:
-/// prepared once per connection (see [`super::prepared`]; diesel prepares
-/// every UPDATE anew, a parse and a plan per statement, which a campaign
-/// spreads over a batch and a message paid alone). A claim is held while
-/// the message is `claimed` or `sending`.
-const CLAIM: &str = "UPDATE messages SET status = ?, claim_token = ?, claimed_until = ?, \
-     attempts = attempts + 1 WHERE id = ? AND (status = ? OR (status = ? AND claimed_until < ?))";
-const START_SENDING: &str =
-    "UPDATE messages SET status = ? WHERE id = ? AND claim_token = ? AND status = ?";
-const EXTEND: &str = "UPDATE messages SET claimed_until = ? \
-     WHERE id = ? AND claim_token = ? AND status IN (?, ?)";
+/// The outcome of one message, in SQL that never changes: prepared once
+/// per connection (see [`super::prepared`]; diesel prepares every UPDATE
+/// anew). Only the claim's holder records, while the message is `claimed`
+/// or `sending`.
 const RECORD: &str = "UPDATE messages SET status = ?, reply = ?, sent_at = ? \
      WHERE id = ? AND claim_token = ? AND status IN (?, ?)";
 
-/// A batch's claims, marks, extensions and outcomes, each kind in one
-/// write transaction (one commit for the batch rather than one per
-/// message, as a campaign job's recipients): the same statements as
-/// [`claim`], [`start_sending`] and [`extend_claim`], and [`batch::record`].
+/// A job's messages claimed, marked, extended and recorded as a set, each
+/// step in one write transaction (one commit for the batch rather than
+/// one per message) and, but for the outcomes, in one statement (a
+/// statement per message was most of a flow step's cost in the worker).
+/// A claim is a token with a lease, held while the message is `claimed`
+/// or `sending`.
 pub mod batch {
+    use std::collections::{HashMap, HashSet};
+
     use super::*;
 
-    /// [`claim`] each of `ids`, in order.
+    /// Claim each of `ids` for `lease` ms under `token`: what each claim
+    /// found, in order.
     pub fn claim(
         conn: &mut Conn,
         ids: &[i64],
@@ -292,22 +281,62 @@ pub mod batch {
         now: i64,
     ) -> Result<Vec<Claim>> {
         conn.transaction(|c| {
+            let claimable = m::status.eq(MessageStatus::Queued).or(m::status
+                .eq(MessageStatus::Claimed)
+                .and(m::claimed_until.lt(now)));
+            let got: Vec<Message> = on!(c, |x| diesel::update(
+                m::table.filter(m::id.eq_any(ids)).filter(claimable)
+            )
+            .set((
+                m::status.eq(MessageStatus::Claimed),
+                m::claim_token.eq(Some(token)),
+                m::claimed_until.eq(now + lease),
+                m::attempts.eq(m::attempts + 1),
+            ))
+            .returning(Message::as_returning())
+            .get_results(x))?;
+            let mut mine: HashMap<i64, Message> = got.into_iter().map(|m| (m.id, m)).collect();
             ids.iter()
-                .map(|&id| super::claim(c, id, token, lease, now))
+                .map(|&id| match mine.remove(&id) {
+                    Some(msg) => Ok(Claim::Mine(Box::new(msg))),
+                    None => not_claimed(c, id, now),
+                })
                 .collect()
         })
     }
 
-    /// [`start_sending`] each of `ids`: whether the claim was still ours.
+    /// The claim holder is about to hand `ids` to the relay: each marked
+    /// `sending`, and whether its claim was still ours.
     pub fn start_sending(conn: &mut Conn, ids: &[i64], token: i64) -> Result<Vec<bool>> {
+        let held = m::claim_token.eq(Some(token));
         conn.transaction(|c| {
-            ids.iter()
-                .map(|&id| super::start_sending(c, id, token))
-                .collect()
+            let n = on!(c, |x| diesel::update(
+                m::table
+                    .filter(m::id.eq_any(ids))
+                    .filter(held)
+                    .filter(m::status.eq(MessageStatus::Claimed))
+            )
+            .set(m::status.eq(MessageStatus::Sending))
+            .execute(x))?;
+            if n == ids.len() {
+                return Ok(vec![true; ids.len()]);
+            }
+            // Some claim was lost meanwhile (rare): ask which.
+            let ours: HashSet<i64> = on!(c, |x| m::table
+                .filter(m::id.eq_any(ids))
+                .filter(held)
+                .filter(m::status.eq(MessageStatus::Sending))
+                .select(m::id)
+                .load::<i64>(x))?
+            .into_iter()
+            .collect();
+            Ok(ids.iter().map(|id| ours.contains(id)).collect())
         })
     }
 
-    /// [`extend_claim`] of each of `ids`: whether any is still ours.
+    /// Push the lease of this token's claims (claimed or sending) on `ids`
+    /// to `now + lease`, while the worker is still at them: whether any is
+    /// still ours.
     pub fn extend_claim(
         conn: &mut Conn,
         ids: &[i64],
@@ -315,13 +344,15 @@ pub mod batch {
         lease: i64,
         now: i64,
     ) -> Result<bool> {
-        conn.transaction(|c| {
-            let mut any = false;
-            for &id in ids {
-                any |= super::extend_claim(c, (id, token), lease, now)?;
-            }
-            Ok(any)
-        })
+        let n = on!(conn, |c| diesel::update(
+            m::table
+                .filter(m::id.eq_any(ids))
+                .filter(m::claim_token.eq(Some(token)))
+                .filter(m::status.eq_any([MessageStatus::Claimed, MessageStatus::Sending]))
+        )
+        .set(m::claimed_until.eq(now + lease))
+        .execute(c))?;
+        Ok(n > 0)
     }
 
     /// One outcome of a batch: message, status, the relay's reply.

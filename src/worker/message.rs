@@ -12,6 +12,7 @@
 //! most once: it is marked `sending` before, and a claim that lapses there
 //! is failed, never sent again (see [`crate::store::messages`]).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -142,27 +143,50 @@ async fn claim(
     let lease = job_ttr().as_millis() as i64;
     let (identity, cache) = (shared.identity.clone(), Arc::clone(&shared.templates));
     let asked = ids.clone();
-    let claimed = shared
-        .db
-        .run(move |c| {
-            let claims = messages::batch::claim(c, &asked, token, lease, now_ms())?;
-            // The reads of every claimed message in one read transaction.
-            c.reads(|c| {
-                Ok::<_, StoreError>(
-                    claims
-                        .into_iter()
-                        .map(|claim| match claim {
-                            Claim::Mine(msg) => {
-                                let loaded = read(c, &msg, &identity, &cache);
-                                Claimed::Mine(msg, Box::new(loaded))
-                            }
-                            other => Claimed::Not(other),
-                        })
-                        .collect::<Vec<_>>(),
-                )
+    let claimed =
+        shared
+            .db
+            .run(move |c| {
+                let claims = messages::batch::claim(c, &asked, token, lease, now_ms())?;
+                let (mine, not): (Vec<_>, Vec<_>) = claims
+                    .into_iter()
+                    .enumerate()
+                    .partition(|(_, claim)| matches!(claim, Claim::Mine(_)));
+                let mine: Vec<(usize, Message)> = mine
+                    .into_iter()
+                    .filter_map(|(i, claim)| match claim {
+                        Claim::Mine(msg) => Some((i, *msg)),
+                        _ => None,
+                    })
+                    .collect();
+                // The reads of every claimed message in one read transaction.
+                let loaded = c.reads(|c| {
+                    let msgs: Vec<&Message> = mine.iter().map(|(_, m)| m).collect();
+                    read_all(c, &msgs, &identity, &cache)
+                });
+                let mut out: Vec<(usize, Claimed)> = not
+                    .into_iter()
+                    .map(|(i, claim)| (i, Claimed::Not(claim)))
+                    .collect();
+                match loaded {
+                    Ok(loaded) => out.extend(
+                        mine.into_iter()
+                            .zip(loaded)
+                            .map(|((i, m), l)| (i, Claimed::Mine(Box::new(m), Box::new(Ok(l))))),
+                    ),
+                    // Each claimed message goes back to the queue (see
+                    // `compose_all`); the claims are ours to record.
+                    Err(e) => {
+                        let why = e.to_string();
+                        out.extend(mine.into_iter().map(|(i, m)| {
+                            (i, Claimed::Mine(Box::new(m), Box::new(Err(why.clone()))))
+                        }))
+                    }
+                }
+                out.sort_unstable_by_key(|(i, _)| *i);
+                Ok::<_, StoreError>(out.into_iter().map(|(_, c)| c).collect::<Vec<_>>())
             })
-        })
-        .await;
+            .await;
     let claimed = match claimed {
         Ok(c) => c,
         Err(e) => {
@@ -190,8 +214,9 @@ async fn claim(
     Some(mine)
 }
 
-/// What [`read`] found for a claimed message.
-type LoadedFor = Result<Result<Loaded, Refused>, StoreError>;
+/// What [`read_all`] found for a claimed message (`Err`: the database
+/// could not be read, said in words).
+type LoadedFor = Result<Result<Loaded, Refused>, String>;
 
 /// Compose the claimed messages, on the blocking pool in one hand-off (a
 /// render may use its whole budget); what stops one before the wire is
@@ -247,11 +272,8 @@ async fn compose_all(
 
 /// What the claim's call on the database found.
 enum Claimed {
-    /// This worker holds the message, and what [`load`] read for it.
-    Mine(
-        Box<Message>,
-        Box<Result<Result<Loaded, Refused>, StoreError>>,
-    ),
+    /// This worker holds the message, and what [`read_all`] read for it.
+    Mine(Box<Message>, Box<LoadedFor>),
     /// Not this worker's to send.
     Not(Claim),
 }
@@ -259,42 +281,90 @@ enum Claimed {
 /// What stops a message before the wire: its status and why.
 type Refused = (MessageStatus, String);
 
-/// What composing a claimed message takes: its recipient, its template,
-/// and the recipient's id (when the address is on file) and attributes
-/// (JSON text).
-type Loaded = (Mailbox, TemplateMail, (Option<i64>, String));
+/// What composing a claimed message takes: its recipient, its template
+/// (shared by the batch's messages of that template), and the
+/// recipient's id (when the address is on file) and attributes (JSON
+/// text).
+type Loaded = (Mailbox, Arc<TemplateMail>, (Option<i64>, String));
 
-/// Suppressions again, then the template and the recipient's attributes
-/// (the caller holds one read transaction for the batch).
-fn read(
+/// The suppressions again, then the template and the recipient's
+/// attributes, for each of `msgs` (the caller holds one read transaction
+/// for the batch): each template loaded once, the addresses looked up
+/// together.
+fn read_all(
     c: &mut Conn,
-    msg: &Message,
+    msgs: &[&Message],
     identity: &Identity,
     cache: &Cache,
-) -> Result<Result<Loaded, Refused>, StoreError> {
-    let to = match parse_to(&msg.to_addr) {
-        Ok(to) => to,
-        Err(e) => return Ok(Err((MessageStatus::Failed, e.to_string()))),
-    };
-    let key = crate::mailbox::key(to.email.as_ref()).unwrap_or_default();
-    let Some(t) = message_templates::by_id(c, msg.template_id)? else {
-        return Ok(Err((
-            MessageStatus::Failed,
-            "its template was removed".into(),
-        )));
+) -> Result<Vec<Result<Loaded, Refused>>, StoreError> {
+    let tos: Vec<Result<(Mailbox, String), Refused>> = msgs
+        .iter()
+        .map(|m| {
+            let to = parse_to(&m.to_addr).map_err(|e| (MessageStatus::Failed, e.to_string()))?;
+            let key = crate::mailbox::key(to.email.as_ref()).unwrap_or_default();
+            Ok((to, key))
+        })
+        .collect();
+    let keys: Vec<String> = tos.iter().flatten().map(|(_, k)| k.clone()).collect();
+    let on_file = messages::addressees(c, &keys)?;
+    let suppressed = crate::store::suppressions::matching(c, &keys)?;
+    let mut templates: HashMap<i64, Result<(Arc<TemplateMail>, bool), String>> = HashMap::new();
+    let mut out = Vec::with_capacity(msgs.len());
+    for (msg, to) in msgs.iter().zip(tos) {
+        let (to, key) = match to {
+            Ok(t) => t,
+            Err(refused) => {
+                out.push(Err(refused));
+                continue;
+            }
+        };
+        let template = match templates.get(&msg.template_id) {
+            Some(t) => t.clone(),
+            None => {
+                let t = load_template(c, msg.template_id, identity, cache)?;
+                templates.insert(msg.template_id, t.clone());
+                t
+            }
+        };
+        let (mail, marketing) = match template {
+            Ok(t) => t,
+            Err(why) => {
+                out.push(Err((MessageStatus::Failed, why)));
+                continue;
+            }
+        };
+        let addressee = on_file.get(&key);
+        if let Some(why) = addressee.and_then(|a| a.suppressed(marketing)) {
+            out.push(Err((MessageStatus::Suppressed, why.to_string())));
+            continue;
+        }
+        if let Some(why) = suppressed.get(&key) {
+            out.push(Err((MessageStatus::Suppressed, why.clone())));
+            continue;
+        }
+        let recipient = addressee.map_or((None, "{}".to_string()), |a| {
+            (Some(a.id), a.attributes.clone())
+        });
+        out.push(Ok((to, mail, recipient)));
+    }
+    Ok(out)
+}
+
+/// Template `id` ready to compose with, and whether it is of the
+/// marketing stream; `Err` says why its messages fail.
+fn load_template(
+    c: &mut Conn,
+    id: i64,
+    identity: &Identity,
+    cache: &Cache,
+) -> Result<Result<(Arc<TemplateMail>, bool), String>, StoreError> {
+    let Some(t) = message_templates::by_id(c, id)? else {
+        return Ok(Err("its template was removed".into()));
     };
     let marketing = t.stream == message_templates::Stream::Marketing;
-    if let Some(why) = messages::suppression(c, &key, marketing)? {
-        return Ok(Err((MessageStatus::Suppressed, why.to_string())));
-    }
-    if let Some(why) = crate::store::suppressions::reason_for(c, &key)? {
-        return Ok(Err((MessageStatus::Suppressed, why)));
-    }
-    let recipient = messages::recipient_of_key(c, &key)?;
-    Ok(match TemplateMail::load_cached(c, t, identity, cache) {
-        Ok(mail) => Ok((to, mail, recipient)),
-        Err(e) => Err((MessageStatus::Failed, e.to_string())),
-    })
+    Ok(TemplateMail::load_cached(c, t, identity, cache)
+        .map(|mail| (Arc::new(mail), marketing))
+        .map_err(|e| e.to_string()))
 }
 
 /// Compose one message (on the blocking pool: a render may use its
