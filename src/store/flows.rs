@@ -10,6 +10,7 @@ use diesel::prelude::*;
 use super::recipients::RecipientStatus;
 use super::schema::{list_members, lists, recipients};
 use super::schema::{list_members as lm, lists as l, recipients as r};
+use super::prepared::Bind;
 use super::{now_ms, on, Conn, Result};
 
 diesel::table! {
@@ -440,18 +441,23 @@ pub fn advance(conn: &mut Conn, id: i64, from: i64, to: i64, due_at: Option<i64>
         Some(_) => EntryState::Active,
         None => EntryState::Done,
     };
-    let n = on!(conn, |c| diesel::update(
-        e::table
-            .find(id)
-            .filter(e::next_step.eq(from))
-            .filter(e::state.eq(EntryState::Active))
+    // Prepared once per connection (see `super::prepared`): the scheduler
+    // moves every entry of a batch with it, and diesel would parse and
+    // plan each UPDATE anew.
+    const ADVANCE: &str = "UPDATE flow_entries SET next_step = ?, due_at = ?, state = ?, \
+         updated_at = ? WHERE id = ? AND next_step = ? AND state = ?";
+    let n = on!(conn, |c| super::prepared::Prepared::new(
+        ADVANCE,
+        vec![
+            Bind::Int(to),
+            Bind::OptInt(due_at),
+            Bind::Text(state.as_str()),
+            Bind::Int(now_ms()),
+            Bind::Int(id),
+            Bind::Int(from),
+            Bind::Text(EntryState::Active.as_str()),
+        ],
     )
-    .set((
-        e::next_step.eq(to),
-        e::due_at.eq(due_at),
-        e::state.eq(state),
-        e::updated_at.eq(now_ms()),
-    ))
     .execute(c))?;
     Ok(n == 1)
 }
