@@ -103,6 +103,7 @@ pub fn insert(conn: &mut Conn, n: &NewMessage) -> Result<Inserted> {
             m::status.eq(n.status),
             m::reply.eq(n.reply),
             m::created_at.eq(n.now),
+            m::next_attempt_at.eq(n.now),
         ))
         .on_conflict_do_nothing()
         .returning(Message::as_returning())
