@@ -377,13 +377,14 @@ pub fn home_tube(database_id: &str) -> Option<String> {
     ok.then(|| format!("{HOME_TUBE_PREFIX}{database_id}"))
 }
 
-/// The most urgent priority a campaign's jobs may have: the band below it
-/// is the transactional messages' (see [`message::MESSAGE_PRIORITY`]), so a
-/// message overtakes every campaign, whatever its `--priority`.
-pub const CAMPAIGN_PRIORITY_MIN: u32 = 1;
+/// The most urgent priority a campaign's jobs may have: the bands below it
+/// are the messages' (transactional at [`message::MESSAGE_PRIORITY`], a
+/// flow's batches at [`message::FLOW_PRIORITY`]), so a message overtakes
+/// every campaign, whatever its `--priority`.
+pub const CAMPAIGN_PRIORITY_MIN: u32 = 2;
 
 /// beanstalkd priorities are u32, lower is more urgent; a campaign's never
-/// enters the messages' band.
+/// enters the messages' bands.
 pub fn priority(p: i64) -> u32 {
     p.clamp(CAMPAIGN_PRIORITY_MIN as i64, u32::MAX as i64) as u32
 }

@@ -6,7 +6,10 @@
 //! step. A holder killed with -9 stops renewing; another worker takes the
 //! lease once it lapses. Two holders at once (a stalled one whose lease
 //! lapsed) cannot send a step twice: the key makes one message, and the
-//! entry moves on a conditional UPDATE.
+//! entry moves on a conditional UPDATE. The holder also sweeps for
+//! messages whose jobs were lost (see [`crate::messages::sweep`]), every
+//! half grace period. A step's messages travel in the flows' band
+//! ([`Band::Flow`]), behind every transactional message.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -16,11 +19,12 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::FlowError;
+use crate::messages::sweep::{self, SweepError, FLOW_KEY_PREFIX};
 use crate::messages::{self, MessageError, Queue, Submit};
-use crate::queue::message::MAX_BATCH;
+use crate::queue::message::{Band, MAX_BATCH};
 use crate::store::flows::{self as store, Flow, Step, Trigger};
 use crate::store::messages::MessageStatus;
-use crate::store::{now_ms, Conn, Db};
+use crate::store::{messages_sweep, now_ms, Conn, Db, StoreError};
 use crate::tokens::Identity;
 
 /// How often a worker looks for due steps (or tries the lease), unless
@@ -41,7 +45,7 @@ fn tick() -> Duration {
 
 /// The idempotency key of entry `entry`'s step `step` of flow `flow`.
 pub fn step_key(flow: i64, entry: i64, step: i64) -> String {
-    format!("flow:{flow}:{entry}:{step}")
+    format!("{FLOW_KEY_PREFIX}{flow}:{entry}:{step}")
 }
 
 /// Schedule until `stop`, then give the lease up.
@@ -58,6 +62,7 @@ pub async fn run(db: Arc<Db>, queue: Queue, stop: CancellationToken) {
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let queue = Arc::new(queue);
     let mut holding = false;
+    let mut next_sweep = tokio::time::Instant::now();
     loop {
         tokio::select! {
             _ = stop.cancelled() => break,
@@ -67,12 +72,21 @@ pub async fn run(db: Arc<Db>, queue: Queue, stop: CancellationToken) {
             Ok(held) => {
                 if held && !holding {
                     tracing::info!(owner = %owner, "flow scheduler: this worker holds the lease");
+                    // Not at once: workers starting together (a deploy)
+                    // are reserving and claiming the jobs that waited.
+                    next_sweep = tokio::time::Instant::now() + sweep::every();
                 } else if !held && holding {
                     tracing::info!(owner = %owner, "flow scheduler: lease passed to another worker");
                 }
                 holding = held;
             }
             Err(e) => tracing::warn!(error = %e, "flow scheduler: trying again"),
+        }
+        if holding && tokio::time::Instant::now() >= next_sweep && !stop.is_cancelled() {
+            next_sweep = tokio::time::Instant::now() + sweep::every();
+            if let Err(e) = sweep_lost(&db, &queue, &owner, lease_ms, &stop).await {
+                tracing::warn!(error = %e, "message sweep: trying again at the next");
+            }
         }
     }
     let me = owner.clone();
@@ -114,6 +128,52 @@ async fn round(
     }
 }
 
+/// One sweep for lost message jobs (see [`sweep`]): a page at a time,
+/// each after the lease is renewed, up to [`sweep::MAX_PAGES`]; one line
+/// in the log when it put any.
+async fn sweep_lost(
+    db: &Arc<Db>,
+    queue: &Arc<Queue>,
+    owner: &str,
+    lease_ms: i64,
+    stop: &CancellationToken,
+) -> Result<(), SweepError> {
+    let started = now_ms();
+    let q = Arc::clone(queue);
+    let waited = tokio::task::spawn_blocking(move || sweep::queue_wait(&q))
+        .await
+        .map_err(|e| StoreError::Task(e.to_string()))??;
+    let Some(waited) = waited else {
+        tracing::debug!("message sweep: a transactional job heads the queue; sweeping next time");
+        return Ok(());
+    };
+    let before = started - (sweep::grace() + waited).as_millis() as i64;
+    tracing::debug!(?waited, before, "message sweep");
+    let mut put = 0;
+    for _ in 0..sweep::MAX_PAGES {
+        let now = now_ms();
+        let me = owner.to_string();
+        if !db
+            .run(move |c| store::lease(c, &me, now, now + lease_ms))
+            .await?
+        {
+            break;
+        }
+        let q = Arc::clone(queue);
+        let page = db
+            .run(move |c| Ok(sweep::page(c, &q, started, before)))
+            .await??;
+        put += page.put;
+        if page.read < sweep::PAGE as usize || stop.is_cancelled() {
+            break;
+        }
+    }
+    if put > 0 {
+        tracing::info!(put, "{put} messages put again: their jobs were lost");
+    }
+    Ok(())
+}
+
 /// One batch of due entries; how many were read. Four steps, so that a
 /// batch costs a few statements and a short write lock rather than a few
 /// statements per entry under the lock (the workers' claims and records
@@ -126,8 +186,11 @@ async fn round(
 ///    and each due step is stored as a message under its idempotency key;
 /// 3. after the commit, the messages' jobs, up to [`MAX_BATCH`] a job;
 /// 4. one write transaction: each entry whose job was put moves to its
-///    next step; one whose job could not be put is tried again later (its
-///    key finds the same message then, and puts its job again).
+///    next step, and its message's next attempt is due from the put (a
+///    batch takes a while to store; the sweep for lost jobs counts its
+///    grace period from here); one whose job could not be put is tried
+///    again later (its key finds the same message then, and puts its job
+///    again).
 ///
 /// What was read in step 1 may have changed by step 2 (a member who
 /// unsubscribed meanwhile): the worker checks the suppressions again
@@ -140,7 +203,15 @@ pub fn batch(conn: &mut Conn, queue: &Queue, now: i64) -> Result<usize, FlowErro
     let plans = conn.reads(|c| plan(c, &due, now))?;
     let stored = conn.transaction(|c| apply(c, &due, plans, now))?;
     let put = put_jobs(queue, &stored);
+    let queued: Vec<i64> = stored
+        .iter()
+        .zip(&put)
+        .filter(|(s, &put)| put && s.to_put.is_some())
+        .map(|(s, _)| s.message)
+        .collect();
+    let put_at = now_ms();
     conn.transaction(|c| {
+        messages_sweep::queued_at(c, &queued, put_at)?;
         for (s, put) in stored.iter().zip(put) {
             if put {
                 store::advance(c, s.entry, s.step, s.step + 1, s.next_due)?;
@@ -340,7 +411,7 @@ fn put_jobs(queue: &Queue, stored: &[Stored]) -> Vec<bool> {
     for chunk in to_put.chunks(MAX_BATCH) {
         let ids: Vec<i64> = chunk.iter().map(|(_, s, _)| s.message).collect();
         let identity = chunk[0].2;
-        if let Err(e) = messages::submit::put(queue, identity, &ids) {
+        if let Err(e) = messages::submit::put(queue, identity, &ids, Band::Flow) {
             tracing::warn!(error = %e, messages = ids.len(), "flow steps not queued; trying again in 10 s");
             for (i, _, _) in chunk {
                 put[*i] = false;

@@ -2,10 +2,12 @@
 //! and one message at a time submitted by the shop's application
 //! ([`submit`]) — stored once per idempotency key, queued on beanstalkd
 //! above every campaign, and sent by the same workers
-//! (`worker::message`). The CLI (`template …`, `send`) and the HTTP API
-//! call these functions; validation and wording live here.
+//! (`worker::message`); messages whose jobs were lost get them again
+//! ([`sweep`]). The CLI (`template …`, `send`) and the HTTP API call
+//! these functions; validation and wording live here.
 
 pub mod submit;
+pub mod sweep;
 pub mod templates;
 
 pub use submit::{get, submit, submit_as, AskedBy, MessageView, Queue, Submit, Submitted};

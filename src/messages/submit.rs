@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::queue::message::{MessageJob, MESSAGE_PRIORITY};
+use crate::queue::message::{Band, MessageJob};
 use crate::queue::Server;
 use crate::store::messages::{self, Inserted, Message, MessageStatus, NewMessage};
 use crate::store::{forgotten, installation, message_templates, now_ms, suppressions, Conn};
@@ -157,7 +157,13 @@ pub fn submit_as(
     // job again: the first put may have failed.
     let stale = stored.waiting && now_ms() - stored.created_at > REPUT_AFTER_MS;
     if stored.waiting && (stored.submitted.created || stale) {
-        put(queue, &stored.identity, &[stored.submitted.id]).map_err(MessageError::Queue)?;
+        put(
+            queue,
+            &stored.identity,
+            &[stored.submitted.id],
+            Band::Transactional,
+        )
+        .map_err(MessageError::Queue)?;
     }
     Ok(stored.submitted)
 }
@@ -335,14 +341,17 @@ type Kept = HashMap<(SocketAddr, String), Vec<Server>>;
 const IDLE_CONNECTIONS: usize = 16;
 
 /// Put the job of messages `ids` (one, or a batch of up to
-/// [`crate::queue::message::MAX_BATCH`]) on the first server that takes it.
+/// [`crate::queue::message::MAX_BATCH`]) in `band` on the first server
+/// that takes it.
 pub fn put(
     queue: &Queue,
     identity: &Identity,
     ids: &[i64],
+    band: Band,
 ) -> Result<(), crate::queue::QueueError> {
     let body = MessageJob {
         messages: ids.to_vec(),
+        band,
     }
     .encode(identity);
     let mut last = None;
@@ -351,7 +360,7 @@ pub fn put(
     let first = ids.first().copied().unwrap_or_default();
     for i in 0..queue.servers.len() {
         let addr = queue.servers[(first as usize + i) % n];
-        match put_on(addr, &queue.tube, &body) {
+        match put_on(addr, &queue.tube, &body, band.priority()) {
             Ok(()) => return Ok(()),
             Err(e) => last = Some(e),
         }
@@ -362,22 +371,27 @@ pub fn put(
     }
 }
 
-/// Put `body` on `addr`'s `tube`, on a kept connection if there is one. A
-/// kept connection that fails (the server restarted since) is dropped and
-/// the put made once more on a new one: a job put twice is harmless, the
-/// ledger's claim sends a message once.
-fn put_on(addr: SocketAddr, tube: &str, body: &[u8]) -> Result<(), crate::queue::QueueError> {
+/// Put `body` at `priority` on `addr`'s `tube`, on a kept connection if
+/// there is one. A kept connection that fails (the server restarted
+/// since) is dropped and the put made once more on a new one: a job put
+/// twice is harmless, the ledger's claim sends a message once.
+fn put_on(
+    addr: SocketAddr,
+    tube: &str,
+    body: &[u8],
+    priority: u32,
+) -> Result<(), crate::queue::QueueError> {
     let key = (addr, tube.to_string());
     let kept = lock(&CONNECTIONS).get_mut(&key).and_then(Vec::pop);
     if let Some(mut server) = kept {
-        if server.put(body, MESSAGE_PRIORITY).is_ok() {
+        if server.put(body, priority).is_ok() {
             keep(key, server);
             return Ok(());
         }
     }
     let mut server = Server::connect(addr)?;
     server.use_tube(tube)?;
-    server.put(body, MESSAGE_PRIORITY)?;
+    server.put(body, priority)?;
     keep(key, server);
     Ok(())
 }

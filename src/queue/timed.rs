@@ -1,6 +1,7 @@
-//! A small beanstalkd client for the few commands `serve` and `resume`
-//! need (`stats-tube`, `list-tube-used`, `use`, `peek-delayed`,
-//! `kick-job`, `pause-tube`), each under a deadline. The `beanstalkc` crate sets no
+//! A small beanstalkd client for the few commands `serve`, `resume` and
+//! the sweep for lost message jobs need (`stats-tube`, `list-tube-used`,
+//! `use`, `peek-delayed`, `kick-job`, `pause-tube`, `peek-ready`,
+//! `stats-job`), each under a deadline. The `beanstalkc` crate sets no
 //! socket timeouts and does not expose its socket, so a server that
 //! accepts and never answers would hold a thread for ever (and a polling
 //! dashboard one more every few seconds). Here every reply must
@@ -16,12 +17,24 @@ use super::QueueError;
 
 /// Longest reply line read (beanstalkd's are a few dozen bytes).
 const MAX_LINE: usize = 1024;
+/// Largest job body read by [`Timed::ready_head`] (beanstalkd's own limit
+/// is 64 KiB unless raised; mailsplit's jobs are a few KiB).
+const MAX_BODY: usize = 1 << 20;
 /// Largest `stats-tube` document read (beanstalkd's is under 1 KB).
 const MAX_STATS: usize = 64 * 1024;
 /// How long a kick of delayed jobs pauses their tube for reservations at
 /// most (renewed while the kick goes on): short, because every job of the
 /// tube waits that long should the kicking connection die.
 const KICK_PAUSE: Duration = Duration::from_secs(2);
+
+/// The job at the head of a tube's ready queue (see [`Timed::ready_head`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadyJob {
+    pub body: Vec<u8>,
+    /// How long ago it was put (`stats-job`'s `age`, whole seconds rounded
+    /// down); `None` when it was reserved or deleted between the looks.
+    pub age: Option<Duration>,
+}
 
 /// One connection whose every command answers within `timeout` or fails.
 pub struct Timed {
@@ -195,6 +208,40 @@ impl Timed {
         let kicked = kicked?;
         lifted?;
         Ok(kicked)
+    }
+
+    /// The job a worker would reserve next from `tube` (`peek-ready`);
+    /// `None` when no job of `tube` is ready.
+    pub fn ready_head(&mut self, tube: &str) -> Result<Option<ReadyJob>, QueueError> {
+        let (reply, _) = self.command("use", &format!("use {tube}"))?;
+        if !reply.starts_with("USING ") {
+            return Err(self.unexpected("use", &reply));
+        }
+        let (reply, deadline) = self.command("peek-ready", "peek-ready")?;
+        if reply == "NOT_FOUND" {
+            return Ok(None);
+        }
+        let Some((id, len)) = found(&reply).filter(|&(_, len)| len <= MAX_BODY) else {
+            return Err(self.unexpected("peek-ready", &reply));
+        };
+        let body = self.data("peek-ready", len, deadline, true)?;
+        let (reply, deadline) = self.command("stats-job", &format!("stats-job {id}"))?;
+        if reply == "NOT_FOUND" {
+            return Ok(Some(ReadyJob { body, age: None }));
+        }
+        let len = reply
+            .strip_prefix("OK ")
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|&n| n <= MAX_STATS)
+            .ok_or_else(|| self.unexpected("stats-job", &reply))?;
+        let yaml = self.data("stats-job", len, deadline, true)?;
+        let age = String::from_utf8_lossy(&yaml)
+            .lines()
+            .filter_map(|l| l.split_once(": "))
+            .find(|(k, _)| k.trim() == "age")
+            .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        Ok(Some(ReadyJob { body, age }))
     }
 
     /// `pause-tube`: no job of `tube` is reserved for `d` (whole seconds;

@@ -96,8 +96,8 @@ pub fn insert(conn: &mut Conn, n: &NewMessage) -> Result<Inserted> {
     // prepared this INSERT anew each time, which was a fifth of the flows'
     // scheduler's time (it stores every due step with it).
     const INSERT: &str = "INSERT INTO messages (template_id, template_name, to_addr, data, \
-         idempotency_key, body_hash, status, reply, created_at) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING \
+         idempotency_key, body_hash, status, reply, created_at, next_attempt_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING \
          RETURNING id, template_id, template_name, to_addr, data, idempotency_key, body_hash, \
          status, attempts, claim_token, claimed_until, reply, created_at, sent_at";
     let inserted: Option<Message> = on!(conn, |c| Prepared::new(
@@ -111,6 +111,7 @@ pub fn insert(conn: &mut Conn, n: &NewMessage) -> Result<Inserted> {
             Bind::Text(n.body_hash),
             Bind::Text(n.status.as_str()),
             Bind::OptText(n.reply),
+            Bind::Int(n.now),
             Bind::Int(n.now),
         ],
     )

@@ -42,6 +42,7 @@ pub mod lists;
 pub mod message_engagement;
 pub mod message_templates;
 pub mod messages;
+pub mod messages_sweep;
 pub mod optouts;
 pub mod outbox;
 pub mod people;

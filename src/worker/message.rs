@@ -27,7 +27,7 @@ use crate::compose::message::{compose_message, TemplateMail, To};
 use crate::compose::Unsendable;
 use crate::mail::Composed;
 use crate::messages::submit::parse_to;
-use crate::queue::message::{MessageJob, MESSAGE_PRIORITY};
+use crate::queue::message::{Band, MessageJob};
 use crate::queue::{job_ttr, BadJob};
 use crate::store::messages::{self, Claim, Message, MessageStatus};
 use crate::store::{message_templates, now_ms, Conn, StoreError};
@@ -51,7 +51,7 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
         permit,
     } = job;
     let cmd = match MessageJob::decode(&body, &shared.identity) {
-        Ok(m) => run(&shared, (server, id), m.messages).await,
+        Ok(m) => run(&shared, (server, id), m.messages, m.band).await,
         Err(BadJob::Foreign(db)) => super::job::foreign(&shared, id, db, &body),
         Err(e) => {
             tracing::warn!(job = id, "burying message job: {e}");
@@ -62,10 +62,11 @@ pub async fn handle(shared: Arc<Shared>, job: Incoming) {
     drop(permit);
 }
 
-fn release(id: u64, delay: Duration) -> Fate {
+/// Back in `band`, so a retried order confirmation stays ahead of flows.
+fn release(id: u64, delay: Duration, band: Band) -> Fate {
     Cmd::Release {
         id,
-        priority: MESSAGE_PRIORITY,
+        priority: band.priority(),
         delay,
     }
 }
@@ -80,6 +81,7 @@ struct JobFate {
     /// Messages of the job that are not in the ledger, and whether any is.
     unknown: usize,
     known: bool,
+    band: Band,
 }
 
 impl JobFate {
@@ -89,7 +91,7 @@ impl JobFate {
 
     fn cmd(&self, id: u64) -> Fate {
         match self.again {
-            Some(delay) => release(id, delay),
+            Some(delay) => release(id, delay, self.band),
             // Nothing it names exists: a forged or stale job, kept aside
             // for an operator to look at rather than retried.
             None if self.unknown > 0 && !self.known => Cmd::Bury { id, priority: 0 },
@@ -106,9 +108,12 @@ type Outcome = messages::batch::Outcome;
 /// `server`): a batch's claims in one write transaction and its reads in
 /// one read transaction, its sending marks in one, its outcomes recorded
 /// in groups, as a campaign job's recipients.
-async fn run(shared: &Arc<Shared>, (server, id): (usize, u64), ids: Vec<i64>) -> Fate {
+async fn run(shared: &Arc<Shared>, (server, id): (usize, u64), ids: Vec<i64>, band: Band) -> Fate {
     let token = rand::random_range(1..i64::MAX);
-    let mut fate = JobFate::default();
+    let mut fate = JobFate {
+        band,
+        ..JobFate::default()
+    };
     let mine = match claim(shared, id, ids, token, &mut fate).await {
         Some(mine) if !mine.is_empty() => mine,
         _ => return fate.cmd(id),
@@ -126,7 +131,7 @@ async fn run(shared: &Arc<Shared>, (server, id): (usize, u64), ids: Vec<i64>) ->
     let mut outcomes = Vec::new();
     let composed = compose_all(mine, &mut outcomes, &mut fate).await;
     let ready = take_tokens(shared, composed, &mut outcomes, &mut fate).await;
-    record(shared, token, outcomes).await;
+    record(shared, token, outcomes, &fate).await;
     send_all(shared, ready, token, &mut fate).await;
     fate.cmd(id)
 }

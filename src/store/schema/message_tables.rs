@@ -49,5 +49,8 @@ diesel::table! {
         reply -> Nullable<Text>,
         created_at -> BigInt,
         sent_at -> Nullable<BigInt>,
+        /// When a waiting message's next attempt is due (see
+        /// `store::messages_sweep`).
+        next_attempt_at -> BigInt,
     }
 }

@@ -12,7 +12,7 @@ use crate::mail::reply::Verdict;
 use crate::mail::Composed;
 use crate::rate::limiter;
 use crate::store::messages::{self, Message, MessageStatus};
-use crate::store::now_ms;
+use crate::store::{messages_sweep, now_ms};
 use crate::worker::pipeline::{Delivered, Urgent};
 use crate::worker::shared::Shared;
 
@@ -52,7 +52,7 @@ pub(super) async fn send_all(
         let group: Vec<Ready> = ready.by_ref().take(permits.len()).collect();
         let mut outcomes = Vec::new();
         let started = start_sending(shared, group, token, &mut outcomes, fate).await;
-        record(shared, token, outcomes).await;
+        record(shared, token, outcomes, fate).await;
         deliver(
             shared,
             started.into_iter().zip(permits).collect(),
@@ -172,8 +172,9 @@ async fn deliver(
             .await
             .is_err()
         {
-            record(shared, token, vec![(msg.id, MessageStatus::Queued, None)]).await;
             fate.again_in(Duration::ZERO);
+            let back = vec![(msg.id, MessageStatus::Queued, None)];
+            record(shared, token, back, fate).await;
             continue;
         }
         answers.spawn(async move { (msg, groups, answer.await, on_wire) });
@@ -184,7 +185,7 @@ async fn deliver(
         let next = match tokio::time::timeout(RECORD_LINGER, answers.join_next()).await {
             Ok(next) => next,
             Err(_) => {
-                flush(shared, token, &mut gathered, &mut permits).await;
+                flush(shared, token, &mut gathered, &mut permits, fate).await;
                 answers.join_next().await
             }
         };
@@ -200,7 +201,7 @@ async fn deliver(
         // Held until the outcome is recorded: a `sending` row it is.
         permits.push(on_wire);
     }
-    flush(shared, token, &mut gathered, &mut permits).await;
+    flush(shared, token, &mut gathered, &mut permits, fate).await;
 }
 
 /// Record what is gathered, then free the permits that held it.
@@ -209,9 +210,10 @@ async fn flush(
     token: i64,
     gathered: &mut Vec<Outcome>,
     permits: &mut Vec<OwnedSemaphorePermit>,
+    fate: &JobFate,
 ) {
     if !gathered.is_empty() {
-        record(shared, token, std::mem::take(gathered)).await;
+        record(shared, token, std::mem::take(gathered), fate).await;
     }
     permits.clear();
 }
@@ -271,18 +273,43 @@ fn retry_delay(attempts: i64) -> Duration {
 
 /// Record outcomes (one transaction), trying a few times: a message that
 /// went out must not be left `sending` by a database hiccup (it would be
-/// failed as in doubt once its claim lapses).
-pub(super) async fn record(shared: &Arc<Shared>, token: i64, outcomes: Vec<Outcome>) {
+/// failed as in doubt once its claim lapses). A message put back to
+/// `queued` gets, in the same transaction and while the claim still holds
+/// it, when its job comes back (`fate`'s delay so far: the job is released
+/// with the shortest of its messages' delays, never a longer one), so the
+/// sweep for lost jobs leaves it alone until then.
+pub(super) async fn record(
+    shared: &Arc<Shared>,
+    token: i64,
+    outcomes: Vec<Outcome>,
+    fate: &JobFate,
+) {
     if outcomes.is_empty() {
         return;
     }
+    let back: Vec<i64> = outcomes
+        .iter()
+        .filter(|(_, status, _)| *status == MessageStatus::Queued)
+        .map(|(id, _, _)| *id)
+        .collect();
+    let back = Arc::new(back);
+    let delay = fate.again.unwrap_or(Duration::ZERO).as_millis() as i64;
     let outcomes = Arc::new(outcomes);
     for wait in [0u64, 500, 2000, 5000] {
         tokio::time::sleep(Duration::from_millis(wait)).await;
-        let batch = Arc::clone(&outcomes);
+        let (batch, back) = (Arc::clone(&outcomes), Arc::clone(&back));
         let done = shared
             .db
-            .run(move |c| messages::batch::record(c, &batch, token, now_ms()))
+            .run(move |c| {
+                let now = now_ms();
+                if back.is_empty() {
+                    return messages::batch::record(c, &batch, token, now);
+                }
+                c.transaction(|c| {
+                    messages_sweep::due_again(c, &back, token, now + delay)?;
+                    messages::batch::record(c, &batch, token, now)
+                })
+            })
             .await;
         match done {
             Ok(ours) => {

@@ -42,6 +42,14 @@ impl Beanstalkd {
         self.proc = Some(Proc(child));
         wait_port(self.port);
     }
+    /// Start again on the same port with its binlog gone: every job is
+    /// lost, as after a restart of a beanstalkd run without one.
+    pub fn restart_empty(&mut self) {
+        self.stop();
+        std::fs::remove_dir_all(&self.binlog).unwrap();
+        std::fs::create_dir_all(&self.binlog).unwrap();
+        self.restart();
+    }
     pub fn client(&self) -> beanstalkc::Beanstalkc {
         beanstalkc::Beanstalkc::new()
             .host("127.0.0.1")

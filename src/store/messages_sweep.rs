@@ -1,0 +1,161 @@
+//! The messages ledger as the sweep for lost jobs reads it (see
+//! `messages::sweep`). `next_attempt_at` says when a waiting message's
+//! next attempt is due: when it was stored (a flow's step: when its job
+//! was put, [`queued_at`]), or the end of the delay it was
+//! put back with for a retry ([`due_again`], while its claim still holds
+//! it, so the sweep never sees it `queued` without it). A message still
+//! waiting long after that has no job left on the queue; the index on
+//! (status, next_attempt_at) finds those without reading the rest of the
+//! ledger.
+
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Nullable, Text};
+
+use super::messages::MessageStatus;
+use super::prepared::{Bind, Prepared};
+use super::schema::messages as m;
+use super::{on, Conn, InnerMut, Result};
+
+/// A message that waits for a job that did not come.
+#[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
+pub struct Waiting {
+    #[diesel(sql_type = BigInt)]
+    pub id: i64,
+    /// Its idempotency key (a flow's step: `flow:FLOW:ENTRY:STEP`).
+    #[diesel(sql_type = Nullable<Text>)]
+    pub idempotency_key: Option<String>,
+}
+
+/// The waiting messages of one status, oldest due first: through the
+/// index, its equality on `status` and its range on `next_attempt_at`.
+const LOST: &str = "SELECT id, idempotency_key FROM messages \
+     WHERE status = ? AND next_attempt_at < ? AND claimed_until < ? \
+     ORDER BY next_attempt_at LIMIT ?";
+
+/// The statuses a lost job leaves a message in, and the claim's end each
+/// must be past: a `queued` one no worker holds; a `claimed` or `sending`
+/// one whose worker died (its claim lapsed before `before` too), which
+/// a job would take over, or fail as in doubt.
+fn statuses(now: i64, before: i64) -> [(MessageStatus, i64); 3] {
+    [
+        (MessageStatus::Queued, now),
+        (MessageStatus::Claimed, before),
+        (MessageStatus::Sending, before),
+    ]
+}
+
+/// Up to `limit` messages whose next attempt fell due before `before`
+/// and that no live claim holds at `now`.
+pub fn lost(conn: &mut Conn, now: i64, before: i64, limit: i64) -> Result<Vec<Waiting>> {
+    let mut out: Vec<Waiting> = Vec::new();
+    for (status, claim_ends) in statuses(now, before) {
+        let left = limit - out.len() as i64;
+        if left <= 0 {
+            break;
+        }
+        let rows: Vec<Waiting> = on!(conn, |c| Prepared::new(
+            LOST,
+            vec![
+                Bind::Text(status.as_str()),
+                Bind::Int(before),
+                Bind::Int(claim_ends),
+                Bind::Int(left),
+            ],
+        )
+        .load(c))?;
+        out.extend(rows);
+    }
+    Ok(out)
+}
+
+/// The jobs of messages `ids` were put again at `now`: each waits a whole
+/// grace period again before the next sweep may put it once more (only
+/// those still as [`lost`] found them: one a worker put back for a retry
+/// meanwhile keeps its own due time).
+pub fn mark_put(conn: &mut Conn, ids: &[i64], before: i64, now: i64) -> Result<usize> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    Ok(on!(conn, |c| diesel::update(
+        m::table
+            .filter(m::id.eq_any(ids))
+            .filter(m::next_attempt_at.lt(before))
+    )
+    .set(m::next_attempt_at.eq(now))
+    .execute(c))?)
+}
+
+/// The jobs of queued messages `ids` were put at `at`: their next attempt
+/// is due from then (a flow's batch is stored a while before its jobs are
+/// put).
+pub fn queued_at(conn: &mut Conn, ids: &[i64], at: i64) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    on!(conn, |c| diesel::update(
+        m::table
+            .filter(m::id.eq_any(ids))
+            .filter(m::status.eq(MessageStatus::Queued))
+            .filter(m::next_attempt_at.lt(at))
+    )
+    .set(m::next_attempt_at.eq(at))
+    .execute(c))?;
+    Ok(())
+}
+
+/// Messages `ids`, held under claim `token`, are about to go back to
+/// `queued` for a retry whose job comes back at `at`: their next attempt
+/// is due then (in the transaction that records them, before they are
+/// `queued`).
+pub fn due_again(conn: &mut Conn, ids: &[i64], token: i64, at: i64) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    on!(conn, |c| diesel::update(
+        m::table
+            .filter(m::id.eq_any(ids))
+            .filter(m::claim_token.eq(token))
+            .filter(m::status.eq_any([MessageStatus::Claimed, MessageStatus::Sending]))
+    )
+    .set(m::next_attempt_at.eq(at))
+    .execute(c))?;
+    Ok(())
+}
+
+/// The database's plan for [`lost`]'s query, one line per step (SQLite's
+/// `EXPLAIN QUERY PLAN`, PostgreSQL's `EXPLAIN`): what shows that it reads
+/// the index, not the ledger.
+pub fn lost_plan(conn: &mut Conn) -> Result<String> {
+    #[derive(QueryableByName)]
+    struct SqliteStep {
+        #[diesel(sql_type = Text)]
+        detail: String,
+    }
+    #[derive(QueryableByName)]
+    struct PgStep {
+        #[diesel(sql_type = Text)]
+        #[diesel(column_name = "QUERY PLAN")]
+        plan: String,
+    }
+    let binds = || {
+        vec![
+            Bind::Text(MessageStatus::Queued.as_str()),
+            Bind::Int(0),
+            Bind::Int(0),
+            Bind::Int(1000),
+        ]
+    };
+    let lines: Vec<String> = match conn.inner_mut() {
+        InnerMut::Sqlite(c) => {
+            let sql = format!("EXPLAIN QUERY PLAN {LOST}");
+            let steps: Vec<SqliteStep> = Prepared::new(&sql, binds()).load(c)?;
+            steps.into_iter().map(|s| s.detail).collect()
+        }
+        InnerMut::Pg(c) => {
+            let sql = format!("EXPLAIN {LOST}");
+            let steps: Vec<PgStep> = Prepared::new(&sql, binds()).load(c)?;
+            steps.into_iter().map(|s| s.plan).collect()
+        }
+    };
+    Ok(lines.join("\n"))
+}
