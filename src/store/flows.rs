@@ -7,10 +7,10 @@
 
 use diesel::prelude::*;
 
+use super::prepared::Bind;
 use super::recipients::RecipientStatus;
 use super::schema::{list_members, lists, recipients};
 use super::schema::{list_members as lm, lists as l, recipients as r};
-use super::prepared::Bind;
 use super::{now_ms, on, Conn, Result};
 
 diesel::table! {
