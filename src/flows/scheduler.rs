@@ -254,31 +254,55 @@ enum Plan {
 /// A batch's flows and their steps, read once per batch.
 type Flows = HashMap<i64, Option<(Flow, Vec<Step>)>>;
 
-/// Step 1 of [`batch`]: each entry's plan, on reads done for the batch.
-fn plan(conn: &mut Conn, due: &[store::Due], now: i64) -> Result<Vec<Plan>, FlowError> {
-    let mut flows: Flows = HashMap::new();
-    for d in due {
-        if let std::collections::hash_map::Entry::Vacant(slot) = flows.entry(d.flow_id) {
-            let loaded = match store::by_id(conn, d.flow_id)? {
-                Some(f) => {
-                    let steps = store::steps(conn, f.id)?;
-                    Some((f, steps))
-                }
-                None => None,
-            };
-            slot.insert(loaded);
-        }
-    }
-    let recipients: Vec<i64> = due.iter().map(|d| d.recipient_id).collect();
-    let complained = store::complained_among(conn, &recipients)?;
-    let mut members: HashMap<i64, HashSet<i64>> = HashMap::new();
-    for (flow, _) in flows.values().flatten() {
-        if let (Trigger::Join, Some(list)) = (flow.trigger_kind, flow.list_id) {
-            if let std::collections::hash_map::Entry::Vacant(slot) = members.entry(list) {
-                slot.insert(store::members_among(conn, list, &recipients)?);
+/// What a batch's entries are checked against, read once for the batch:
+/// their flows and steps, who of them complained, and the members of
+/// each join flow's list among them.
+struct Context {
+    flows: Flows,
+    complained: HashSet<i64>,
+    members: HashMap<i64, HashSet<i64>>,
+}
+
+impl Context {
+    fn read(conn: &mut Conn, due: &[store::Due]) -> Result<Context, FlowError> {
+        let mut flows: Flows = HashMap::new();
+        for d in due {
+            if let std::collections::hash_map::Entry::Vacant(slot) = flows.entry(d.flow_id) {
+                let loaded = match store::by_id(conn, d.flow_id)? {
+                    Some(f) => {
+                        let steps = store::steps(conn, f.id)?;
+                        Some((f, steps))
+                    }
+                    None => None,
+                };
+                slot.insert(loaded);
             }
         }
+        let recipients: Vec<i64> = due.iter().map(|d| d.recipient_id).collect();
+        let complained = store::complained_among(conn, &recipients)?;
+        let mut members: HashMap<i64, HashSet<i64>> = HashMap::new();
+        for (flow, _) in flows.values().flatten() {
+            if let (Trigger::Join, Some(list)) = (flow.trigger_kind, flow.list_id) {
+                if let std::collections::hash_map::Entry::Vacant(slot) = members.entry(list) {
+                    slot.insert(store::members_among(conn, list, &recipients)?);
+                }
+            }
+        }
+        Ok(Context {
+            flows,
+            complained,
+            members,
+        })
     }
+}
+
+/// Step 1 of [`batch`]: each entry's plan, on reads done for the batch.
+fn plan(conn: &mut Conn, due: &[store::Due], now: i64) -> Result<Vec<Plan>, FlowError> {
+    let Context {
+        flows,
+        complained,
+        members,
+    } = Context::read(conn, due)?;
     let mut plans = Vec::with_capacity(due.len());
     let mut submits = Vec::new();
     for (i, d) in due.iter().enumerate() {

@@ -242,6 +242,35 @@ pub fn store_ready(conn: &mut Conn, r: Ready) -> Result<Stored, MessageError> {
     })
 }
 
+/// What the ledger says of a batch's addresses (by mailbox key): on the
+/// suppression list (and why), erased (unless the recipient asked), and
+/// their recipient rows.
+struct Addresses {
+    listed: HashMap<String, String>,
+    erased: std::collections::HashSet<String>,
+    on_file: HashMap<String, messages::Addressee>,
+}
+
+impl Addresses {
+    fn read(conn: &mut Conn, keys: &[String], asked: AskedBy) -> Result<Addresses, MessageError> {
+        let erased = match asked {
+            AskedBy::Sender => {
+                let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+                forgotten::among(conn, &keys)?
+                    .into_iter()
+                    .map(str::to_string)
+                    .collect()
+            }
+            AskedBy::Recipient => Default::default(),
+        };
+        Ok(Addresses {
+            listed: suppressions::matching(conn, keys)?,
+            erased,
+            on_file: messages::addressees(conn, keys)?,
+        })
+    }
+}
+
 /// Check each submit and read what storing it takes: its template, the
 /// refusals and suppressions of its address, the installation's identity
 /// (its job's signature). A batch costs a few statements whatever its
@@ -268,18 +297,11 @@ pub fn look_up(
         .flatten()
         .map(|(_, _, _, k)| k.clone())
         .collect();
-    let listed = suppressions::matching(conn, &keys)?;
-    let erased: std::collections::HashSet<String> = match asked {
-        AskedBy::Sender => {
-            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-            forgotten::among(conn, &keys)?
-                .into_iter()
-                .map(str::to_string)
-                .collect()
-        }
-        AskedBy::Recipient => Default::default(),
-    };
-    let on_file = messages::addressees(conn, &keys)?;
+    let Addresses {
+        listed,
+        erased,
+        on_file,
+    } = Addresses::read(conn, &keys, asked)?;
     let identity = Identity::from(&installation::load(conn)?);
     let mut templates: HashMap<String, Option<(i64, bool)>> = HashMap::new();
     let mut out = Vec::with_capacity(checked.len());

@@ -1,0 +1,149 @@
+//! The entries as the scheduler moves them: the due ones (a range read of
+//! the `due_at` index), what decides whether each may get its step, and
+//! its moves (on, out, later).
+
+use super::*;
+
+/// One due entry with what the scheduler needs to decide on it.
+#[derive(Debug, Clone, Queryable)]
+pub struct Due {
+    pub id: i64,
+    pub flow_id: i64,
+    pub recipient_id: i64,
+    pub entry_key: String,
+    pub row_data: String,
+    pub next_step: i64,
+    pub entered_at: i64,
+    /// SQL trigger: when a poll last returned the entry.
+    pub seen_at: i64,
+    pub email: String,
+    pub name: String,
+    pub status: RecipientStatus,
+}
+
+/// Up to `limit` entries due by `now`, oldest due first, of active
+/// flows: a range read of the `due_at` index.
+pub fn due(conn: &mut Conn, now: i64, limit: i64) -> Result<Vec<Due>> {
+    Ok(on!(conn, |c| e::table
+        .inner_join(f::table.on(f::id.eq(e::flow_id)))
+        .inner_join(r::table.on(r::id.eq(e::recipient_id)))
+        .filter(e::due_at.le(now))
+        .filter(f::state.eq(FlowState::Active))
+        .order(e::due_at)
+        .limit(limit)
+        .select((
+            e::id,
+            e::flow_id,
+            e::recipient_id,
+            e::entry_key,
+            e::row_data,
+            e::next_step,
+            e::entered_at,
+            e::seen_at,
+            r::email,
+            r::name,
+            r::status,
+        ))
+        .load(c))?)
+}
+
+/// Which of `recipients` are still members of list `list_id`.
+pub fn members_among(
+    conn: &mut Conn,
+    list_id: i64,
+    recipients: &[i64],
+) -> Result<std::collections::HashSet<i64>> {
+    let found: Vec<i64> = on!(conn, |c| lm::table
+        .filter(lm::list_id.eq(list_id))
+        .filter(lm::recipient_id.eq_any(recipients))
+        .select(lm::recipient_id)
+        .load(c))?;
+    Ok(found.into_iter().collect())
+}
+
+/// Which of `recipients` ever complained.
+pub fn complained_among(
+    conn: &mut Conn,
+    recipients: &[i64],
+) -> Result<std::collections::HashSet<i64>> {
+    use crate::store::bounces::BounceKind;
+    use crate::store::schema::bounces as b;
+    let found: Vec<i64> = on!(conn, |c| b::table
+        .filter(b::recipient_id.eq_any(recipients))
+        .filter(b::kind.eq(BounceKind::Complaint))
+        .select(b::recipient_id)
+        .distinct()
+        .load(c))?;
+    Ok(found.into_iter().collect())
+}
+
+/// Move entry `id` from step `from` to `to`, due at `due_at` (none: the
+/// entry is done). False when another scheduler moved it first.
+pub fn advance(conn: &mut Conn, id: i64, from: i64, to: i64, due_at: Option<i64>) -> Result<bool> {
+    let state = match due_at {
+        Some(_) => EntryState::Active,
+        None => EntryState::Done,
+    };
+    // Prepared once per connection (see `super::prepared`): the scheduler
+    // moves every entry of a batch with it, and diesel would parse and
+    // plan each UPDATE anew.
+    const ADVANCE: &str = "UPDATE flow_entries SET next_step = ?, due_at = ?, state = ?, \
+         updated_at = ? WHERE id = ? AND next_step = ? AND state = ?";
+    let n = on!(conn, |c| crate::store::prepared::Prepared::new(
+        ADVANCE,
+        vec![
+            Bind::Int(to),
+            Bind::OptInt(due_at),
+            Bind::Text(state.as_str()),
+            Bind::Int(now_ms()),
+            Bind::Int(id),
+            Bind::Int(from),
+            Bind::Text(EntryState::Active.as_str()),
+        ],
+    )
+    .execute(c))?;
+    Ok(n == 1)
+}
+
+/// Entry `id` leaves before step `at` for `reason`.
+pub fn leave(conn: &mut Conn, id: i64, at: i64, reason: &str) -> Result<bool> {
+    let n = on!(conn, |c| diesel::update(
+        e::table
+            .find(id)
+            .filter(e::next_step.eq(at))
+            .filter(e::state.eq(EntryState::Active))
+    )
+    .set((
+        e::due_at.eq(None::<i64>),
+        e::state.eq(EntryState::Left),
+        e::left_reason.eq(Some(reason)),
+        e::updated_at.eq(now_ms()),
+    ))
+    .execute(c))?;
+    Ok(n == 1)
+}
+
+/// Why a member whose recipient row says `status` (and who `complained`
+/// or not) leaves a flow, if they do.
+pub fn leave_reason(status: RecipientStatus, complained: bool) -> Option<&'static str> {
+    match status {
+        _ if complained => Some("complained"),
+        RecipientStatus::Bounced => Some("bounced"),
+        RecipientStatus::Unsubscribed => Some("unsubscribed"),
+        RecipientStatus::Active => None,
+    }
+}
+
+/// Try entry `id`'s step `at` again at `due_at` (its send could not be
+/// queued now).
+pub fn postpone(conn: &mut Conn, id: i64, at: i64, due_at: i64) -> Result<()> {
+    on!(conn, |c| diesel::update(
+        e::table
+            .find(id)
+            .filter(e::next_step.eq(at))
+            .filter(e::state.eq(EntryState::Active))
+    )
+    .set(e::due_at.eq(Some(due_at)))
+    .execute(c))?;
+    Ok(())
+}
