@@ -152,15 +152,6 @@ pub fn find(conn: &mut Conn, id: i64) -> Result<Option<Message>> {
         .optional())?)
 }
 
-/// Why an address gets no message of a stream: bounced or complained (any
-/// stream), unsubscribed (marketing only). `None`: it may be mailed.
-pub fn suppression(conn: &mut Conn, key: &str, marketing: bool) -> Result<Option<&'static str>> {
-    let keys = [key.to_string()];
-    Ok(addressees(conn, &keys)?
-        .remove(key)
-        .and_then(|a| a.suppressed(marketing)))
-}
-
 /// What the ledger knows of an address a message goes to: its recipient
 /// row, and whether it ever complained.
 #[derive(Debug)]
@@ -173,7 +164,9 @@ pub struct Addressee {
 }
 
 impl Addressee {
-    /// Why this address gets no message of a stream (see [`suppression`]).
+    /// Why this address gets no message of a stream: bounced or
+    /// complained (any stream), unsubscribed (marketing only). `None`: it
+    /// may be mailed.
     pub fn suppressed(&self, marketing: bool) -> Option<&'static str> {
         match self.status {
             _ if self.complained => Some("the address complained about earlier mail"),
