@@ -16,6 +16,9 @@ use crate::store::{messages_sweep, now_ms};
 use crate::worker::pipeline::{Delivered, Urgent};
 use crate::worker::shared::Shared;
 
+/// A throttled message's job comes back after this (as a campaign's
+/// throttled recipients do).
+const THROTTLE_RETRY: Duration = Duration::from_secs(1);
 /// Delay before the second try after a 4xx; doubled per try, capped.
 const FIRST_RETRY: Duration = Duration::from_secs(2);
 const MAX_RETRY: Duration = Duration::from_secs(600);
@@ -250,10 +253,15 @@ async fn verdict_of(
             (msg.id, MessageStatus::Sent, None)
         }
         Verdict::Permanent(reply) => (msg.id, MessageStatus::Failed, Some(reply.text)),
+        // A throttle says nothing about the message (as for a campaign's
+        // recipient): tried again soon while the shared rate is cut, and
+        // never failed for it, whatever `--max-attempts`.
+        Verdict::Transient(reply) if reply.throttles() => {
+            shared.limiter.slow_down(groups, &reply.text).await;
+            fate.again_in(THROTTLE_RETRY);
+            (msg.id, MessageStatus::Queued, Some(reply.text))
+        }
         Verdict::Transient(reply) => {
-            if reply.throttles() {
-                shared.limiter.slow_down(groups, &reply.text).await;
-            }
             if msg.attempts >= i64::from(shared.max_attempts) {
                 (msg.id, MessageStatus::Failed, Some(reply.text))
             } else {

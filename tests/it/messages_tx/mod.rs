@@ -365,6 +365,52 @@ fn temporary_then_sent_permanent_failed(kind: Kind) {
     assert!(sent.sent_at.is_some());
 }
 
+/// A relay that throttles at MAIL FROM (two a second, 454 as Amazon SES
+/// answers over its quota), twelve messages at once, a worker that fails
+/// a message after its first 4xx: a throttle is not the message's fault,
+/// so every message is sent, none failed, each once.
+fn a_throttled_message_is_tried_again_not_failed(kind: Kind) {
+    let quota = std::sync::Arc::new(MailQuota::new(2));
+    let (_tmp, _bs, peer, env) = setup(
+        kind,
+        Script {
+            pipelining: true,
+            mail_quota: Some(quota.clone()),
+            ..Script::default()
+        },
+    );
+    templates(&env);
+    let ids: Vec<(String, i64)> = (0..12)
+        .map(|i| {
+            let to = format!("buyer{i}@example.org");
+            let (id, _) = send(&env, "order", &to, &[]);
+            (to, id)
+        })
+        .collect();
+    let w = env.worker(&["--max-attempts", "1"]);
+    wait_for(60, "every message sent or failed", || {
+        ids.iter().all(|(_, id)| {
+            matches!(
+                status(&env, *id).status,
+                MessageStatus::Sent | MessageStatus::Failed
+            )
+        })
+    });
+    stop_worker(w);
+    for (to, id) in &ids {
+        let m = status(&env, *id);
+        assert_eq!(m.status, MessageStatus::Sent, "{to}: {m:?}");
+    }
+    let (_, throttled) = quota.attempts_since(Instant::now() - Duration::from_secs(3600));
+    assert!(
+        throttled > 0,
+        "the relay never throttled: the test tests nothing"
+    );
+    for (to, _) in &ids {
+        assert_eq!(peer.received.lock().unwrap().get(to), Some(&1), "{to}");
+    }
+}
+
 /// With a key for the From domain, the message is signed and dkimpy
 /// verifies it.
 fn messages_are_dkim_signed(kind: Kind) {
@@ -505,6 +551,7 @@ both!(
     suppressions_per_stream,
     message_overtakes_a_big_campaign,
     temporary_then_sent_permanent_failed,
+    a_throttled_message_is_tried_again_not_failed,
     messages_are_dkim_signed,
     worker_killed_mid_send_never_sends_twice,
 );
