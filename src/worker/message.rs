@@ -148,50 +148,10 @@ async fn claim(
     let lease = job_ttr().as_millis() as i64;
     let (identity, cache) = (shared.identity.clone(), Arc::clone(&shared.templates));
     let asked = ids.clone();
-    let claimed =
-        shared
-            .db
-            .run(move |c| {
-                let claims = messages::batch::claim(c, &asked, token, lease, now_ms())?;
-                let (mine, not): (Vec<_>, Vec<_>) = claims
-                    .into_iter()
-                    .enumerate()
-                    .partition(|(_, claim)| matches!(claim, Claim::Mine(_)));
-                let mine: Vec<(usize, Message)> = mine
-                    .into_iter()
-                    .filter_map(|(i, claim)| match claim {
-                        Claim::Mine(msg) => Some((i, *msg)),
-                        _ => None,
-                    })
-                    .collect();
-                // The reads of every claimed message in one read transaction.
-                let loaded = c.reads(|c| {
-                    let msgs: Vec<&Message> = mine.iter().map(|(_, m)| m).collect();
-                    read_all(c, &msgs, &identity, &cache)
-                });
-                let mut out: Vec<(usize, Claimed)> = not
-                    .into_iter()
-                    .map(|(i, claim)| (i, Claimed::Not(claim)))
-                    .collect();
-                match loaded {
-                    Ok(loaded) => out.extend(
-                        mine.into_iter()
-                            .zip(loaded)
-                            .map(|((i, m), l)| (i, Claimed::Mine(Box::new(m), Box::new(Ok(l))))),
-                    ),
-                    // Each claimed message goes back to the queue (see
-                    // `compose_all`); the claims are ours to record.
-                    Err(e) => {
-                        let why = e.to_string();
-                        out.extend(mine.into_iter().map(|(i, m)| {
-                            (i, Claimed::Mine(Box::new(m), Box::new(Err(why.clone()))))
-                        }))
-                    }
-                }
-                out.sort_unstable_by_key(|(i, _)| *i);
-                Ok::<_, StoreError>(out.into_iter().map(|(_, c)| c).collect::<Vec<_>>())
-            })
-            .await;
+    let claimed = shared
+        .db
+        .run(move |c| claim_and_read(c, &asked, (token, lease), &identity, &cache))
+        .await;
     let claimed = match claimed {
         Ok(c) => c,
         Err(e) => {
@@ -217,6 +177,42 @@ async fn claim(
         fate.known = true;
     }
     Some(mine)
+}
+
+/// Claim `ids` (one write transaction), then read what composing the
+/// claimed ones takes (one read transaction for the batch); in the order
+/// of `ids`. A failed read leaves each claimed message's reason in words,
+/// so it goes back to the queue (see `compose_all`).
+fn claim_and_read(
+    c: &mut Conn,
+    ids: &[i64],
+    (token, lease): (i64, i64),
+    identity: &Identity,
+    cache: &Cache,
+) -> Result<Vec<Claimed>, StoreError> {
+    let claims = messages::batch::claim(c, ids, token, lease, now_ms())?;
+    let mut mine = Vec::new();
+    let mut out: Vec<(usize, Claimed)> = Vec::with_capacity(claims.len());
+    for (i, claim) in claims.into_iter().enumerate() {
+        match claim {
+            Claim::Mine(msg) => mine.push((i, *msg)),
+            other => out.push((i, Claimed::Not(other))),
+        }
+    }
+    let loaded: Vec<LoadedFor> = match c.reads(|c| {
+        let msgs: Vec<&Message> = mine.iter().map(|(_, m)| m).collect();
+        read_all(c, &msgs, identity, cache)
+    }) {
+        Ok(loaded) => loaded.into_iter().map(Ok).collect(),
+        Err(e) => vec![Err(e.to_string()); mine.len()],
+    };
+    out.extend(
+        mine.into_iter()
+            .zip(loaded)
+            .map(|((i, m), l)| (i, Claimed::Mine(Box::new(m), Box::new(l)))),
+    );
+    out.sort_unstable_by_key(|(i, _)| *i);
+    Ok(out.into_iter().map(|(_, c)| c).collect())
 }
 
 /// What [`read_all`] found for a claimed message (`Err`: the database
