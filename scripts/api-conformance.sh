@@ -4,6 +4,7 @@
 # (no 5xx; every status, content type and body as documented).
 #
 # Usage: scripts/api-conformance.sh [MAILSPLIT_BINARY]
+#        scripts/api-conformance.sh --prepare   (only make the venv)
 # Tools come from PyPI into a venv under target/ (once; later runs reuse
 # it). serve runs on free ports with a fresh SQLite database, a list, a
 # campaign and a key holding every scope; beanstalkd is started when
@@ -11,15 +12,23 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-bin=${1:-$root/target/debug/mailsplit}
 venv=$root/target/api-venv
 examples=${API_CONFORMANCE_EXAMPLES:-15}
 
+# why: a lock, so scripts/test.sh can prepare the venv in the background
+# while the build runs and the test, if it comes first, waits for it
+# instead of installing into the same directory at once
+mkdir -p "$root/target"
+exec 9>"$root/target/api-venv.lock"
+flock 9
 if [[ ! -x $venv/bin/st || ! -x $venv/bin/openapi-spec-validator ]]; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check \
         'openapi-spec-validator>=0.7' 'schemathesis>=4,<5'
 fi
+flock -u 9
+[[ ${1:-} != --prepare ]] || exit 0
+bin=${1:-$root/target/debug/mailsplit}
 
 work=$(mktemp -d)
 pids=()

@@ -20,18 +20,23 @@ Usage: scripts/test.sh [--help]
   7. cargo nextest run --all-targets --run-ignored all --no-fail-fast with
      CHAOS_N=3000: every test, and the chaos suite's crash/restart/outage
      scenarios in their short form (what `scripts/chaos.sh --short` runs;
-     the full run, in release, writes RELIABILITY.md) beside them; 6 tests
-     at a time, the rate-measuring ones alone (.config/nextest.toml); the
-     tests start their own beanstalkd and smtp-sink on free ports.
+     the full run, in release, writes RELIABILITY.md) beside them. Two runs:
+     first the rate-measuring tests (the .config/nextest.toml override that
+     takes every thread), alone on the machine; then the rest, 6 at a time,
+     while
+  8. scripts/partition.sh --short (network partitions between namespaced
+     hosts: its own PostgreSQL, two beanstalkd, a relay, three workers)
+     runs in the background (it waits on its cuts and a paced relay); its
+     output, in target/partition.log, is printed when the tests end.
+     The tests start their own beanstalkd and smtp-sink on free ports.
      Installs cargo-nextest if missing; MAILSPLIT_TEST_CARGO_TEST=1 runs
      `cargo test` instead (the ratelimit:: and connections:: areas last on
-     one thread, then scripts/chaos.sh --short --debug --jobs 2)
-  8. scripts/partition.sh --short: network partitions between namespaced
-     hosts (its own PostgreSQL, two beanstalkd, a relay, three workers)
+     one thread, then scripts/chaos.sh --short --debug --jobs 2, then the
+     partition suite after them)
 
 Prints each step's duration when it ends and a table of them at the end,
 and after the nextest step the slowest ten tests (from nextest's JUnit
-report, target/nextest/default/junit.xml).
+reports, target/nextest/{alone,default}/junit.xml).
 Exits non-zero at the first failure; the last line says PASSED or FAILED.
 EOF
 }
@@ -66,6 +71,7 @@ step() {
 }
 finish() {
     local rc=${1:-$?}
+    partition_stop
     step_done
     current=${current:-setup}
     echo "test.sh: step durations:"
@@ -81,23 +87,78 @@ trap finish EXIT
 # The slowest ten tests of the nextest run, from its JUnit report
 # (.config/nextest.toml writes it): where the suite's time goes.
 slowest_tests() {
-    local junit=target/nextest/default/junit.xml
-    [[ -f $junit && $junit -nt target/.test-sh-start ]] || return 0
-    echo "test.sh: slowest ten tests (nextest, $junit):"
-    python3 - "$junit" <<'PY' || true
+    local junits=()
+    for junit in target/nextest/alone/junit.xml target/nextest/default/junit.xml; do
+        [[ -f $junit && $junit -nt target/.test-sh-start ]] && junits+=("$junit")
+    done
+    ((${#junits[@]})) || return 0
+    echo "test.sh: slowest ten tests (nextest, ${junits[*]}):"
+    python3 - "${junits[@]}" <<'PY' || true
 import sys
 import xml.etree.ElementTree as ET
 cases = [
     (float(c.get("time", 0)), c.get("classname", ""), c.get("name", ""))
-    for c in ET.parse(sys.argv[1]).iter("testcase")
+    for junit in sys.argv[1:]
+    for c in ET.parse(junit).iter("testcase")
 ]
 for took, binary, name in sorted(cases, reverse=True)[:10]:
     print(f"  {took:7.1f}s  {binary} {name}")
 PY
 }
 
+# nextest with the suite's arguments (every target, the chaos scenarios
+# too: they are the only ignored tests) and a filter expression
+nextest() {
+    cargo nextest run --all-targets --run-ignored all --no-fail-fast "$@"
+}
+
+# The filter of .config/nextest.toml's override that gives a test every
+# thread: the rate-measuring tests, named there once.
+alone_filter() {
+    python3 - <<'PY'
+import tomllib
+with open(".config/nextest.toml", "rb") as f:
+    overrides = tomllib.load(f)["profile"]["default"]["overrides"]
+print(next(o["filter"] for o in overrides if o.get("threads-required") == "num-test-threads"))
+PY
+}
+
+# The partition suite (network faults between namespaced hosts: its own
+# PostgreSQL, beanstalkd and relay, torn down after) on the binary the
+# tests use, in the background; its output goes to target/partition.log
+# and is printed when it is waited for.
+partition_pid=""
+partition_started=0
+partition_start() {
+    partition_started=$SECONDS
+    echo "==> partition suite, short form (scripts/partition.sh --short), in the background: target/partition.log"
+    MAILSPLIT="$PWD/target/debug/mailsplit" scripts/partition.sh --short >target/partition.log 2>&1 &
+    partition_pid=$!
+}
+partition_wait() {
+    [[ -n $partition_pid ]] || return 0
+    local rc=0
+    wait "$partition_pid" || rc=$?
+    partition_pid=""
+    local took=$((SECONDS - partition_started))
+    durations+=("$(printf '%8s  %s' "$(mmss "$took")" "partition suite, short form (beside the tests)")")
+    echo "==> partition suite (scripts/partition.sh --short): exit $rc after $(mmss "$took")"
+    cat target/partition.log
+    return "$rc"
+}
+# why: a suite stopped early must not leave the partition cluster up
+partition_stop() {
+    [[ -n $partition_pid ]] || return 0
+    kill -TERM "$partition_pid" 2>/dev/null || true
+    wait "$partition_pid" 2>/dev/null || true
+}
+
 step "install dependencies (scripts/install-deps.sh)"
 scripts/install-deps.sh
+# why: the API test's schemathesis venv comes from PyPI on a fresh clone
+# (minutes of downloads): made beside the build, not in the test's time
+mkdir -p target
+scripts/api-conformance.sh --prepare >target/api-venv.log 2>&1 &
 
 pg_up() {
     if command -v pg_isready >/dev/null 2>&1; then
@@ -233,12 +294,24 @@ if [[ -z ${MAILSPLIT_TEST_CARGO_TEST:-} ]]; then
     # why: --run-ignored all: the chaos scenarios are the only ignored
     # tests; CHAOS_N=3000 is their short form (chaos.sh --short), and their
     # result lines go where chaos.sh puts them
-    step "cargo nextest run --all-targets --run-ignored all (chaos scenarios: CHAOS_N=3000)"
+    # why: the rate-measuring tests (the override that takes every thread)
+    # first, with nothing beside them; then the partition suite starts in
+    # the background beside the rest: it waits on its cuts and a paced
+    # relay, so its minutes cost the tests little CPU and the suite no time
+    alone=$(alone_filter)
+    step "cargo nextest run: the rate-measuring tests, alone"
     mkdir -p target/chaos
-    CHAOS_N=3000 CHAOS_REPORT="$PWD/target/chaos/report-test-sh-$(date -u +%Y%m%dT%H%M%SZ).jsonl" \
-        cargo nextest run --all-targets --run-ignored all --no-fail-fast ||
-        { rc=$?; slowest_tests; exit "$rc"; }
+    CHAOS_REPORT="$PWD/target/chaos/report-test-sh-$(date -u +%Y%m%dT%H%M%SZ).jsonl"
+    export CHAOS_N=3000 CHAOS_REPORT
+    nextest --profile alone -E "$alone" || { rc=$?; slowest_tests; exit "$rc"; }
+
+    partition_start
+    step "cargo nextest run --all-targets --run-ignored all, the rest (chaos scenarios: CHAOS_N=3000), partition suite beside it"
+    rc=0
+    nextest -E "not ($alone)" || rc=$?
     slowest_tests
+    partition_wait || { ((rc)) || rc=$?; }
+    ((rc == 0)) || exit "$rc"
 else
     # why: in one test binary, util::alone() keeps the rate-measuring tests
     # from each other but not from the rest: those areas go last, alone
@@ -252,7 +325,7 @@ else
     scripts/chaos.sh --short --debug --jobs 2
 fi
 
-step "partition suite, short form (scripts/partition.sh --short)"
-# why: network faults between hosts (namespaces, nft DROP) on the binary the
-# tests just built; its own PostgreSQL, beanstalkd and relay, torn down after
-MAILSPLIT="$PWD/target/debug/mailsplit" scripts/partition.sh --short
+if [[ -n ${MAILSPLIT_TEST_CARGO_TEST:-} ]]; then
+    step "partition suite, short form (scripts/partition.sh --short)"
+    MAILSPLIT="$PWD/target/debug/mailsplit" scripts/partition.sh --short
+fi

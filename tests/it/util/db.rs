@@ -52,6 +52,16 @@ impl TestDb {
     }
 }
 
+impl TestDb {
+    pub fn kind(&self) -> Kind {
+        if self.pg_name.is_some() {
+            Kind::Postgres
+        } else {
+            Kind::Sqlite
+        }
+    }
+}
+
 impl Drop for TestDb {
     fn drop(&mut self) {
         if let Some(name) = &self.pg_name {
