@@ -18,6 +18,9 @@ For each N of --sizes (default 1000,100000,1000000):
      (fresh database, built-in template, same workers) for the reference
      rate (`status`'s avg_rate, first to last outcome; target: the flow's
      rate at least 0.9 of it).
+Also the workers' CPU per message sent (user + system, the flow's with its
+scheduler) and the campaign's over the flow's: on a machine shared with
+other work the rates move with the load, the CPU per message much less.
 Prints the figures and Markdown rows for BENCHMARKS.md; appends nothing.
 Every service it starts listens on a free loopback port and is stopped.
 
@@ -108,6 +111,9 @@ def send_first_step(svc, path, env, n, args):
                 break
             time.sleep(0.5 if n > 10_000 else 0.1)
         wall = time.time() - start
+        # Before they stop: the workers' CPU (the scheduler's with it), a
+        # figure a loaded machine moves less than the rates.
+        worker_cpu = sum(bench.cpu_s(p.pid) or 0.0 for p in procs)
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
@@ -135,6 +141,7 @@ def send_first_step(svc, path, env, n, args):
         "schedule_us_per_step": per_step_us,
         "schedule_s": (last_c - first_c) / 1000 if queued else float("nan"),
         "flow_msg_per_s": sent / span_s if sent and span_s > 0 else float("nan"),
+        "worker_cpu_us": worker_cpu / sent * 1e6 if sent else float("nan"),
     }
 
 
@@ -148,7 +155,7 @@ def campaign_rate(svc, tmp, csv_dir, n, env, args):
                            f"smtp://127.0.0.1:{sink_port}", args.timeout, sink=sink)
     finally:
         svc.stop()
-    return r["sending_msg_per_s"]
+    return r["sending_msg_per_s"], r["worker_cpu_us"]
 
 
 def one_size(n, args, tmp):
@@ -170,8 +177,10 @@ def one_size(n, args, tmp):
             r.update(send_first_step(svc, path, fenv, n, args))
             if not args.skip_campaign:
                 print(f"==> N = {n:,}: the same N as a campaign", flush=True)
-                r["campaign_msg_per_s"] = campaign_rate(svc, tmp, tmp, n, env, args)
+                r["campaign_msg_per_s"], r["campaign_worker_cpu_us"] = campaign_rate(
+                    svc, tmp, tmp, n, env, args)
                 r["rate_ratio"] = r["flow_msg_per_s"] / r["campaign_msg_per_s"]
+                r["cpu_ratio"] = r["campaign_worker_cpu_us"] / r["worker_cpu_us"]
         finally:
             svc.stop()
     r["load_after"] = os.getloadavg()[0]
@@ -193,13 +202,16 @@ def rows(results):
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
     print(f"\n{when} UTC, commit {commit}, {os.cpu_count()} cores, SQLite, release build")
     print("| N | import s (no flow) | import s (join flow) | ratio | entered | scheduling µs / due step "
-          "| step 1 sent msg/s | campaign msg/s | flow / campaign | load before / after |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| step 1 sent msg/s | campaign msg/s | flow / campaign | worker CPU µs / msg (flow / campaign) "
+          "| CPU campaign / flow | load before / after |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['n']:,} | {fmt(r['import_plain_s'], 2)} | {fmt(r['import_flow_s'], 2)} "
               f"| {fmt(r['import_ratio'], 2)} | {fmt(r['entered'])} | {fmt(r.get('schedule_us_per_step'))} "
               f"| {fmt(r.get('flow_msg_per_s'), 0)} | {fmt(r.get('campaign_msg_per_s'), 0)} "
-              f"| {fmt(r.get('rate_ratio'), 2)} | {r['load_before']:.1f} / {r['load_after']:.1f} |")
+              f"| {fmt(r.get('rate_ratio'), 2)} "
+              f"| {fmt(r.get('worker_cpu_us'), 0)} / {fmt(r.get('campaign_worker_cpu_us'), 0)} "
+              f"| {fmt(r.get('cpu_ratio'), 2)} | {r['load_before']:.1f} / {r['load_after']:.1f} |")
 
 
 def main():

@@ -210,14 +210,17 @@ pub fn batch(conn: &mut Conn, queue: &Queue, now: i64) -> Result<usize, FlowErro
         .map(|(s, _)| s.message)
         .collect();
     let put_at = now_ms();
+    let moves: Vec<store::Move> = stored
+        .iter()
+        .zip(&put)
+        .filter(|(_, &put)| put)
+        .map(|(s, _)| (s.entry, s.step, s.step + 1, s.next_due))
+        .collect();
     conn.transaction(|c| {
         messages_sweep::queued_at(c, &queued, put_at)?;
-        for (s, put) in stored.iter().zip(put) {
-            if put {
-                store::advance(c, s.entry, s.step, s.step + 1, s.next_due)?;
-            } else {
-                store::postpone(c, s.entry, s.step, now + RETRY_MS)?;
-            }
+        store::advance_many(c, &moves)?;
+        for (s, _) in stored.iter().zip(put).filter(|(_, put)| !put) {
+            store::postpone(c, s.entry, s.step, now + RETRY_MS)?;
         }
         Ok::<_, FlowError>(())
     })?;
@@ -296,29 +299,22 @@ impl Context {
     }
 }
 
-/// Step 1 of [`batch`]: each entry's plan, on reads done for the batch.
-fn plan(conn: &mut Conn, due: &[store::Due], now: i64) -> Result<Vec<Plan>, FlowError> {
-    let Context {
-        flows,
-        complained,
-        members,
-    } = Context::read(conn, due)?;
-    let mut plans = Vec::with_capacity(due.len());
-    let mut submits = Vec::new();
-    for (i, d) in due.iter().enumerate() {
-        let Some(Some((flow, steps))) = flows.get(&d.flow_id) else {
-            plans.push(Plan::Skip);
-            continue;
+impl Context {
+    /// Entry `d`'s plan, and its step's message to look up when it is to
+    /// be sent ([`Plan::LookUp`]).
+    fn decide(&self, d: &store::Due, now: i64) -> (Plan, Option<Submit>) {
+        let Some(Some((flow, steps))) = self.flows.get(&d.flow_id) else {
+            return (Plan::Skip, None);
         };
         let Some(step) = steps.get(d.next_step as usize) else {
-            plans.push(Plan::End);
-            continue;
+            return (Plan::End, None);
         };
         let member = |list: Option<i64>| {
-            list.and_then(|l| members.get(&l))
+            list.and_then(|l| self.members.get(&l))
                 .is_some_and(|m| m.contains(&d.recipient_id))
         };
-        let verdict = match store::leave_reason(d.status, complained.contains(&d.recipient_id)) {
+        let complained = self.complained.contains(&d.recipient_id);
+        let verdict = match store::leave_reason(d.status, complained) {
             Some(reason) => Some(Plan::Leave(reason)),
             None => match flow.trigger_kind {
                 Trigger::Sql => still_matched(flow, d, step),
@@ -327,24 +323,35 @@ fn plan(conn: &mut Conn, due: &[store::Due], now: i64) -> Result<Vec<Plan>, Flow
             },
         };
         if let Some(p) = verdict {
-            plans.push(p);
-            continue;
+            return (p, None);
         }
-        submits.push((
-            i,
-            Submit {
-                template: step.template.clone(),
-                to: to(&d.email, &d.name),
-                data: Some(data_of(flow, d)),
-                idempotency_key: Some(step_key(flow.id, d.id, d.next_step)),
-            },
-        ));
+        let submit = Submit {
+            template: step.template.clone(),
+            to: to(&d.email, &d.name),
+            data: Some(data_of(flow, d)),
+            idempotency_key: Some(step_key(flow.id, d.id, d.next_step)),
+        };
         let next_due = steps
             .get(d.next_step as usize + 1)
             .map(|s| (d.entered_at + s.delay_ms).max(now));
-        plans.push(Plan::LookUp(next_due));
+        (Plan::LookUp(next_due), Some(submit))
     }
-    let (at, submits): (Vec<usize>, Vec<Submit>) = submits.into_iter().unzip();
+}
+
+/// Step 1 of [`batch`]: each entry's plan, on reads done for the batch.
+fn plan(conn: &mut Conn, due: &[store::Due], now: i64) -> Result<Vec<Plan>, FlowError> {
+    let context = Context::read(conn, due)?;
+    let mut plans = Vec::with_capacity(due.len());
+    let mut at = Vec::new();
+    let mut submits = Vec::new();
+    for (i, d) in due.iter().enumerate() {
+        let (plan, submit) = context.decide(d, now);
+        plans.push(plan);
+        if let Some(s) = submit {
+            at.push(i);
+            submits.push(s);
+        }
+    }
     let looked = messages::submit::look_up(conn, submits, messages::AskedBy::Sender)
         .map_err(FlowError::from)?;
     for (i, ready) in at.into_iter().zip(looked) {
@@ -367,14 +374,15 @@ fn plan(conn: &mut Conn, due: &[store::Due], now: i64) -> Result<Vec<Plan>, Flow
 }
 
 /// Step 2 of [`batch`], inside its transaction: each entry's plan
-/// carried out; the steps stored as messages.
+/// carried out; the steps stored as messages, in one INSERT.
 fn apply(
     conn: &mut Conn,
     due: &[store::Due],
     plans: Vec<Plan>,
     now: i64,
 ) -> Result<Vec<Stored>, FlowError> {
-    let mut stored = Vec::with_capacity(due.len());
+    let mut sends = Vec::new();
+    let mut readies = Vec::new();
     for (d, p) in due.iter().zip(plans) {
         match p {
             Plan::Skip | Plan::LookUp(_) => {}
@@ -385,28 +393,36 @@ fn apply(
                 store::leave(conn, d.id, d.next_step, reason)?;
             }
             Plan::Postpone => store::postpone(conn, d.id, d.next_step, now + RETRY_MS)?,
-            Plan::Send(ready, next_due) => match messages::submit::store_ready(conn, *ready) {
-                Ok(s) if s.submitted.status == MessageStatus::Suppressed => {
-                    store::leave(conn, d.id, d.next_step, "suppressed")?;
-                }
-                Ok(s) => stored.push(Stored {
-                    entry: d.id,
-                    step: d.next_step,
-                    next_due,
-                    message: s.submitted.id,
-                    // Found again still queued (its job's put failed, or
-                    // the scheduler stopped before the entry moved on):
-                    // put again. Only one scheduler runs, so this is rare;
-                    // a second job is harmless.
-                    to_put: s.waiting.then_some(s.identity),
-                }),
-                Err(MessageError::Store(e)) => return Err(e.into()),
-                Err(e) => {
-                    tracing::warn!(flow = d.flow_id, entry = d.id, step = d.next_step, error = %e,
-                        "flow step not sent; trying again in 10 s");
-                    store::postpone(conn, d.id, d.next_step, now + RETRY_MS)?;
-                }
-            },
+            Plan::Send(ready, next_due) => {
+                sends.push((d, next_due));
+                readies.push(*ready);
+            }
+        }
+    }
+    let filed = messages::submit::store_ready_many(conn, readies)?;
+    let mut stored = Vec::with_capacity(sends.len());
+    for ((d, next_due), s) in sends.into_iter().zip(filed) {
+        match s {
+            Ok(s) if s.submitted.status == MessageStatus::Suppressed => {
+                store::leave(conn, d.id, d.next_step, "suppressed")?;
+            }
+            Ok(s) => stored.push(Stored {
+                entry: d.id,
+                step: d.next_step,
+                next_due,
+                message: s.submitted.id,
+                // Found again still queued (its job's put failed, or
+                // the scheduler stopped before the entry moved on):
+                // put again. Only one scheduler runs, so this is rare;
+                // a second job is harmless.
+                to_put: s.waiting.then_some(s.identity),
+            }),
+            Err(MessageError::Store(e)) => return Err(e.into()),
+            Err(e) => {
+                tracing::warn!(flow = d.flow_id, entry = d.id, step = d.next_step, error = %e,
+                    "flow step not sent; trying again in 10 s");
+                store::postpone(conn, d.id, d.next_step, now + RETRY_MS)?;
+            }
         }
     }
     Ok(stored)

@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 
 use crate::queue::message::{Band, MessageJob};
 use crate::queue::Server;
-use crate::store::messages::{self, Inserted, Message, MessageStatus, NewMessage};
+use crate::store::messages::{self, Message, MessageStatus, NewMessage};
 use crate::store::{forgotten, installation, message_templates, now_ms, suppressions, Conn};
 use crate::tokens::Identity;
 
@@ -116,7 +116,7 @@ fn body_hash(template: &str, to: &str, data: &str) -> String {
         h.update((part.len() as u64).to_be_bytes());
         h.update(part.as_bytes());
     }
-    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    data_encoding::HEXLOWER.encode(&h.finalize())
 }
 
 /// Who asked for a message.
@@ -203,43 +203,60 @@ pub struct Ready {
 /// Store a message whose reads are done (see [`look_up`]), or find the
 /// one its key names.
 pub fn store_ready(conn: &mut Conn, r: Ready) -> Result<Stored, MessageError> {
-    let hash = body_hash(&r.template_name, &r.to, &r.data);
-    let inserted = messages::insert(
-        conn,
-        &NewMessage {
+    let one = store_ready_many(conn, vec![r])?.pop();
+    one.expect("one answer per message")
+}
+
+/// [`store_ready`] for a batch: one INSERT for the messages under keys
+/// (see [`messages::insert_many`]); what each found, in order.
+pub fn store_ready_many(
+    conn: &mut Conn,
+    readies: Vec<Ready>,
+) -> Result<Vec<Result<Stored, MessageError>>, MessageError> {
+    let now = now_ms();
+    let hashes: Vec<String> = readies
+        .iter()
+        .map(|r| body_hash(&r.template_name, &r.to, &r.data))
+        .collect();
+    let rows: Vec<NewMessage> = readies
+        .iter()
+        .zip(&hashes)
+        .map(|(r, hash)| NewMessage {
             template_id: r.template_id,
             template_name: &r.template_name,
             to_addr: &r.to,
             data: &r.data,
             idempotency_key: r.idempotency_key.as_deref(),
-            body_hash: &hash,
+            body_hash: hash,
             status: match r.suppressed {
                 Some(_) => MessageStatus::Suppressed,
                 None => MessageStatus::Queued,
             },
             reply: r.suppressed,
-            now: now_ms(),
-        },
-    )?;
-    let (msg, created) = match inserted {
-        Inserted::New(m) => (m, true),
-        Inserted::Again(m) => (m, false),
-        Inserted::Conflict => {
-            return Err(MessageError::KeyReused(
+            now,
+        })
+        .collect();
+    let filed = messages::insert_many(conn, &rows)?;
+    drop(rows);
+    Ok(readies
+        .into_iter()
+        .zip(filed)
+        .map(|(r, filed)| match filed {
+            Some(f) => Ok(Stored {
+                submitted: Submitted {
+                    id: f.id,
+                    status: f.status.public(),
+                    created: f.created,
+                },
+                waiting: f.status == MessageStatus::Queued,
+                created_at: f.created_at,
+                identity: r.identity,
+            }),
+            None => Err(MessageError::KeyReused(
                 r.idempotency_key.unwrap_or_default(),
-            ))
-        }
-    };
-    Ok(Stored {
-        submitted: Submitted {
-            id: msg.id,
-            status: msg.status.public(),
-            created,
-        },
-        waiting: msg.status == MessageStatus::Queued,
-        created_at: msg.created_at,
-        identity: r.identity,
-    })
+            )),
+        })
+        .collect())
 }
 
 /// What the ledger says of a batch's addresses (by mailbox key): on the
@@ -283,74 +300,91 @@ pub fn look_up(
     submits: Vec<Submit>,
     asked: AskedBy,
 ) -> Result<Vec<Result<Ready, MessageError>>, MessageError> {
-    let checked: Vec<Result<(Submit, Mailbox, String, String), MessageError>> = submits
-        .into_iter()
-        .map(|s| {
-            let (to, data) = check(&s)?;
-            let key = crate::mailbox::key(to.email.as_ref())
-                .map_err(|_| MessageError::BadTo(s.to.clone()))?;
-            Ok((s, to, data, key))
-        })
-        .collect();
-    let keys: Vec<String> = checked
-        .iter()
-        .flatten()
-        .map(|(_, _, _, k)| k.clone())
-        .collect();
-    let Addresses {
-        listed,
-        erased,
-        on_file,
-    } = Addresses::read(conn, &keys, asked)?;
+    let checked: Vec<Result<Checked, MessageError>> =
+        submits.into_iter().map(Checked::new).collect();
+    let keys: Vec<String> = checked.iter().flatten().map(|c| c.key.clone()).collect();
+    let addresses = Addresses::read(conn, &keys, asked)?;
     let identity = Identity::from(&installation::load(conn)?);
-    let mut templates: HashMap<String, Option<(i64, bool)>> = HashMap::new();
+    let mut templates = HashMap::new();
     let mut out = Vec::with_capacity(checked.len());
     for c in checked {
-        let (s, to, data, key) = match c {
-            Ok(c) => c,
-            Err(e) => {
-                out.push(Err(e));
-                continue;
-            }
-        };
-        if !templates.contains_key(&s.template) {
-            let t = message_templates::find(conn, &s.template)?
-                .map(|t| (t.id, t.stream == message_templates::Stream::Marketing));
-            templates.insert(s.template.clone(), t);
-        }
-        let Some(Some((template_id, marketing))) = templates.get(&s.template).copied() else {
-            out.push(Err(MessageError::UnknownTemplate(s.template)));
-            continue;
-        };
-        let refused = if listed.contains_key(&key) {
-            Some(ON_THE_LIST)
-        } else if erased.contains(&key) {
-            Some(ERASED)
-        } else {
-            None
-        };
-        // A retry under a key stored before the refusal gets that message.
-        if let Some(why) = refused {
-            let retry = match s.idempotency_key.as_deref() {
-                Some(k) => messages::key_used(conn, k)?,
-                None => false,
-            };
-            if !retry {
-                out.push(Err(MessageError::Refused(why)));
-                continue;
-            }
-        }
-        out.push(Ok(Ready {
-            suppressed: on_file.get(&key).and_then(|a| a.suppressed(marketing)),
-            idempotency_key: s.idempotency_key,
-            template_id,
-            template_name: s.template,
-            to: to.to_string(),
-            data,
-            identity: identity.clone(),
-        }));
+        out.push(match c {
+            Ok(c) => ready(conn, c, &addresses, &mut templates, &identity)?,
+            Err(e) => Err(e),
+        });
     }
     Ok(out)
+}
+
+/// A submit that passed [`check`]: its mailbox, its data as JSON text,
+/// and its address's mailbox key.
+struct Checked {
+    s: Submit,
+    to: Mailbox,
+    data: String,
+    key: String,
+}
+
+impl Checked {
+    fn new(s: Submit) -> Result<Checked, MessageError> {
+        let (to, data) = check(&s)?;
+        let key = crate::mailbox::key(to.email.as_ref())
+            .map_err(|_| MessageError::BadTo(s.to.clone()))?;
+        Ok(Checked { s, to, data, key })
+    }
+}
+
+/// The templates a batch names, by name, each read once: its id and
+/// whether it is of the marketing stream (none: no such template).
+type Templates = HashMap<String, Option<(i64, bool)>>;
+
+/// What storing checked submit `c` writes, or why it is refused (`Err`
+/// inside); the outer `Err`: the database could not be read.
+fn ready(
+    conn: &mut Conn,
+    c: Checked,
+    addresses: &Addresses,
+    templates: &mut Templates,
+    identity: &Identity,
+) -> Result<Result<Ready, MessageError>, MessageError> {
+    let Checked { s, to, data, key } = c;
+    if !templates.contains_key(&s.template) {
+        let t = message_templates::find(conn, &s.template)?
+            .map(|t| (t.id, t.stream == message_templates::Stream::Marketing));
+        templates.insert(s.template.clone(), t);
+    }
+    let Some(Some((template_id, marketing))) = templates.get(&s.template).copied() else {
+        return Ok(Err(MessageError::UnknownTemplate(s.template)));
+    };
+    let refused = if addresses.listed.contains_key(&key) {
+        Some(ON_THE_LIST)
+    } else if addresses.erased.contains(&key) {
+        Some(ERASED)
+    } else {
+        None
+    };
+    // A retry under a key stored before the refusal gets that message.
+    if let Some(why) = refused {
+        let retry = match s.idempotency_key.as_deref() {
+            Some(k) => messages::key_used(conn, k)?,
+            None => false,
+        };
+        if !retry {
+            return Ok(Err(MessageError::Refused(why)));
+        }
+    }
+    Ok(Ok(Ready {
+        suppressed: addresses
+            .on_file
+            .get(&key)
+            .and_then(|a| a.suppressed(marketing)),
+        idempotency_key: s.idempotency_key,
+        template_id,
+        template_name: s.template,
+        to: to.to_string(),
+        data,
+        identity: identity.clone(),
+    }))
 }
 
 /// Connections to beanstalkd kept between puts, per (server, tube): a

@@ -263,6 +263,8 @@ const RECORD: &str = "UPDATE messages SET status = ?, reply = ?, sent_at = ? \
      WHERE id = ? AND claim_token = ? AND status IN (?, ?)";
 
 pub mod batch;
+mod insert;
+pub use insert::{insert_many, Filed};
 
 /// One outcome of [`batch::record`], inside its transaction.
 fn record_in(
