@@ -94,68 +94,118 @@ pub fn prepare_for(
     content: &ContentSource,
     extra: &[&str],
 ) -> Result<Prepared, ContentError> {
-    let check = |body: Option<[(&str, &str); 2]>| {
-        Compiled::with_vars(
-            &Sources {
-                subject: ("--subject", subject),
-                body,
-            },
-            campaign,
-            extra,
-        )
+    let checker = Checker {
+        campaign,
+        subject,
+        extra,
     };
-    let convert = |file: &str| {
-        let file = file.to_string();
-        move |problem| ContentError::Convert { file, problem }
-    };
-    let mut warnings = Vec::new();
-    let (kind, html, text) = match content {
+    let parts = match content {
         ContentSource::Template(name) => {
             templates::check(name)?;
-            check(None)?;
-            (ContentKind::Builtin, String::new(), String::new())
+            checker.check(None)?;
+            Parts {
+                kind: ContentKind::Builtin,
+                html: String::new(),
+                text: String::new(),
+                warnings: Vec::new(),
+            }
         }
-        ContentSource::Html { html, text } => {
-            let (html_file, html) = read_file(html)?;
-            let text = text.as_deref().map(read_file).transpose()?;
-            // The user's own files first: line numbers are theirs.
-            let own_text = text.as_ref().map_or(("", ""), |(f, t)| (f, t));
-            check(Some([(&html_file, &html), own_text]))?;
-            warnings = check_links(&html_file, &html, true)?;
-            let derived = match text {
-                Some((_, text)) => text,
-                None => source::html_to_text(&html).map_err(convert(&html_file))?,
-            };
-            let inlined = source::inline_css(&html).map_err(convert(&html_file))?;
-            (ContentKind::Html, inlined, derived)
-        }
-        ContentSource::Markdown(path) => {
-            let (file, markdown) = read_file(path)?;
-            check(Some([(&file, &markdown), ("", "")]))?;
-            let html = source::markdown_to_html(&markdown);
-            // Lines of the converted HTML are not the file's.
-            warnings = check_links(&file, &html, false)?;
-            let text = source::html_to_text(&html).map_err(convert(&file))?;
-            let html = source::inline_css(&html).map_err(convert(&file))?;
-            (ContentKind::Markdown, html, text)
-        }
+        ContentSource::Html { html, text } => from_html(&checker, html, text.as_deref())?,
+        ContentSource::Markdown(path) => from_markdown(&checker, path)?,
     };
-    let body = (kind != ContentKind::Builtin)
-        .then_some([("HTML part", html.as_str()), ("text part", text.as_str())]);
     // The converted parts compile too (a converter that broke a tag).
-    if body.is_some() {
-        check(body)?;
+    if parts.kind != ContentKind::Builtin {
+        checker.check(Some([
+            ("HTML part", parts.html.as_str()),
+            ("text part", parts.text.as_str()),
+        ]))?;
     }
     let label = match content {
         ContentSource::Template(name) => name.clone(),
-        _ => kind.to_string(),
+        _ => parts.kind.to_string(),
     };
     Ok(Prepared {
-        kind,
+        kind: parts.kind,
         subject: subject.to_string(),
+        html: parts.html,
+        text: parts.text,
+        label,
+        warnings: parts.warnings,
+    })
+}
+
+/// What the content's templates are compiled against: the campaign's
+/// name, the subject, and the extra top-level variables they may name.
+struct Checker<'a> {
+    campaign: &'a str,
+    subject: &'a str,
+    extra: &'a [&'a str],
+}
+
+impl Checker<'_> {
+    /// Compile the subject with `body` (`None`: a built-in template's own).
+    fn check(&self, body: Option<[(&str, &str); 2]>) -> Result<(), TemplateProblem> {
+        let sources = Sources {
+            subject: ("--subject", self.subject),
+            body,
+        };
+        Compiled::with_vars(&sources, self.campaign, self.extra).map(drop)
+    }
+}
+
+/// The user's content converted: the parts to store and what the creator
+/// should hear about them.
+struct Parts {
+    kind: ContentKind,
+    html: String,
+    text: String,
+    warnings: Vec<String>,
+}
+
+/// A conversion's problem, said of the file it came from.
+fn convert(file: &str) -> impl FnOnce(String) -> ContentError + '_ {
+    move |problem| ContentError::Convert {
+        file: file.to_string(),
+        problem,
+    }
+}
+
+/// `--html FILE [--text FILE]`: checked as written (line numbers are the
+/// user's), CSS inlined, the text part derived when none was given.
+fn from_html(checker: &Checker, html: &Path, text: Option<&Path>) -> Result<Parts, ContentError> {
+    let (html_file, html) = read_file(html)?;
+    let text = text.map(read_file).transpose()?;
+    // The user's own files first: line numbers are theirs.
+    let own_text = text.as_ref().map_or(("", ""), |(f, t)| (f, t));
+    checker.check(Some([(&html_file, &html), own_text]))?;
+    let warnings = check_links(&html_file, &html, true)?;
+    let text = match text {
+        Some((_, text)) => text,
+        None => source::html_to_text(&html).map_err(convert(&html_file))?,
+    };
+    let html = source::inline_css(&html).map_err(convert(&html_file))?;
+    Ok(Parts {
+        kind: ContentKind::Html,
         html,
         text,
-        label,
+        warnings,
+    })
+}
+
+/// `--markdown FILE`: checked as written, converted to HTML with CSS
+/// inlined, the text part derived from it.
+fn from_markdown(checker: &Checker, path: &Path) -> Result<Parts, ContentError> {
+    let (file, markdown) = read_file(path)?;
+    checker.check(Some([(&file, &markdown), ("", "")]))?;
+    let html = source::markdown_to_html(&markdown);
+    // Lines of the converted HTML are not the file's.
+    let warnings = check_links(&file, &html, false)?;
+    let text = source::html_to_text(&html).map_err(convert(&file))?;
+    let html = source::inline_css(&html).map_err(convert(&file))?;
+    Ok(Parts {
+        kind: ContentKind::Markdown,
+        html,
+        text,
         warnings,
     })
 }

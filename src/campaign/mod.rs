@@ -175,6 +175,37 @@ pub fn check(request: CreateRequest) -> Result<Checked, CampaignError> {
         .map(|raw| crate::send_at::parse(raw, crate::store::now_ms()))
         .transpose()?
         .flatten();
+    let Contents {
+        content,
+        public_url,
+        tracking,
+        ab,
+    } = check_contents(&request)?;
+    Ok(Checked {
+        request,
+        content,
+        from,
+        return_path,
+        public_url,
+        max_failure_rate,
+        max_complaint_rate,
+        send_at,
+        tracking,
+        ab,
+    })
+}
+
+/// What a request's recipients get, checked: the content converted, the
+/// public URL its pixel and links point at, what it tracks, its A/B test.
+struct Contents {
+    content: Prepared,
+    public_url: Option<String>,
+    tracking: VersionTracking,
+    ab: Option<crate::store::ab::NewAb>,
+}
+
+/// The subject, content, public URL, tracking and A/B test, in that order.
+fn check_contents(request: &CreateRequest) -> Result<Contents, CampaignError> {
     let subject = &request.subject;
     check_subject(subject)?;
     let mut content = content::prepare(&request.name, subject, &request.content)?;
@@ -201,15 +232,9 @@ pub fn check(request: CreateRequest) -> Result<Checked, CampaignError> {
         content.warnings.extend(checked.warnings);
         checked.test
     });
-    Ok(Checked {
-        request,
+    Ok(Contents {
         content,
-        from,
-        return_path,
         public_url,
-        max_failure_rate,
-        max_complaint_rate,
-        send_at,
         tracking,
         ab,
     })
@@ -288,38 +313,7 @@ pub fn create(conn: &mut Conn, checked: Checked) -> Result<Created, CampaignErro
     let list_id = recipients::find_list(conn, &r.list)?;
     let size = recipients::list_size(conn, list_id)?;
     let priority = r.priority.map_or_else(|| default_priority(size), i64::from);
-    let c = &checked.content;
-    let from_addr = checked.from.to_string();
-    let new = NewCampaign {
-        name: &r.name,
-        list_id,
-        template: &c.label,
-        subject: &r.subject,
-        from_addr: &from_addr,
-        priority,
-        recipients: size,
-        public_url: checked.public_url.as_deref(),
-        return_path: checked.return_path.as_deref(),
-        max_failure_rate: checked.max_failure_rate,
-        max_complaint_rate: checked.max_complaint_rate,
-        send_at: checked.send_at,
-    };
-    let campaign = conn.transaction(|conn| {
-        let campaign = campaigns::create(conn, &new)?;
-        stored::add(
-            conn,
-            campaign.id,
-            c.kind,
-            &c.subject,
-            &c.html,
-            &c.text,
-            &checked.tracking,
-        )?;
-        if let Some(test) = &checked.ab {
-            crate::store::ab::create(conn, campaign.id, test)?;
-        }
-        Ok::<_, StoreError>(campaign)
-    })?;
+    let campaign = insert(conn, &checked, list_id, size, priority)?;
     let mut warnings: Vec<Warning> = checked
         .content
         .warnings
@@ -346,6 +340,50 @@ pub fn create(conn: &mut Conn, checked: Checked) -> Result<Created, CampaignErro
         track: checked.tracking.track,
         links: checked.tracking.links.len(),
         ab: checked.ab,
+    })
+}
+
+/// The campaign row, its first content version and its A/B test, in one
+/// transaction.
+fn insert(
+    conn: &mut Conn,
+    checked: &Checked,
+    list_id: i64,
+    size: i64,
+    priority: i64,
+) -> Result<Campaign, StoreError> {
+    let (r, c) = (&checked.request, &checked.content);
+    let from_addr = checked.from.to_string();
+    let new = NewCampaign {
+        name: &r.name,
+        list_id,
+        template: &c.label,
+        subject: &r.subject,
+        from_addr: &from_addr,
+        priority,
+        recipients: size,
+        public_url: checked.public_url.as_deref(),
+        return_path: checked.return_path.as_deref(),
+        max_failure_rate: checked.max_failure_rate,
+        max_complaint_rate: checked.max_complaint_rate,
+        send_at: checked.send_at,
+    };
+    conn.transaction(|conn| {
+        let campaign = campaigns::create(conn, &new)?;
+        let tracking = &checked.tracking;
+        stored::add(
+            conn,
+            campaign.id,
+            c.kind,
+            &c.subject,
+            &c.html,
+            &c.text,
+            tracking,
+        )?;
+        if let Some(test) = &checked.ab {
+            crate::store::ab::create(conn, campaign.id, test)?;
+        }
+        Ok(campaign)
     })
 }
 

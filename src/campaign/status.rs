@@ -147,23 +147,38 @@ pub struct AbStatus {
 /// The complaint rate Gmail and Yahoo hold bulk senders to (0.3 %).
 pub const COMPLAINT_RATE_LIMIT: f64 = 0.003;
 
-impl CampaignStatus {
-    pub fn new(campaign: &Campaign, counters: &Counters) -> CampaignStatus {
+/// The phase `status` shows: the stored state read with the pause flag,
+/// whether the start time is still `ahead`, and the recipients `pending`.
+fn phase(state: CampaignState, paused: bool, ahead: bool, pending: i64) -> Phase {
+    match (state, paused) {
+        (CampaignState::Cancelled, _) => Phase::Cancelled,
+        (_, true) => Phase::Paused,
+        _ if ahead => Phase::Scheduled,
+        (CampaignState::Draft, _) => Phase::Draft,
+        (CampaignState::Enqueuing, _) => Phase::Enqueuing,
+        (CampaignState::Queued, _) if pending <= 0 => Phase::Done,
+        (CampaignState::Queued, _) => Phase::Sending,
+    }
+}
+
+/// How fast a campaign goes, rounded to a tenth as `status` shows it.
+#[derive(Debug, PartialEq)]
+struct Pace {
+    /// Over the last few seconds, while it is sending; 0 otherwise.
+    rate: f64,
+    /// From the first outcome to the last.
+    avg_rate: f64,
+    /// Until nothing is pending at `rate`.
+    eta_seconds: Option<u64>,
+}
+
+impl Pace {
+    fn of(counters: &Counters, phase: Phase, now: i64) -> Pace {
         let pending = counters.pending();
-        let ahead = campaign.send_at.is_some_and(|at| at > now_ms());
-        let state = match (campaign.state, campaign.paused) {
-            (CampaignState::Cancelled, _) => Phase::Cancelled,
-            (_, true) => Phase::Paused,
-            _ if ahead => Phase::Scheduled,
-            (CampaignState::Draft, _) => Phase::Draft,
-            (CampaignState::Enqueuing, _) => Phase::Enqueuing,
-            (CampaignState::Queued, _) if pending <= 0 => Phase::Done,
-            (CampaignState::Queued, _) => Phase::Sending,
-        };
         let recent = counters
             .last_at
-            .is_some_and(|at| now_ms() - at < 2 * rate_window_ms());
-        let rate = if recent && state == Phase::Sending {
+            .is_some_and(|at| now - at < 2 * rate_window_ms());
+        let rate = if recent && phase == Phase::Sending {
             counters.rate
         } else {
             0.0
@@ -176,6 +191,25 @@ impl CampaignStatus {
             }
             _ => 0.0,
         };
+        Pace {
+            rate: (rate * 10.0).round() / 10.0,
+            avg_rate: (avg_rate * 10.0).round() / 10.0,
+            eta_seconds,
+        }
+    }
+}
+
+impl CampaignStatus {
+    pub fn new(campaign: &Campaign, counters: &Counters) -> CampaignStatus {
+        let now = now_ms();
+        let pending = counters.pending();
+        let ahead = campaign.send_at.is_some_and(|at| at > now);
+        let state = phase(campaign.state, campaign.paused, ahead, pending);
+        let Pace {
+            rate,
+            avg_rate,
+            eta_seconds,
+        } = Pace::of(counters, state, now);
         CampaignStatus {
             id: campaign.id,
             name: campaign.name.clone(),
@@ -189,8 +223,8 @@ impl CampaignStatus {
             failed: counters.failed,
             skipped: counters.skipped,
             pending,
-            rate: (rate * 10.0).round() / 10.0,
-            avg_rate: (avg_rate * 10.0).round() / 10.0,
+            rate,
+            avg_rate,
             eta_seconds,
             eta_note: None,
             bounced: counters.bounced,
@@ -437,3 +471,6 @@ pub fn unverified_lines(conn: &mut crate::store::Conn) -> crate::store::Result<O
     }
     Ok(Some(out))
 }
+
+#[cfg(test)]
+mod tests;

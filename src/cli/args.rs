@@ -2,8 +2,6 @@
 //! environment variables. Nothing here checks a value beyond its type;
 //! [`super::resolve`] turns these into settings.
 
-use std::path::PathBuf;
-
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{self, DEFAULT_BATCH_SIZE};
@@ -24,7 +22,7 @@ use crate::redact;
 pub use ab::AbArgs;
 pub use apikey::{ApikeyCommand, ScopeArg};
 pub use audience::{ImportArgs, ListCommand, ListFaceArgs};
-pub use campaign::TemplatesCommand;
+pub use campaign::{CreateArgs, EditArgs, TemplatesCommand};
 pub use dkim::{Algorithm, DkimCommand};
 pub use doctor::DoctorArgs;
 pub use flow::FlowCommand;
@@ -325,101 +323,12 @@ pub enum CampaignCommand {
     /// The content is exactly one of --html FILE [--text FILE],
     /// --markdown FILE or --template NAME.
     #[command(group = clap::ArgGroup::new("content").required(true).multiple(false))]
-    Create {
-        /// Unique campaign name
-        name: String,
-        /// Recipient list (from `mailsplit import --list`)
-        #[arg(long)]
-        list: String,
-        /// HTML file: a Jinja template (name, email, attributes.KEY,
-        /// unsubscribe_url, campaign.name); its <style> CSS is inlined
-        #[arg(long, value_name = "FILE", group = "content")]
-        html: Option<PathBuf>,
-        /// Text part for --html (default: derived from the HTML)
-        #[arg(long, value_name = "FILE", requires = "html")]
-        text: Option<PathBuf>,
-        /// Markdown file (a Jinja template too): both parts are made from it
-        #[arg(long, value_name = "FILE", group = "content")]
-        markdown: Option<PathBuf>,
-        /// A built-in starter template (see `mailsplit templates`)
-        #[arg(long, value_name = "NAME", group = "content")]
-        template: Option<String>,
-        /// Subject line, a Jinja template too ("Hi {{ name }}")
-        #[arg(long)]
-        subject: String,
-        /// Sender address, e.g. news@example.com or "Shop <news@example.com>"
-        #[arg(long)]
-        from: String,
-        /// beanstalkd priority, lower is sooner. Default: smaller lists get
-        /// a lower number, so a small campaign overtakes a big one.
-        #[arg(long)]
-        priority: Option<u32>,
-        /// Where `mailsplit serve` is reachable from the internet, e.g.
-        /// https://mail.example.com: every message gets a one-click
-        /// unsubscribe link <public-url>/u/TOKEN (List-Unsubscribe, and the
-        /// templates' unsubscribe link). https only; http for loopback hosts
-        #[arg(long, env = "MAILSPLIT_PUBLIC_URL")]
-        public_url: Option<String>,
-        /// VERP return path, e.g. bounces@bounce.example.com: each message's
-        /// envelope sender becomes bounces+TOKEN@bounce.example.com, and
-        /// that domain's mail goes to `mailsplit bounce` (see its --help)
-        #[arg(long, env = "MAILSPLIT_RETURN_PATH")]
-        return_path: Option<String>,
-        /// Workers pause the campaign when more than this share of its last
-        /// 250-500 messages failed, or 100 failed in a row: 20%, 0.2, or off
-        #[arg(long, default_value = "20%")]
-        max_failure_rate: String,
-        /// Workers pause the campaign when complaints (spam reports read by
-        /// `mailsplit bounce`) pass this share of its delivered messages,
-        /// once 1,000 are delivered: 0.3% (Gmail's and Yahoo's bulk-sender
-        /// limit), 0.001, or off. `status` says why it paused
-        #[arg(long, default_value = "0.3%")]
-        max_complaint_rate: String,
-        /// Start no earlier than this (RFC 3339, e.g.
-        /// 2026-12-01T09:00:00+01:00); `enqueue` may run any time before,
-        /// no message leaves before it. A past time is refused
-        #[arg(long, value_name = "TIME")]
-        send_at: Option<String>,
-        /// Track opens (a 1x1 image <public-url>/o/TOKEN) and/or clicks
-        /// (http(s) links rewritten to <public-url>/c/TOKEN/N): opens,
-        /// clicks, opens,clicks or none (the default); needs --public-url
-        #[arg(long, value_name = "opens,clicks")]
-        track: Option<String>,
-        #[command(flatten)]
-        ab: AbArgs,
-    },
+    Create(CreateArgs),
     /// Change a draft, scheduled or paused campaign: each edit is a new content
     /// version, checked as `create` checks it; workers send the new one
     /// from the first message after `resume`
     #[command(group = clap::ArgGroup::new("body").multiple(false))]
-    Edit {
-        /// Campaign name or id
-        name: String,
-        /// New subject line (a Jinja template)
-        #[arg(long)]
-        subject: Option<String>,
-        /// New HTML file (as for create)
-        #[arg(long, value_name = "FILE", group = "body")]
-        html: Option<PathBuf>,
-        /// New text part (with --html, or alone for --html content)
-        #[arg(long, value_name = "FILE")]
-        text: Option<PathBuf>,
-        /// New Markdown file (as for create)
-        #[arg(long, value_name = "FILE", group = "body", conflicts_with = "text")]
-        markdown: Option<PathBuf>,
-        /// New sender address
-        #[arg(long)]
-        from: Option<String>,
-        /// New start time (RFC 3339), or `now`: a scheduled campaign's
-        /// workers see it within a second (alone, it stores no new content
-        /// version)
-        #[arg(long, value_name = "TIME")]
-        send_at: Option<String>,
-        /// What to track from now on: opens, clicks, opens,clicks, or none
-        /// (or empty) to stop
-        #[arg(long, value_name = "opens,clicks")]
-        track: Option<String>,
-    },
+    Edit(EditArgs),
     /// One line per campaign
     List,
     /// Send test messages now: rendered for one list member, subject

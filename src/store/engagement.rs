@@ -164,66 +164,76 @@ fn add_counts(conn: &mut Conn, campaign: i64, n: &Engagement) -> Result<()> {
 /// campaign's counters. Another write about the hit (a webhook's outbox
 /// row) goes beside this call.
 fn record_hit(conn: &mut Conn, hit: &Hit) -> Result<Recorded> {
-    let (c, r, at) = (hit.campaign, hit.recipient, hit.at);
-    ensure_row(conn, c, r)?;
-    let row = e::table.find((c, r));
+    ensure_row(conn, hit.campaign, hit.recipient)?;
     match &hit.kind {
-        HitKind::Open => {
-            let machine = hit.proxy || sent_since(conn, c, r, at - MACHINE_OPEN_WINDOW_MS)?;
-            let first = if machine {
-                let first = on!(conn, |x| diesel::update(
-                    row.filter(e::first_machine_open_at.is_null())
-                )
-                .set(e::first_machine_open_at.eq(at))
-                .execute(x))?;
-                on!(conn, |x| diesel::update(row)
-                    .set(e::machine_opens.eq(e::machine_opens + 1))
-                    .execute(x))?;
-                first
-            } else {
-                let first = on!(conn, |x| diesel::update(
-                    row.filter(e::first_open_at.is_null())
-                )
-                .set(e::first_open_at.eq(at))
-                .execute(x))?;
-                on!(conn, |x| diesel::update(row)
-                    .set(e::opens.eq(e::opens + 1))
-                    .execute(x))?;
-                first
-            };
-            Ok(Recorded {
-                first: first == 1,
-                machine,
-            })
-        }
-        HitKind::Click(_) | HitKind::TemplateLink(_) => {
-            let first = on!(conn, |x| diesel::update(
-                row.filter(e::first_click_at.is_null())
-            )
-            .set(e::first_click_at.eq(at))
-            .execute(x))?;
-            on!(conn, |x| diesel::update(row)
-                .set(e::clicks.eq(e::clicks + 1))
-                .execute(x))?;
-            match &hit.kind {
-                HitKind::Click(n) => {
-                    on!(conn, |x| diesel::update(l::table.find((
-                        c,
-                        hit.version,
-                        *n
-                    )))
-                    .set(l::clicks.eq(l::clicks + 1))
-                    .execute(x))?;
-                }
-                HitKind::TemplateLink(url) => super::template_links::count_click(conn, c, url)?,
-                HitKind::Open => {}
-            }
-            Ok(Recorded {
-                first: first == 1,
-                machine: false,
-            })
-        }
+        HitKind::Open => record_open(conn, hit),
+        HitKind::Click(_) | HitKind::TemplateLink(_) => record_click(conn, hit),
     }
+}
+
+/// An open: a machine's (a known proxy, or within
+/// [`MACHINE_OPEN_WINDOW_MS`] of the send) or a reader's, each with its
+/// own first time and count.
+fn record_open(conn: &mut Conn, hit: &Hit) -> Result<Recorded> {
+    let (c, r, at) = (hit.campaign, hit.recipient, hit.at);
+    let row = e::table.find((c, r));
+    let machine = hit.proxy || sent_since(conn, c, r, at - MACHINE_OPEN_WINDOW_MS)?;
+    let first = if machine {
+        let first = on!(conn, |x| diesel::update(
+            row.filter(e::first_machine_open_at.is_null())
+        )
+        .set(e::first_machine_open_at.eq(at))
+        .execute(x))?;
+        on!(conn, |x| diesel::update(row)
+            .set(e::machine_opens.eq(e::machine_opens + 1))
+            .execute(x))?;
+        first
+    } else {
+        let first = on!(conn, |x| diesel::update(
+            row.filter(e::first_open_at.is_null())
+        )
+        .set(e::first_open_at.eq(at))
+        .execute(x))?;
+        on!(conn, |x| diesel::update(row)
+            .set(e::opens.eq(e::opens + 1))
+            .execute(x))?;
+        first
+    };
+    Ok(Recorded {
+        first: first == 1,
+        machine,
+    })
+}
+
+/// A click: the recipient's first click time and count, and the link's.
+fn record_click(conn: &mut Conn, hit: &Hit) -> Result<Recorded> {
+    let (c, r, at) = (hit.campaign, hit.recipient, hit.at);
+    let row = e::table.find((c, r));
+    let first = on!(conn, |x| diesel::update(
+        row.filter(e::first_click_at.is_null())
+    )
+    .set(e::first_click_at.eq(at))
+    .execute(x))?;
+    on!(conn, |x| diesel::update(row)
+        .set(e::clicks.eq(e::clicks + 1))
+        .execute(x))?;
+    match &hit.kind {
+        HitKind::Click(n) => {
+            on!(conn, |x| diesel::update(l::table.find((
+                c,
+                hit.version,
+                *n
+            )))
+            .set(l::clicks.eq(l::clicks + 1))
+            .execute(x))?;
+        }
+        HitKind::TemplateLink(url) => super::template_links::count_click(conn, c, url)?,
+        HitKind::Open => {}
+    }
+    Ok(Recorded {
+        first: first == 1,
+        machine: false,
+    })
 }
 
 /// The recipient's row, made when missing.

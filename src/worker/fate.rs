@@ -6,11 +6,13 @@
 //! group that deferred them, and delete it — and says so in one log line per
 //! job with what happened to its recipients.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use super::flags::FlagState;
 use super::reserve::{Cmd, NewJob};
 use super::shared::Shared;
-use super::tracker::{Tally, Tracker};
+use super::tracker::{Deferred, Tally, Tracker};
 use crate::queue::JobBody;
 use crate::store::{now_ms, CampaignState};
 
@@ -39,6 +41,93 @@ pub fn retry_delay(attempt: i32) -> Duration {
         .min(RETRY_DELAY_MAX)
 }
 
+/// What a job's recorded outcomes leave to do, taken from its tracker.
+struct Left {
+    /// Highest attempt among recipients left to retry.
+    retry_attempt: Option<i32>,
+    /// Recipients handed back unsent, or held for an A/B decision: the job
+    /// comes back for them (never deleted, never put again as a new job).
+    unclaimed: bool,
+    /// Recipients deferred for lack of rate tokens, by rate group.
+    deferred: BTreeMap<String, Deferred>,
+    /// The longest wait among the deferred recipients and the A/B hold.
+    defer_delay: Duration,
+    /// Another worker holds some recipients until then (ms).
+    busy_until: Option<i64>,
+    tally: Tally,
+}
+
+impl Left {
+    fn take(t: &Tracker) -> Left {
+        let (retry_attempt, unclaimed, deferred, tally) = {
+            let mut p = t.progress.lock().unwrap_or_else(|e| e.into_inner());
+            (
+                p.retry_attempt,
+                p.unclaimed,
+                std::mem::take(&mut p.deferred),
+                p.tally,
+            )
+        };
+        let held = t.held_until.map(super::ab::held_delay);
+        let defer_delay = deferred.values().map(|d| d.delay).max().unwrap_or_default();
+        Left {
+            retry_attempt,
+            unclaimed: unclaimed || held.is_some(),
+            deferred,
+            defer_delay: defer_delay.max(held.unwrap_or_default()),
+            busy_until: t.busy_until,
+            tally,
+        }
+    }
+
+    /// Some recipients are still to be sent, by this job or new ones.
+    fn open(&self) -> bool {
+        self.unclaimed || self.retry_attempt.is_some() || !self.deferred.is_empty()
+    }
+}
+
+/// A finished job's fate, before it becomes its server thread's command.
+#[derive(Debug, PartialEq, Eq)]
+enum Fate {
+    Delete,
+    Release(Duration),
+    /// The deferred recipients go into new jobs; the longest delay is the
+    /// job's release should a put fail.
+    Defer(Duration),
+}
+
+/// The fate of a job with `left` to do, its campaign's `flags` as this
+/// worker last saw them, at `now` (ms).
+fn decide(left: &Left, flags: Option<FlagState>, now: i64) -> Fate {
+    let open = left.open();
+    match flags {
+        Some(f) if f.flags.state == CampaignState::Cancelled => Fate::Delete,
+        Some(f) if f.flags.paused && open => Fate::Release(pause_delay(f.paused_since)),
+        // Its start was moved later while the job was in hand.
+        Some(f) if open && f.flags.before_start(now) => {
+            Fate::Release(crate::send_at::wait(f.flags.send_at, now).unwrap_or(left.defer_delay))
+        }
+        // Only deferred recipients left: they go on in a job of their own.
+        _ if !left.deferred.is_empty()
+            && !left.unclaimed
+            && left.retry_attempt.is_none()
+            && left.busy_until.is_none() =>
+        {
+            Fate::Defer(left.defer_delay)
+        }
+        // Others to retry as well: one release covers them all.
+        _ => match (left.retry_attempt, left.unclaimed, left.busy_until) {
+            (Some(a), _, _) => Fate::Release(retry_delay(a).max(left.defer_delay)),
+            (None, true, _) => Fate::Release(left.defer_delay),
+            (None, false, Some(until)) => Fate::Release(
+                Duration::from_millis((until - now).max(0) as u64 + 1_000).max(left.defer_delay),
+            ),
+            (None, false, None) if open => Fate::Release(left.defer_delay),
+            (None, false, None) => Fate::Delete,
+        },
+    }
+}
+
 /// Decide the fate of a job whose outcomes are all recorded, tell its server
 /// thread, and free its slot.
 ///
@@ -52,66 +141,40 @@ pub fn retry_delay(attempt: i32) -> Duration {
 /// the ledger's claim still sends each recipient once. A failed put
 /// releases the job instead (nobody is lost).
 pub async fn finish(shared: &Shared, t: &Tracker) {
-    let (retry_attempt, unclaimed, deferred, tally) = {
-        let mut p = t.progress.lock().unwrap_or_else(|e| e.into_inner());
-        (
-            p.retry_attempt,
-            p.unclaimed,
-            std::mem::take(&mut p.deferred),
-            p.tally,
-        )
-    };
-    let defer_delay = deferred.values().map(|d| d.delay).max().unwrap_or_default();
-    // Recipients held back for an A/B decision: the job comes back for
-    // them then (never deleted, never put again as a new job).
-    let held = t.held_until.map(super::ab::held_delay);
-    let unclaimed = unclaimed || held.is_some();
-    let defer_delay = defer_delay.max(held.unwrap_or_default());
+    let left = Left::take(t);
     let flags = shared.campaigns.flag_state(t.campaign_id).await;
-    let release = |delay: Duration| Cmd::Release {
-        id: t.job_id,
-        priority: t.priority,
-        delay,
-    };
-    let open = unclaimed || retry_attempt.is_some() || !deferred.is_empty();
-    let cmd = match flags {
-        Some(f) if f.flags.state == CampaignState::Cancelled => Cmd::Delete(t.job_id),
-        Some(f) if f.flags.paused && open => release(pause_delay(f.paused_since)),
-        // Its start was moved later while the job was in hand.
-        Some(f) if open && f.flags.before_start(now_ms()) => {
-            release(crate::send_at::wait(f.flags.send_at, now_ms()).unwrap_or(defer_delay))
-        }
-        // Only deferred recipients left: they go on in a job of their own.
-        _ if !deferred.is_empty()
-            && !unclaimed
-            && retry_attempt.is_none()
-            && t.busy_until.is_none() =>
-        {
-            Cmd::Defer {
-                id: t.job_id,
-                priority: t.priority,
-                delay: defer_delay,
-                jobs: deferred
-                    .into_values()
-                    .map(|d| NewJob {
-                        delay: d.delay,
-                        body: JobBody::new(t.campaign_id, d.recipients).encode(&shared.identity),
-                    })
-                    .collect(),
-            }
-        }
-        // Others to retry as well: one release covers them all.
-        _ => match (retry_attempt, unclaimed, t.busy_until) {
-            (Some(a), _, _) => release(retry_delay(a).max(defer_delay)),
-            (None, true, _) => release(defer_delay),
-            (None, false, Some(until)) => release(
-                Duration::from_millis((until - now_ms()).max(0) as u64 + 1_000).max(defer_delay),
-            ),
-            (None, false, None) if open => release(defer_delay),
-            (None, false, None) => Cmd::Delete(t.job_id),
+    let fate = decide(&left, flags, now_ms());
+    let cmd = match fate {
+        Fate::Delete => Cmd::Delete(t.job_id),
+        Fate::Release(delay) => Cmd::Release {
+            id: t.job_id,
+            priority: t.priority,
+            delay,
+        },
+        Fate::Defer(delay) => Cmd::Defer {
+            id: t.job_id,
+            priority: t.priority,
+            delay,
+            jobs: left
+                .deferred
+                .into_values()
+                .map(|d| NewJob {
+                    delay: d.delay,
+                    body: JobBody::new(t.campaign_id, d.recipients).encode(&shared.identity),
+                })
+                .collect(),
         },
     };
-    let then = what_then(&cmd);
+    log_finished(shared, t, &left.tally, &cmd);
+    shared.cmd(t.server, cmd);
+    t.done.cancel();
+    drop(t.permit.lock().unwrap_or_else(|e| e.into_inner()).take());
+}
+
+/// A finished job's log lines: its own, or (when it only deferred) a
+/// summary now and then; a warning for outcomes that were lost.
+fn log_finished(shared: &Shared, t: &Tracker, tally: &Tally, cmd: &Cmd) {
+    let then = what_then(cmd);
     if tally.only_deferred() {
         // A throttled group defers the same recipients job after job: one
         // line per interval says so, the jobs themselves go to debug.
@@ -125,7 +188,7 @@ pub async fn finish(shared: &Shared, t: &Tracker) {
             );
         }
     } else {
-        log_finished(t, &tally, &then);
+        log_job_line(t, tally, &then);
     }
     if tally.lost > 0 {
         tracing::warn!(
@@ -135,13 +198,10 @@ pub async fn finish(shared: &Shared, t: &Tracker) {
             "outcomes not recorded: their claims had lapsed and another worker holds these recipients (its outcome stands, ours is dropped)"
         );
     }
-    shared.cmd(t.server, cmd);
-    t.done.cancel();
-    drop(t.permit.lock().unwrap_or_else(|e| e.into_inner()).take());
 }
 
 /// The line every finished job gets (but those that only deferred).
-fn log_finished(t: &Tracker, tally: &Tally, then: &impl std::fmt::Display) {
+fn log_job_line(t: &Tracker, tally: &Tally, then: &impl std::fmt::Display) {
     tracing::info!(
         job = t.job_id,
         campaign = t.campaign_id,
@@ -172,5 +232,121 @@ fn what_then(cmd: &Cmd) -> String {
             )
         }
         other => format!("{other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::campaigns::Flags;
+
+    const NOW: i64 = 1_000_000;
+
+    fn left() -> Left {
+        Left {
+            retry_attempt: None,
+            unclaimed: false,
+            deferred: BTreeMap::new(),
+            defer_delay: Duration::ZERO,
+            busy_until: None,
+            tally: Tally::default(),
+        }
+    }
+
+    fn deferring(delay: Duration) -> Left {
+        let mut l = left();
+        l.deferred.insert(
+            "slow".into(),
+            Deferred {
+                recipients: vec![1],
+                delay,
+            },
+        );
+        l.defer_delay = delay;
+        l
+    }
+
+    fn flags(state: CampaignState, paused: bool, send_at: Option<i64>) -> Option<FlagState> {
+        Some(FlagState {
+            flags: Flags {
+                state,
+                paused,
+                send_at,
+            },
+            paused_since: None,
+        })
+    }
+
+    #[test]
+    fn a_job_with_nothing_left_is_deleted_whatever_its_flags() {
+        assert_eq!(decide(&left(), None, NOW), Fate::Delete);
+        let paused = flags(CampaignState::Queued, true, Some(NOW + 60_000));
+        assert_eq!(decide(&left(), paused, NOW), Fate::Delete);
+    }
+
+    #[test]
+    fn a_cancelled_campaign_deletes_even_open_jobs() {
+        let mut l = deferring(Duration::from_secs(30));
+        l.retry_attempt = Some(2);
+        let cancelled = flags(CampaignState::Cancelled, false, None);
+        assert_eq!(decide(&l, cancelled, NOW), Fate::Delete);
+    }
+
+    #[test]
+    fn a_paused_or_not_yet_started_campaign_releases_open_jobs() {
+        let l = deferring(Duration::from_secs(30));
+        let paused = flags(CampaignState::Queued, true, None);
+        assert_eq!(decide(&l, paused, NOW), Fate::Release(PAUSE_DELAY_MIN));
+        let later = flags(CampaignState::Queued, false, Some(NOW + 90_500));
+        assert_eq!(
+            decide(&l, later, NOW),
+            Fate::Release(Duration::from_secs(91))
+        );
+    }
+
+    #[test]
+    fn only_deferred_recipients_go_on_in_new_jobs() {
+        let l = deferring(Duration::from_secs(30));
+        assert_eq!(decide(&l, None, NOW), Fate::Defer(Duration::from_secs(30)));
+        let running = flags(CampaignState::Queued, false, Some(NOW - 1));
+        assert_eq!(
+            decide(&l, running, NOW),
+            Fate::Defer(Duration::from_secs(30))
+        );
+    }
+
+    #[test]
+    fn deferred_with_others_open_is_one_release_for_the_longest_wait() {
+        let mut retried = deferring(Duration::from_secs(30));
+        retried.retry_attempt = Some(1);
+        assert_eq!(
+            decide(&retried, None, NOW),
+            Fate::Release(Duration::from_secs(30))
+        );
+        retried.retry_attempt = Some(4);
+        assert_eq!(decide(&retried, None, NOW), Fate::Release(retry_delay(4)));
+
+        let mut unclaimed = deferring(Duration::from_secs(30));
+        unclaimed.unclaimed = true;
+        assert_eq!(
+            decide(&unclaimed, None, NOW),
+            Fate::Release(Duration::from_secs(30))
+        );
+
+        let mut busy = deferring(Duration::from_secs(3));
+        busy.busy_until = Some(NOW + 10_000);
+        assert_eq!(
+            decide(&busy, None, NOW),
+            Fate::Release(Duration::from_secs(11))
+        );
+    }
+
+    #[test]
+    fn a_job_whose_recipients_another_worker_holds_comes_back_after_them() {
+        let mut l = left();
+        l.busy_until = Some(NOW + 2_000);
+        assert_eq!(decide(&l, None, NOW), Fate::Release(Duration::from_secs(3)));
+        l.busy_until = Some(NOW - 5_000);
+        assert_eq!(decide(&l, None, NOW), Fate::Release(Duration::from_secs(1)));
     }
 }

@@ -141,6 +141,37 @@ fn mask_addresses(reply: &str) -> String {
     out
 }
 
+/// When the reporter re-reads the campaigns' flags. A batch that
+/// auto-paused a campaign (see `store::autopause`) means stop sending for it
+/// now. A batch with failures may show that another worker's batch paused
+/// one: look at once rather than at the next flag refresh (at most every
+/// FAILURE_LOOK_INTERVAL), so a relay refusing everything costs as few
+/// recipients as possible.
+struct FlagLook {
+    last: tokio::time::Instant,
+}
+
+impl FlagLook {
+    fn new(now: tokio::time::Instant) -> FlagLook {
+        FlagLook {
+            last: now.checked_sub(FAILURE_LOOK_INTERVAL).unwrap_or(now),
+        }
+    }
+
+    /// Whether a batch with `outcomes`, that paused campaigns or not, calls
+    /// for a look at `now` (noted as the last look if so).
+    fn due(&mut self, outcomes: &[Outcome], paused: bool, now: tokio::time::Instant) -> bool {
+        let failures = outcomes
+            .iter()
+            .any(|o| matches!(o.kind, OutcomeKind::Failed(_) | OutcomeKind::Bounced(_)));
+        let due = paused || (failures && now.duration_since(self.last) >= FAILURE_LOOK_INTERVAL);
+        if due {
+            self.last = now;
+        }
+        due
+    }
+}
+
 /// Runs until `drained` (every job finished) and nothing is left to write.
 /// `gather` is the batch size worth waiting [`GATHER_WINDOW`] for; a sender
 /// waits for its outcome's commit before its next message (see
@@ -152,8 +183,7 @@ pub async fn reporter(
     gather: usize,
 ) {
     let mut batch: Vec<SendOutcome> = Vec::with_capacity(MAX_BATCH);
-    let now = tokio::time::Instant::now();
-    let mut last_look = now.checked_sub(FAILURE_LOOK_INTERVAL).unwrap_or(now);
+    let mut look = FlagLook::new(tokio::time::Instant::now());
     let mut failure_log = FailureLog::new();
     loop {
         // Take what is waiting, up to MAX_BATCH: under load batches grow by
@@ -166,18 +196,7 @@ pub async fn reporter(
             break;
         }
         gather_more(&mut inbox, &mut batch, gather).await;
-        let outcomes: Arc<Vec<Outcome>> = Arc::new(
-            batch
-                .iter()
-                .map(|r| Outcome {
-                    campaign_id: r.tracker.campaign_id,
-                    recipient_id: r.recipient_id,
-                    token: r.tracker.token,
-                    kind: r.kind.clone(),
-                    content_version: r.content_version,
-                })
-                .collect(),
-        );
+        let outcomes = ledger_outcomes(&batch);
         let deliveries::Recording {
             results: recorded,
             paused,
@@ -188,16 +207,7 @@ pub async fn reporter(
             .filter(|(r, s)| r.kind == OutcomeKind::Sent && **s == Recorded::Final)
             .count();
         shared.sent.fetch_add(sent as u64, Ordering::Relaxed);
-        // This batch auto-paused a campaign (see `store::autopause`): stop
-        // sending for it now. A batch with failures may show that another
-        // worker's batch paused one: look at once rather than at the next
-        // flag refresh (at most every FAILURE_LOOK_INTERVAL), so a relay
-        // refusing everything costs as few recipients as possible.
-        let failures = outcomes
-            .iter()
-            .any(|o| matches!(o.kind, OutcomeKind::Failed(_) | OutcomeKind::Bounced(_)));
-        if !paused.is_empty() || (failures && last_look.elapsed() >= FAILURE_LOOK_INTERVAL) {
-            last_look = tokio::time::Instant::now();
+        if look.due(&outcomes, !paused.is_empty(), tokio::time::Instant::now()) {
             if let Err(e) = shared.campaigns.refresh(&shared.db).await {
                 tracing::warn!(error = %e, "cannot refresh campaign flags");
             }
@@ -215,6 +225,23 @@ pub async fn reporter(
             }
         }
     }
+}
+
+/// The ledger's view of a batch: shared with the blocking task that
+/// writes it, and with each retry of that write.
+fn ledger_outcomes(batch: &[SendOutcome]) -> Arc<Vec<Outcome>> {
+    Arc::new(
+        batch
+            .iter()
+            .map(|r| Outcome {
+                campaign_id: r.tracker.campaign_id,
+                recipient_id: r.recipient_id,
+                token: r.tracker.token,
+                kind: r.kind.clone(),
+                content_version: r.content_version,
+            })
+            .collect(),
+    )
 }
 
 /// Group commit: a few statements and one commit cost the same for 2
@@ -276,5 +303,44 @@ mod tests {
             mask_addresses("452 4.2.2 @ mailbox full"),
             "452 4.2.2 @ mailbox full"
         );
+    }
+
+    fn outcome(kind: OutcomeKind) -> Outcome {
+        Outcome {
+            campaign_id: 1,
+            recipient_id: 2,
+            token: 3,
+            kind,
+            content_version: None,
+        }
+    }
+
+    #[test]
+    fn flags_are_looked_at_after_a_pause_at_once_and_after_failures_at_most_every_interval() {
+        let start = tokio::time::Instant::now();
+        let mut look = FlagLook::new(start);
+        let sent = [
+            outcome(OutcomeKind::Sent),
+            outcome(OutcomeKind::Retry("451".into())),
+        ];
+        let failed = [
+            outcome(OutcomeKind::Sent),
+            outcome(OutcomeKind::Failed("550".into())),
+        ];
+        assert!(!look.due(&sent, false, start));
+        assert!(
+            look.due(&failed, false, start),
+            "the first failures look at once"
+        );
+        let soon = start + FAILURE_LOOK_INTERVAL / 2;
+        assert!(!look.due(&failed, false, soon));
+        assert!(
+            look.due(&sent, true, soon),
+            "a pause looks whatever the interval"
+        );
+        assert!(!look.due(&failed, false, soon + FAILURE_LOOK_INTERVAL / 2));
+        assert!(look.due(&failed, false, soon + FAILURE_LOOK_INTERVAL));
+        let bounced = [outcome(OutcomeKind::Bounced("550 5.1.1".into()))];
+        assert!(look.due(&bounced, false, soon + FAILURE_LOOK_INTERVAL * 3));
     }
 }

@@ -83,6 +83,9 @@ pub struct Scheduler {
 /// A sender's idle time ran out.
 struct Idle;
 
+/// The job stage is gone and nothing is parked.
+struct Gone;
+
 /// What [`Scheduler::next`] gives a sender.
 pub enum Next {
     /// A message, its tokens taken (none after an abort).
@@ -210,14 +213,7 @@ impl Scheduler {
         }
         loop {
             if self.abort.is_cancelled() {
-                if let Some(m) = st.pop_any() {
-                    return Ok(Some(Out::Msg(m)));
-                }
-                return Ok(tokio::select! {
-                    biased;
-                    Ok(u) = self.urgent.recv() => Some(Out::Urgent(u)),
-                    m = self.input.recv() => m.ok().map(Out::Msg),
-                });
+                return Ok(self.after_abort(&mut st).await);
             }
             st.follow_generation(shared.limiter.generation());
             if let Some(m) = self.release_parked(&mut st, shared).await {
@@ -225,22 +221,13 @@ impl Scheduler {
                 return Ok(Some(Out::Msg(m)));
             }
             self.sweep(&mut st, shared).await;
-            loop {
-                match self.input.try_recv() {
-                    Ok(m) => {
-                        if let Admit::Go(m) = self.admit(&mut st, shared, m).await {
-                            self.publish(&st);
-                            return Ok(Some(Out::Msg(m)));
-                        }
-                    }
-                    Err(async_channel::TryRecvError::Empty) => break,
-                    Err(async_channel::TryRecvError::Closed) => {
-                        if st.parked == 0 {
-                            return Ok(None);
-                        }
-                        break;
-                    }
+            match self.admit_sent(&mut st, shared).await {
+                Ok(Some(m)) => {
+                    self.publish(&st);
+                    return Ok(Some(Out::Msg(m)));
                 }
+                Ok(None) => {}
+                Err(Gone) => return Ok(None),
             }
             self.publish(&st);
             let now = Instant::now();
@@ -266,18 +253,40 @@ impl Scheduler {
         }
     }
 
+    /// After the abort, messages go without tokens (their senders hand
+    /// them back unsent): the parked ones first, then whatever comes.
+    async fn after_abort(&self, st: &mut State) -> Option<Out> {
+        if let Some(m) = st.pop_any() {
+            return Some(Out::Msg(m));
+        }
+        tokio::select! {
+            biased;
+            Ok(u) = self.urgent.recv() => Some(Out::Urgent(u)),
+            m = self.input.recv() => m.ok().map(Out::Msg),
+        }
+    }
+
+    /// Admit what the job stage has sent meanwhile, until a message may go
+    /// now.
+    async fn admit_sent(&self, st: &mut State, shared: &Context<'_>) -> Result<Option<Msg>, Gone> {
+        loop {
+            match self.input.try_recv() {
+                Ok(m) => {
+                    if let Admit::Go(m) = self.admit(st, shared, m).await {
+                        return Ok(Some(m));
+                    }
+                }
+                Err(async_channel::TryRecvError::Empty) => return Ok(None),
+                Err(async_channel::TryRecvError::Closed) if st.parked == 0 => return Err(Gone),
+                Err(async_channel::TryRecvError::Closed) => return Ok(None),
+            }
+        }
+    }
+
     /// Give groups whose next token is due their parked messages.
     async fn release_parked(&self, st: &mut State, shared: &Context<'_>) -> Option<Msg> {
-        let now = Instant::now();
-        let mut due: Vec<(Instant, String)> = st
-            .queues
-            .iter()
-            .filter(|(_, q)| !q.msgs.is_empty() && q.due.is_none_or(|d| d <= now))
-            .map(|(n, q)| (q.due.unwrap_or(now), n.clone()))
-            .collect();
-        due.sort();
         let mut first = None;
-        for (_, name) in due {
+        for (_, name) in st.due_queues(Instant::now()) {
             for _ in 0..TRIES_PER_QUEUE {
                 let Some(head) = st.queues.get_mut(&name).and_then(|q| q.msgs.front_mut()) else {
                     break;
@@ -301,15 +310,7 @@ impl Scheduler {
                         let Some(p) = st.take_head(&name) else {
                             break;
                         };
-                        if first.is_none() {
-                            first = Some(p.msg);
-                        } else {
-                            self.ready
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .push_back(p.msg);
-                        }
-                        if !self.ready_room() {
+                        if !self.hand_out(&mut first, p.msg) {
                             return first;
                         }
                     }
@@ -319,22 +320,30 @@ impl Scheduler {
                         }
                         break;
                     }
+                    // Another of its groups is short now: wait there.
                     Err(b) => {
-                        // Another of its groups is short now: wait there.
-                        let Some(p) = st.take_head(&name) else {
+                        if !st.repark_head(&name, b.group, b.at) {
                             break;
-                        };
-                        let other = st.queues.entry(b.group).or_default();
-                        if other.msgs.is_empty() {
-                            other.due = Some(b.at);
                         }
-                        other.msgs.push_back(p);
-                        st.parked += 1;
                     }
                 }
             }
         }
         first
+    }
+
+    /// A message whose tokens are taken: the caller's if it has none yet,
+    /// else for a sender queued on the lock. Whether there is room for more.
+    fn hand_out(&self, first: &mut Option<Msg>, msg: Msg) -> bool {
+        if first.is_none() {
+            *first = Some(msg);
+        } else {
+            self.ready
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push_back(msg);
+        }
+        self.ready_room()
     }
 
     /// Keep in each queue only what is expected to go within

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 use super::pipeline::{Delivered, Msg, SendOutcome, Urgent};
@@ -55,78 +55,28 @@ enum Opened {
     Done,
 }
 
+/// A live session and the slot it holds.
+type Held = Option<(Box<Session>, Slot)>;
+
 pub async fn sender(
     shared: Arc<Shared>,
     inbox: Arc<Scheduler>,
     outbox: mpsc::Sender<SendOutcome>,
     setup: SenderSetup,
 ) {
-    let SenderSetup {
-        relay,
-        sessions,
-        max_per_session,
-        abort,
-        done,
-    } = setup;
     let mut backoff = Duration::from_millis(500);
     loop {
-        let mut session = if abort.is_cancelled() {
+        let mut session = if setup.abort.is_cancelled() {
             None
         } else {
-            match open(&inbox, &relay, &sessions, &abort, &done, &mut backoff).await {
+            match open(&inbox, &setup, &mut backoff).await {
                 Opened::Session(conn, slot) => Some((conn, slot)),
                 Opened::Retry => continue,
                 Opened::Abort => None,
                 Opened::Done => break,
             }
         };
-        // Messages on this session (after an abort: none, each handed back).
-        let mut tried = 0usize;
-        let closed = loop {
-            if session.is_some() && tried >= max_per_session {
-                break false;
-            }
-            // The one place a sender takes its next message (its rate
-            // tokens already taken, see `schedule`).
-            let idle = session.is_some().then_some(IDLE_QUIT);
-            let msg = match inbox.next(&shared.schedule(), idle).await {
-                Next::Msg(msg) => msg,
-                Next::Urgent(u) => {
-                    let conn = session.as_mut().map(|(c, _)| &mut **c);
-                    tried += usize::from(urgent(&shared, &relay, conn, u).await);
-                    if session.as_ref().is_some_and(|(c, _)| c.has_broken()) {
-                        session = None;
-                        break false;
-                    }
-                    continue;
-                }
-                Next::Idle => break false,
-                Next::Closed => break true,
-            };
-            // Wait while `concurrency` messages are already out but unrecorded.
-            let Ok(permit) = Arc::clone(&shared.unrecorded).acquire_owned().await else {
-                break true;
-            };
-            let conn = session.as_mut().map(|(c, _)| &mut **c);
-            let (kind, on_wire) = deliver(&shared, &relay, conn, &msg, &abort).await;
-            tried += usize::from(on_wire);
-            let report = SendOutcome {
-                tracker: msg.tracker,
-                recipient_id: msg.recipient_id,
-                attempt: msg.attempt,
-                kind,
-                content_version: (msg.content_version > 0).then_some(msg.content_version),
-                unrecorded: Some(permit),
-            };
-            if outbox.send(report).await.is_err() {
-                break true;
-            }
-            if session.as_ref().is_some_and(|(c, _)| c.has_broken()) {
-                // Dropped without QUIT; a new session before the next message.
-                session = None;
-                break false;
-            }
-        };
+        let closed = on_session(&shared, &inbox, &outbox, &setup, &mut session).await;
         if let Some((mut c, slot)) = session {
             let _ = tokio::time::timeout(Duration::from_secs(2), c.quit()).await;
             drop(slot);
@@ -137,17 +87,80 @@ pub async fn sender(
     }
 }
 
+/// Messages on one session (after an abort: none, each handed back) until
+/// it has sent `max_per_session`, idles or breaks (then it is dropped
+/// without QUIT and `session` is `None`). Returns true when no more work
+/// will come or nobody records outcomes any more.
+async fn on_session(
+    shared: &Shared,
+    inbox: &Scheduler,
+    outbox: &mpsc::Sender<SendOutcome>,
+    setup: &SenderSetup,
+    session: &mut Held,
+) -> bool {
+    let mut tried = 0usize;
+    loop {
+        if session.is_some() && tried >= setup.max_per_session {
+            return false;
+        }
+        // The one place a sender takes its next message (its rate tokens
+        // already taken, see `schedule`).
+        let idle = session.is_some().then_some(IDLE_QUIT);
+        let msg = match inbox.next(&shared.schedule(), idle).await {
+            Next::Msg(msg) => msg,
+            Next::Urgent(u) => {
+                let conn = session.as_mut().map(|(c, _)| &mut **c);
+                tried += usize::from(urgent(shared, &setup.relay, conn, u).await);
+                if session.as_ref().is_some_and(|(c, _)| c.has_broken()) {
+                    *session = None;
+                    return false;
+                }
+                continue;
+            }
+            Next::Idle => return false,
+            Next::Closed => return true,
+        };
+        // Wait while `concurrency` messages are already out but unrecorded.
+        let Ok(permit) = Arc::clone(&shared.unrecorded).acquire_owned().await else {
+            return true;
+        };
+        let conn = session.as_mut().map(|(c, _)| &mut **c);
+        let (kind, on_wire) = deliver(shared, &setup.relay, conn, &msg, &setup.abort).await;
+        tried += usize::from(on_wire);
+        if outbox.send(outcome(msg, kind, permit)).await.is_err() {
+            return true;
+        }
+        if session.as_ref().is_some_and(|(c, _)| c.has_broken()) {
+            // Dropped without QUIT; a new session before the next message.
+            *session = None;
+            return false;
+        }
+    }
+}
+
+/// `msg`'s outcome for the reporter, holding its unrecorded permit.
+fn outcome(msg: Msg, kind: OutcomeKind, permit: OwnedSemaphorePermit) -> SendOutcome {
+    SendOutcome {
+        tracker: msg.tracker,
+        recipient_id: msg.recipient_id,
+        attempt: msg.attempt,
+        kind,
+        content_version: (msg.content_version > 0).then_some(msg.content_version),
+        unrecorded: Some(permit),
+    }
+}
+
 /// Wait for work, then for a session slot, then connect. A connect that
 /// fails costs no message (none is taken yet): the slot goes back, the
 /// session count may shrink, and the sender waits its backoff.
-async fn open(
-    inbox: &Scheduler,
-    relay: &Relay,
-    sessions: &Arc<Sessions>,
-    abort: &CancellationToken,
-    done: &CancellationToken,
-    backoff: &mut Duration,
-) -> Opened {
+async fn open(inbox: &Scheduler, setup: &SenderSetup, backoff: &mut Duration) -> Opened {
+    let SenderSetup {
+        relay,
+        sessions,
+        abort,
+        done,
+        ..
+    } = setup;
     // No session is opened for nothing (an idle worker holds none).
     while inbox.is_empty() {
         if inbox.is_closed() || done.is_cancelled() {
@@ -255,7 +268,14 @@ async fn deliver(
     if let Some(status) = shared.optouts.left(msg.recipient_id) {
         return (OutcomeKind::Skipped(status.as_str().to_string()), false);
     }
-    let kind = match relay.send(conn, &msg.composed).await {
+    let verdict = relay.send(conn, &msg.composed).await;
+    (judge(shared, msg, verdict).await, true)
+}
+
+/// The outcome of a relay's verdict on `msg`; a success or a throttle also
+/// tells the rate limiter.
+async fn judge(shared: &Shared, msg: &Msg, verdict: Verdict) -> OutcomeKind {
+    match verdict {
         Verdict::Sent => {
             shared.limiter.success(&msg.rate_groups).await;
             OutcomeKind::Sent
@@ -274,16 +294,34 @@ async fn deliver(
                 .limiter
                 .slow_down(&msg.rate_groups, &reply.text)
                 .await;
-            let group = msg
-                .rate_groups
-                .iter()
-                .find(|g| !crate::rate_group::Group::is_campaign_name(g))
-                .map_or("throttled", String::as_str);
+            let group = throttled_group(&msg.rate_groups);
             msg.tracker
                 .defer(msg.recipient_id, group, THROTTLE_DEFER_DELAY);
             OutcomeKind::Unclaim
         }
         Verdict::Transient(reply) => OutcomeKind::Retry(reply.text),
-    };
-    (kind, true)
+    }
+}
+
+/// The rate group a throttled recipient is deferred under: its first one
+/// that is not the campaign's own.
+fn throttled_group(rate_groups: &[String]) -> &str {
+    rate_groups
+        .iter()
+        .find(|g| !crate::rate_group::Group::is_campaign_name(g))
+        .map_or("throttled", String::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::throttled_group;
+
+    #[test]
+    fn a_throttled_recipient_is_deferred_under_its_first_group_not_the_campaigns() {
+        let groups = |g: &[&str]| g.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let mixed = groups(&["campaign:spring", "domain:example.org", "relay:main"]);
+        assert_eq!(throttled_group(&mixed), "domain:example.org");
+        assert_eq!(throttled_group(&groups(&["campaign:spring"])), "throttled");
+        assert_eq!(throttled_group(&[]), "throttled");
+    }
 }

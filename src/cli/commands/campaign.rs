@@ -1,8 +1,6 @@
 //! `mailsplit campaign create|edit|list` and `mailsplit preview`.
 
-use std::path::PathBuf;
-
-use crate::campaign::{self, ContentSource, CreateRequest, Created};
+use crate::campaign::{self, CreateRequest, Created};
 use crate::cli::args::{CampaignCommand, Global};
 use crate::cli::out::{self, error_line, outln};
 use crate::compose;
@@ -12,83 +10,14 @@ use super::{open_migrated, open_read_only, Result};
 /// `campaign create | list`.
 pub fn campaign(g: &Global, cmd: CampaignCommand) -> Result {
     match cmd {
-        CampaignCommand::Create {
-            name,
-            list,
-            html,
-            text,
-            markdown,
-            template,
-            subject,
-            from,
-            priority,
-            public_url,
-            return_path,
-            max_failure_rate,
-            max_complaint_rate,
-            send_at,
-            track,
-            ab,
-        } => create(
-            g,
-            CreateRequest {
-                name,
-                list,
-                content: content_source(html, text, markdown, template),
-                subject,
-                from,
-                priority,
-                public_url,
-                return_path,
-                max_failure_rate,
-                max_complaint_rate,
-                send_at,
-                track,
-                ab: ab.request(),
-            },
-        ),
-        CampaignCommand::Edit {
-            name,
-            subject,
-            html,
-            text,
-            markdown,
-            from,
-            send_at,
-            track,
-        } => edit(
-            g,
-            &campaign::EditRequest {
-                name,
-                subject,
-                html,
-                text,
-                markdown,
-                from,
-                send_at,
-                track,
-            },
-        ),
+        CampaignCommand::Create(a) => create(g, a.request()),
+        CampaignCommand::Edit(a) => edit(g, &a.request()),
         CampaignCommand::List => list(g),
         CampaignCommand::Test(a) => test(g, &a.name, &a.to, a.recipient.as_deref(), &a.smtp),
         CampaignCommand::Delete { name } => {
             let deleted = campaign::delete(&mut open_migrated(g)?, &name)?;
             Ok(outln!("deleted campaign {deleted:?}")?)
         }
-    }
-}
-
-/// The one content option clap let through.
-fn content_source(
-    html: Option<PathBuf>,
-    text: Option<PathBuf>,
-    markdown: Option<PathBuf>,
-    template: Option<String>,
-) -> ContentSource {
-    match (html, markdown, template) {
-        (Some(html), _, _) => ContentSource::Html { html, text },
-        (_, Some(md), _) => ContentSource::Markdown(md),
-        (_, _, name) => ContentSource::Template(name.unwrap_or_default()),
     }
 }
 

@@ -16,7 +16,7 @@ use diesel::prelude::*;
 use crate::store::prepared::{Bind, Prepared};
 use crate::store::recipients::{self as recipients_store, Recipient, RecipientStatus};
 use crate::store::schema::{deliveries as d, recipients};
-use crate::store::{autopause, bounces, now_ms, on, Backend, Conn, InnerMut, Result, StoreError};
+use crate::store::{autopause, bounces, now_ms, on, Backend, Conn, InnerMut, Result};
 /// Rows of one campaign still claimed by `token`.
 macro_rules! owned_rows {
     ($campaign_id:expr, $token:expr, $ids:expr) => {

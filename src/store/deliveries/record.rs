@@ -204,36 +204,15 @@ fn record_other(
     max_attempts: i32,
     delta: &mut Delta,
 ) -> Result<(Recorded, usize)> {
-    let ids = std::slice::from_ref(&o.recipient_id);
-    let mine = || owned_rows!(o.campaign_id, o.token, ids);
-    // Close this claim with a state and the relay's reply; 1 if it
-    // was still ours.
-    let close = |conn: &mut Conn, state: DeliveryState, err: &str, last_try: bool| {
-        let set = (
-            d::state.eq(state),
-            d::claim_token.eq(None::<i64>),
-            d::last_error.eq(Some(err)),
-            d::updated_at.eq(now),
-        );
-        Ok::<_, StoreError>(if last_try {
-            on!(conn, |c| diesel::update(
-                mine().filter(d::attempts.ge(max_attempts))
-            )
-            .set(set)
-            .execute(c))?
-        } else {
-            on!(conn, |c| diesel::update(mine()).set(set).execute(c))?
-        })
-    };
     Ok(match &o.kind {
         OutcomeKind::Sent => (Recorded::Final, 1),
         OutcomeKind::Failed(err) => {
-            let n = close(conn, DeliveryState::Failed, err, false)?;
+            let n = close_claim(conn, o, now, DeliveryState::Failed, err, None)?;
             delta.failed += n as i64;
             (Recorded::Final, n)
         }
         OutcomeKind::Bounced(err) => {
-            let n = close(conn, DeliveryState::Failed, err, false)?;
+            let n = close_claim(conn, o, now, DeliveryState::Failed, err, None)?;
             delta.failed += n as i64;
             if n == 1 {
                 hard_bounce(conn, o.campaign_id, o.recipient_id, err)?;
@@ -241,33 +220,71 @@ fn record_other(
             (Recorded::Final, n)
         }
         OutcomeKind::Skipped(err) => {
-            let n = close(conn, DeliveryState::Skipped, err, false)?;
+            let n = close_claim(conn, o, now, DeliveryState::Skipped, err, None)?;
             delta.skipped += n as i64;
             (Recorded::Final, n)
         }
         // A transient failure on the last allowed attempt is final.
-        OutcomeKind::Retry(err) => match close(conn, DeliveryState::Failed, err, true)? {
-            0 => (
-                Recorded::Open,
-                close(conn, DeliveryState::Retry, err, false)?,
-            ),
-            n => {
-                delta.failed += n as i64;
-                (Recorded::Final, n)
+        OutcomeKind::Retry(err) => {
+            let last = Some(max_attempts);
+            match close_claim(conn, o, now, DeliveryState::Failed, err, last)? {
+                0 => (
+                    Recorded::Open,
+                    close_claim(conn, o, now, DeliveryState::Retry, err, None)?,
+                ),
+                n => {
+                    delta.failed += n as i64;
+                    (Recorded::Final, n)
+                }
             }
-        },
-        OutcomeKind::Unclaim => {
-            let n = on!(conn, |c| diesel::update(mine())
-                .set((
-                    d::state.eq(DeliveryState::Retry),
-                    d::attempts.eq(d::attempts - 1),
-                    d::claim_token.eq(None::<i64>),
-                    d::updated_at.eq(now),
-                ))
-                .execute(c))?;
-            (Recorded::Open, n)
         }
+        OutcomeKind::Unclaim => (Recorded::Open, unclaim(conn, o, now)?),
     })
+}
+
+/// Close `o`'s claim with `state` and the relay's reply `err`, when it is
+/// still ours (and, with `attempts_at_least`, the row has had that many
+/// tries); the rows changed, 0 or 1.
+fn close_claim(
+    conn: &mut Conn,
+    o: &Outcome,
+    now: i64,
+    state: DeliveryState,
+    err: &str,
+    attempts_at_least: Option<i32>,
+) -> Result<usize> {
+    let ids = std::slice::from_ref(&o.recipient_id);
+    let mine = || owned_rows!(o.campaign_id, o.token, ids);
+    let set = (
+        d::state.eq(state),
+        d::claim_token.eq(None::<i64>),
+        d::last_error.eq(Some(err)),
+        d::updated_at.eq(now),
+    );
+    Ok(match attempts_at_least {
+        Some(min) => on!(conn, |c| diesel::update(mine().filter(d::attempts.ge(min)))
+            .set(set)
+            .execute(c))?,
+        None => on!(conn, |c| diesel::update(mine()).set(set).execute(c))?,
+    })
+}
+
+/// Hand `o`'s recipient back unsent, the attempt not counted; the rows
+/// changed, 0 or 1.
+fn unclaim(conn: &mut Conn, o: &Outcome, now: i64) -> Result<usize> {
+    let ids = std::slice::from_ref(&o.recipient_id);
+    Ok(on!(conn, |c| diesel::update(owned_rows!(
+        o.campaign_id,
+        o.token,
+        ids
+    ))
+    .set((
+        d::state.eq(DeliveryState::Retry),
+        d::attempts.eq(d::attempts - 1),
+        d::claim_token.eq(None::<i64>),
+        d::updated_at.eq(now),
+    ))
+    .execute(c))?)
 }
 
 /// Failures after each campaign's last success in this batch, in the

@@ -112,6 +112,34 @@ impl State {
         wake
     }
 
+    /// The groups with parked messages whose next token is due at `now`
+    /// (or not known), with that time, the longest due first.
+    pub(super) fn due_queues(&self, now: Instant) -> Vec<(Instant, String)> {
+        let mut due: Vec<(Instant, String)> = self
+            .queues
+            .iter()
+            .filter(|(_, q)| !q.msgs.is_empty() && q.due.is_none_or(|d| d <= now))
+            .map(|(n, q)| (q.due.unwrap_or(now), n.clone()))
+            .collect();
+        due.sort();
+        due
+    }
+
+    /// Move the head of `from`'s queue to `group`'s, whose next token is due
+    /// `at` (if nothing waits there yet); false when `from` has none.
+    pub(super) fn repark_head(&mut self, from: &str, group: String, at: Instant) -> bool {
+        let Some(p) = self.take_head(from) else {
+            return false;
+        };
+        let other = self.queues.entry(group).or_default();
+        if other.msgs.is_empty() {
+            other.due = Some(at);
+        }
+        other.msgs.push_back(p);
+        self.parked += 1;
+        true
+    }
+
     pub(super) fn take_head(&mut self, name: &str) -> Option<Parked> {
         let p = self.queues.get_mut(name)?.msgs.pop_front()?;
         self.parked -= 1;
