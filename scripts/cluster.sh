@@ -73,6 +73,7 @@ install_deps() {
     fi
 }
 
+# shellcheck disable=SC2012 # why: version directories, newest by sort -V
 pg_bin() { ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1; }
 
 # Run a command inside host $1's namespace, in the background, with its

@@ -82,6 +82,7 @@ BIN=${MAILSPLIT:-$ROOT/target/release/mailsplit}
 [[ -x $BIN ]] || BIN=$ROOT/target/debug/mailsplit
 export MAILSPLIT=$BIN
 export MAILSPLIT_TUBE=partition MAILSPLIT_LOG=${MAILSPLIT_LOG:-info}
+# shellcheck disable=SC2012 # why: version directories, newest by sort -V
 PSQL="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)/psql"
 
 say() { echo "partition: $*" >&2; }
@@ -109,7 +110,7 @@ RESULTS=$CLUSTER_DIR/results.jsonl
 
 start_workers() {
     local i
-    for i in 1 2 3; do "$CLUSTER" worker "$i" --concurrency "$C" "$@"; done
+    for i in 1 2 3; do "$CLUSTER" worker "$i" --concurrency "$C"; done
 }
 
 stop_workers() {

@@ -22,7 +22,7 @@ mkdir -p "$OUT/binlog"
 beanstalkd -l 127.0.0.1 -p "$BP" -b "$OUT/binlog" & BPID=$!
 /usr/sbin/smtp-sink -u nobody "127.0.0.1:$SP" 1000 & SPID=$!
 W=
-cleanup() { kill $BPID $SPID ${W:-} 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$OUT"; }
+cleanup() { kill "$BPID" "$SPID" ${W:+"$W"} 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$OUT"; }
 trap cleanup EXIT
 sleep 0.5
 export DATABASE_URL="sqlite://$OUT/db.sqlite" BEANSTALKD="127.0.0.1:$BP" MAILSPLIT_LOG=error MAILSPLIT_TUBE=profile
