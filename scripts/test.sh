@@ -303,12 +303,14 @@ if [[ -z ${MAILSPLIT_TEST_CARGO_TEST:-} ]]; then
     mkdir -p target/chaos
     CHAOS_REPORT="$PWD/target/chaos/report-test-sh-$(date -u +%Y%m%dT%H%M%SZ).jsonl"
     export CHAOS_N=3000 CHAOS_REPORT
-    nextest --profile alone -E "$alone" || { rc=$?; slowest_tests; exit "$rc"; }
+    # why: a failure here does not stop the rest: every failure of the
+    # suite shows in one run (the suite fails at its end)
+    rc=0
+    nextest --profile alone -E "$alone" || rc=$?
 
     partition_start
     step "cargo nextest run --all-targets --run-ignored all, the rest (chaos scenarios: CHAOS_N=3000), partition suite beside it"
-    rc=0
-    nextest -E "not ($alone)" || rc=$?
+    nextest -E "not ($alone)" || { ((rc)) || rc=$?; }
     slowest_tests
     partition_wait || { ((rc)) || rc=$?; }
     ((rc == 0)) || exit "$rc"
