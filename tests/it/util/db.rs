@@ -50,9 +50,6 @@ impl TestDb {
             }
         }
     }
-}
-
-impl TestDb {
     pub fn kind(&self) -> Kind {
         if self.pg_name.is_some() {
             Kind::Postgres
