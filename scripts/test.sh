@@ -22,7 +22,7 @@ Usage: scripts/test.sh [--help]
      scenarios in their short form (what `scripts/chaos.sh --short` runs;
      the full run, in release, writes RELIABILITY.md) beside them. Two runs:
      first the rate-measuring tests (the .config/nextest.toml override that
-     takes every thread), alone on the machine; then the rest, 6 at a time,
+     takes every thread), alone on the machine; then the rest, 12 at a time,
      while
   8. scripts/partition.sh --short (network partitions between namespaced
      hosts: its own PostgreSQL, two beanstalkd, a relay, three workers)
@@ -298,7 +298,7 @@ if [[ -z ${MAILSPLIT_TEST_CARGO_TEST:-} ]] && ! cargo nextest --version >/dev/nu
 fi
 if [[ -z ${MAILSPLIT_TEST_CARGO_TEST:-} ]]; then
     # why: a process per test, so the rate-measuring tests can be given the
-    # whole machine while the rest run 4 at a time (.config/nextest.toml)
+    # whole machine while the rest run 12 at a time (.config/nextest.toml)
     # why: --run-ignored all: the chaos scenarios are the only ignored
     # tests; CHAOS_N=3000 is their short form (chaos.sh --short), and their
     # result lines go where chaos.sh puts them

@@ -1362,12 +1362,18 @@ fn chaos_enqueue_killed_and_rerun_sqlite() {
     // Five windows at least (enqueue puts a page of 10,000 recipients as
     // one burst of jobs, a few milliseconds), so that the five kills land in
     // different windows, not after a run that already finished.
-    let n = chaos_n().max(5 * mailsplit::enqueue::PAGE_SIZE as usize);
+    // Pages of 1,000 (the hidden MAILSPLIT_PAGE_SIZE): five windows of
+    // the production page would be 50,000 messages to send.
+    const PAGE: usize = 1_000;
+    let n = chaos_n().max(5 * PAGE);
     let mut c = Chaos::new(
         "enqueue kill -9 x5 and re-run (workers running)",
         Kind::Sqlite,
         paced_script(n),
     );
+    c.env
+        .vars
+        .push(("MAILSPLIT_PAGE_SIZE".into(), PAGE.to_string()));
     c.n = n;
     c.create();
     c.started = Instant::now();

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 
 use super::window::{Batcher, Member};
-use super::{EnqueueError, Enqueued, Options, Run, PAGE_SIZE};
+use super::{page_size, EnqueueError, Enqueued, Options, Run};
 use crate::queue::{JobBody, Server};
 use crate::store::campaigns::{self, Confirm};
 use crate::store::{deliveries, recipients, Campaign, Conn, RecipientStatus};
@@ -128,7 +128,7 @@ fn put_unseen(
     let mut batcher = Batcher::new(opts.batch_size, campaign.enqueue_cursor);
     let (mut found, mut put, mut put_jobs) = (0i64, 0i64, 0i64);
     'pages: loop {
-        let page = recipients::member_page(conn, campaign.list_id, batcher.pos(), PAGE_SIZE)?;
+        let page = recipients::member_page(conn, campaign.list_id, batcher.pos(), page_size())?;
         if page.is_empty() {
             break;
         }

@@ -14,7 +14,7 @@
 
 use std::net::SocketAddr;
 
-use crate::enqueue::PAGE_SIZE;
+use crate::enqueue::page_size;
 use crate::queue::{self, JobBody, QueueError, Server};
 use crate::store::{
     campaigns, deliveries, installation, recipients, CampaignState, Conn, StoreError,
@@ -85,7 +85,7 @@ pub fn requeue(conn: &mut Conn, name: &str, opts: &Options) -> Result<Requeued, 
     // query for the finished ones. Memory: one page and one batch.
     let mut after = 0;
     while after < campaign.enqueue_cursor {
-        let page: Vec<i64> = recipients::member_page(conn, campaign.list_id, after, PAGE_SIZE)?
+        let page: Vec<i64> = recipients::member_page(conn, campaign.list_id, after, page_size())?
             .into_iter()
             .map(|(rid, _)| rid)
             .take_while(|&rid| rid <= campaign.enqueue_cursor)

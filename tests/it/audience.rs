@@ -524,7 +524,7 @@ pub(crate) fn shop_database(env: &Env, kind: Kind) -> (String, Option<TestDb>) {
             None,
         ),
         Kind::Postgres => {
-            let db = TestDb::new(Kind::Postgres);
+            let db = TestDb::empty(Kind::Postgres);
             (db.url.clone(), Some(db))
         }
     };
@@ -685,7 +685,7 @@ fn from_sql_login_failure_hides_the_password() {
 /// fails: they finish it before the import ends.
 fn a_source_failing_part_way_stops_the_import(kind: Kind) {
     let env = env(kind);
-    let db = TestDb::new(Kind::Postgres);
+    let db = TestDb::empty(Kind::Postgres);
     let rows = "FROM generate_series(1, 5000) n";
     let query = format!("SELECT 'u' || n || '@example.test' AS email, 1 / (n - 2500) AS x {rows}");
     let out = from_sql(&env, &db.url, &query, &[]);

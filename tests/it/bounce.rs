@@ -338,7 +338,7 @@ fn soft_bounces_add_up_within_the_window() {
 
 #[test]
 fn unreadable_database_exits_75_and_leaks_no_password() {
-    let env = Env::new(Kind::Sqlite, "127.0.0.1:1");
+    let env = Env::empty(Kind::Sqlite, "127.0.0.1:1");
     let dsn = postfix_dsn(
         "b@b.test",
         "user1@example.test",

@@ -8,7 +8,7 @@
 use fantoccini::Locator;
 use serde_json::json;
 
-use crate::dashboard::{browser, chromedriver, log_in, screenshot, text, wait_text};
+use crate::dashboard::{browser, chromedriver, click, log_in, screenshot, text, wait_text};
 use crate::util::*;
 
 const TOKEN: &str = "campaign-page-token";
@@ -225,13 +225,9 @@ fn page_in_chromium_keeps_hostile_content_in_its_frame() {
         c.goto(&format!("{base}/")).await.unwrap();
         log_in(&c, TOKEN).await;
         wait_text(&c, 10, "td.name", |t| t.contains("weekly")).await;
-        // From the dashboard's row to the page.
-        c.find(Locator::Css("td.name a"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        // From the dashboard's row to the page (the live refresh may
+        // replace the row between finding and clicking it: `click` retries).
+        click(&c, "td.name a").await;
         wait_text(&c, 10, "section.versions", |t| t.contains("News for")).await;
         assert_eq!(
             c.current_url().await.unwrap().path(),

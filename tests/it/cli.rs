@@ -532,7 +532,9 @@ fn unsupported_database_url_is_a_usage_error() {
 }
 
 fn unmigrated_database_says_run_migrate(kind: Kind) {
-    let (_tmp, _bs, env) = setup(kind);
+    let tmp = tempfile::tempdir().unwrap();
+    let _bs = Beanstalkd::start(tmp.path());
+    let env = Env::empty(kind, &_bs.addr());
     let csv = env.dir.path().join("a.csv");
     write_csv(&csv, 3);
     let commands: [&[&str]; 6] = [

@@ -83,7 +83,7 @@ fn abandoned_cart(kind: Kind) {
     env.ok(&["import", csv.to_str().unwrap(), "--list", "news"]);
     env.sql("UPDATE recipients SET status = 'unsubscribed' WHERE email = 'carol@shop.test'");
 
-    let db = TestDb::new(Kind::Postgres);
+    let db = TestDb::empty(Kind::Postgres);
     shop(
         &db.url,
         "CREATE TABLE carts (email TEXT, cart_id INTEGER, total NUMERIC, state TEXT); \

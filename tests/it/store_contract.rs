@@ -263,7 +263,7 @@ const LEASE: i64 = 60_000;
 // ---------------------------------------------------------------- schema
 
 fn migrate_applies_once(kind: Kind) {
-    let db = TestDb::new(kind);
+    let db = TestDb::empty(kind);
     let mut conn = Conn::open(&db.url).unwrap();
     let first = conn.migrate().unwrap();
     assert!(
@@ -282,7 +282,7 @@ fn migrate_applies_once(kind: Kind) {
 }
 
 fn check_migrated_on_empty_database_names_the_fix(kind: Kind) {
-    let db = TestDb::new(kind);
+    let db = TestDb::empty(kind);
     let mut conn = Conn::open(&db.url).unwrap();
     match conn.check_migrated() {
         Err(StoreError::NotMigrated(why)) => assert_eq!(why, "missing"),
@@ -696,7 +696,7 @@ fn database_at_migration_3(kind: Kind) -> (TestDb, Conn) {
 /// A database with every migration before `version` applied, as an older
 /// release's `migrate` left it.
 fn database_before_migration(kind: Kind, version: &str) -> (TestDb, Conn) {
-    let db = TestDb::new(kind);
+    let db = TestDb::empty(kind);
     let mut conn = Conn::open(&db.url).unwrap();
     let flavour = match kind {
         Kind::Sqlite => "sqlite",

@@ -23,10 +23,20 @@ pub struct Env {
 }
 
 impl Env {
+    /// An environment on a database with the schema in place but no
+    /// identity yet ([`TestDb::new`]): the test's first `migrate` is a
+    /// fresh install's, without the cost of the migrations.
     pub fn new(kind: Kind, beanstalkd: &str) -> Env {
+        Env::on(TestDb::new(kind), beanstalkd)
+    }
+    /// An environment on a database with nothing in it ([`TestDb::empty`]).
+    pub fn empty(kind: Kind, beanstalkd: &str) -> Env {
+        Env::on(TestDb::empty(kind), beanstalkd)
+    }
+    fn on(db: TestDb, beanstalkd: &str) -> Env {
         Env {
             status_conn: Mutex::new(None),
-            db: TestDb::new(kind),
+            db,
             beanstalkd: beanstalkd.to_string(),
             tube: format!("t{}", free_port()),
             smtp: "smtp://127.0.0.1:1".into(),
