@@ -700,8 +700,12 @@ fn a_throttle_halves_the_shared_rate_for_every_worker_and_it_recovers(kind: Kind
         eprintln!(
             "80 tokens at 400/s on the other worker: {full:?}, then {half:?} after the throttle"
         );
+        // why the nominal time too: a loaded machine stretches the first
+        // run past 80 tokens at 400/s (200 ms), and that stretch is no
+        // part of the second run's rate
+        let nominal = Duration::from_millis(200);
         assert!(
-            half > full * 3 / 2,
+            half > full.min(nominal) * 3 / 2,
             "the other worker did not slow: {full:?} vs {half:?}"
         );
         let list = rates::list(&mut conn).unwrap();
