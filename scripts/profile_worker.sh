@@ -85,10 +85,10 @@ stat_cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 PGDIR=/var/lib/postgresql/15/main
 pm_children() { sed 's/.*) //' "/proc/$(head -1 "$PGDIR/postmaster.pid")/stat" | awk '{print $14 + $15}'; }
 # The live backends serving this run's database (process title
-# `postgres: USER DATABASE CLIENT STATE`).
+# `postgres: [CLUSTER: ]USER DATABASE CLIENT STATE`, Debian names the cluster).
 own_backends() {
     local sum=0 pid
-    for pid in $(pgrep -f "^postgres: [^ ]+ $DB "); do
+    for pid in $(pgrep -f "^postgres: ([^ ]+: )?[^ ]+ $DB "); do
         sum=$((sum + $(sed 's/.*) //' "/proc/$pid/stat" | awk '{print $12 + $13}')))
     done
     echo $sum
