@@ -35,7 +35,7 @@
 # for --pg): scripts/install-deps.sh.
 set -euo pipefail
 BIN=$(realpath "$1"); N=$2; shift 2
-PERF= CALLGRIND= PG=
+PERF='' CALLGRIND='' PG=''
 while [ $# -gt 0 ]; do
     case $1 in
         --perf) PERF=$2; shift 2 ;;
