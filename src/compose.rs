@@ -113,6 +113,9 @@ pub struct CampaignMail {
     /// The header lines every message of the campaign shares (From,
     /// List-Id, Feedback-ID), encoded on first use, not per message.
     pub head: std::sync::OnceLock<String>,
+    /// The unsubscribe link by mail to the sender (for a campaign without
+    /// a public URL), made on first use, not per message.
+    pub mailto: std::sync::OnceLock<String>,
 }
 
 impl CampaignMail {
@@ -129,6 +132,14 @@ impl CampaignMail {
                     &self.identity.database_id,
                 ),
             ])
+        })
+    }
+
+    /// A mail to the sender asking to unsubscribe, as a safe link.
+    fn mailto_unsubscribe(&self) -> &str {
+        self.mailto.get_or_init(|| {
+            let mail = format!("mailto:{}?subject=unsubscribe", self.from.email);
+            safe_link(&mail).unwrap_or(mail)
         })
     }
 
@@ -186,6 +197,7 @@ impl CampaignMail {
             content: compiled,
             content_version,
             head: std::sync::OnceLock::new(),
+            mailto: std::sync::OnceLock::new(),
         })
     }
 }
@@ -340,6 +352,9 @@ fn render(
     unsubscribe_url: &str,
 ) -> Result<(String, Rendered), Unsendable> {
     let invalid = |e: &dyn std::fmt::Display| Unsendable::Invalid(format!("{e:#}"));
+    if let Some(subject) = fixed_subject(campaign) {
+        return starter(campaign, r, attributes, unsubscribe_url, subject);
+    }
     let mut vars = Vars::new(
         &r.name,
         &r.email,
@@ -362,19 +377,40 @@ fn render(
         }
         None => (campaign.subject.clone(), None),
     };
-    let rendered = match body {
-        Some((html, text)) => Rendered { html, text },
-        None => {
-            let ctx = Context {
-                subject: &subject,
-                name: &r.name,
-                email: &r.email,
-                attributes,
-                unsubscribe_url,
-            };
-            templates::render(&campaign.template, &ctx).map_err(|e| invalid(&e))?
-        }
+    match body {
+        Some((html, text)) => Ok((subject, Rendered { html, text })),
+        None => starter(campaign, r, attributes, unsubscribe_url, subject),
+    }
+}
+
+/// The subject when nothing of the message is rendered with minijinja:
+/// a campaign without stored content, or stored content whose subject is
+/// plain text and whose body is a built-in starter.
+fn fixed_subject(campaign: &CampaignMail) -> Option<String> {
+    match &campaign.content {
+        None => Some(campaign.subject.clone()),
+        Some(c) if !c.has_body => c.literal_subject.clone(),
+        Some(_) => None,
+    }
+}
+
+/// The subject and the built-in starter's parts for `r`.
+fn starter(
+    campaign: &CampaignMail,
+    r: &Recipient,
+    attributes: &serde_json::Map<String, serde_json::Value>,
+    unsubscribe_url: &str,
+    subject: String,
+) -> Result<(String, Rendered), Unsendable> {
+    let ctx = Context {
+        subject: &subject,
+        name: &r.name,
+        email: &r.email,
+        attributes,
+        unsubscribe_url,
     };
+    let rendered = templates::render(&campaign.template, &ctx)
+        .map_err(|e| Unsendable::Invalid(format!("{e:#}")))?;
     Ok((subject, rendered))
 }
 
@@ -404,10 +440,7 @@ fn unsubscribe(
         .and_then(|v| v.as_str())
         .and_then(safe_link)
         .filter(|l| l.len() <= MAX_LINK);
-    let link = own.unwrap_or_else(|| {
-        let mail = format!("mailto:{}?subject=unsubscribe", campaign.from.email);
-        safe_link(&mail).unwrap_or(mail)
-    });
+    let link = own.unwrap_or_else(|| campaign.mailto_unsubscribe().to_string());
     (link, false)
 }
 

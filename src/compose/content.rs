@@ -144,9 +144,11 @@ pub struct Compiled {
     /// What a tracked version's messages need (see [`super::tracking`]).
     pub tracking: Option<super::tracking_urls::TrackingUrls>,
     /// Whether the HTML and text parts are ours (else: a built-in starter).
-    has_body: bool,
+    pub(super) has_body: bool,
     /// Bytes one message's rendered parts may hold together.
     max_message: usize,
+    /// The subject when it is plain text, not rendered per message.
+    pub(super) literal_subject: Option<String>,
 }
 
 impl std::fmt::Debug for Compiled {
@@ -255,6 +257,7 @@ impl Compiled {
             tracking: None,
             has_body: sources.body.is_some(),
             max_message: DEFAULT_MAX_MESSAGE,
+            literal_subject: None,
         };
         let mut room = compiled.max_message;
         for (key, (file, _)) in &parts {
@@ -262,15 +265,26 @@ impl Compiled {
                 .render_one(key, sample, &mut room)
                 .map_err(|e| render_problem(file, &e))?;
         }
-        Ok(compiled)
+        // Rendered as itself for every recipient: no `{` (no tag,
+        // expression or comment), no line break (one trailing is dropped).
+        let subject = sources.subject.1;
+        let literal_subject = (!subject.contains(['{', '\r', '\n'])).then(|| subject.to_string());
+        Ok(Compiled {
+            literal_subject,
+            ..compiled
+        })
     }
 
     /// The subject, and the room left for the HTML and text parts under
     /// the size cap.
     pub fn subject(&self, vars: &Vars) -> Result<(String, usize), RenderError> {
         let mut room = self.max_message;
-        let subject = self.render_one(SUBJECT, vars, &mut room)?;
-        Ok((subject, room))
+        match &self.literal_subject {
+            // What its render writes, in one write `Capped` takes whole.
+            Some(text) if text.len() <= room => Ok((text.clone(), room - text.len())),
+            Some(_) => Err(RenderError::TooLarge { cap: room }),
+            None => Ok((self.render_one(SUBJECT, vars, &mut room)?, room)),
+        }
     }
 
     /// The HTML and text parts in the `room` [`Compiled::subject`] left;

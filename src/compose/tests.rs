@@ -70,6 +70,7 @@ fn return_paths_and_verp_senders() {
         content: None,
         content_version: 0,
         head: Default::default(),
+        mailto: Default::default(),
     };
     assert_eq!(
         envelope_sender(&campaign, 5).to_string(),

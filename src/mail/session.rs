@@ -20,7 +20,7 @@ use lettre::transport::smtp::extension::{ClientId, Extension};
 use tokio::net::TcpStream;
 
 use super::reply::{Reply, Verdict};
-use super::stream::WriteBehind;
+use super::stream::{Outbox, WriteBehind};
 use super::{Composed, MailError};
 use crate::config::{SmtpUrl, Tls};
 
@@ -36,6 +36,9 @@ pub struct Session {
     /// The last transaction ended early (a refused recipient): RSET goes
     /// before the next MAIL (in the same flight when pipelining).
     pub(super) dirty: bool,
+    /// The plain TCP stream's write buffer, where a message's body is
+    /// dot-stuffed directly; `None` under TLS (the bytes must go through it).
+    pub(super) outbox: Option<Outbox>,
 }
 
 impl Session {
@@ -126,9 +129,10 @@ impl Relay {
         // A relay at its process limit accepts the connection but never
         // greets it: a shorter bound than a message's exchange.
         let greeting = self.timeout.min(crate::config::CONNECT_TIMEOUT);
-        let mut conn = self.open(greeting).await?;
+        let (mut conn, mut outbox) = self.open(greeting).await?;
         if let Tls::StartTls { required } = self.url.tls {
             if conn.can_starttls() {
+                outbox = None;
                 timed(self.timeout, conn.starttls(self.tls_params()?, &self.hello))
                     .await
                     .map_err(self.connect_err())?;
@@ -170,6 +174,7 @@ impl Relay {
             })?;
         }
         Ok(Session {
+            outbox: outbox.filter(|_| !conn.is_encrypted()),
             conn,
             pipelining,
             broken: false,
@@ -185,8 +190,12 @@ impl Relay {
     }
 
     /// The connection up to the greeting: TLS from the first byte
-    /// (`smtps://`), or plain TCP with TCP_NODELAY behind a write buffer.
-    async fn open(&self, greeting: Duration) -> Result<AsyncSmtpConnection, MailError> {
+    /// (`smtps://`), or plain TCP with TCP_NODELAY behind a write buffer
+    /// (and that buffer).
+    async fn open(
+        &self,
+        greeting: Duration,
+    ) -> Result<(AsyncSmtpConnection, Option<Outbox>), MailError> {
         let conn = match self.url.tls {
             Tls::Implicit => AsyncSmtpConnection::connect_tokio1(
                 (self.url.host.as_str(), self.url.port),
@@ -196,7 +205,8 @@ impl Relay {
                 None,
             )
             .await
-            .map_err(self.connect_err())?,
+            .map_err(self.connect_err())
+            .map(|conn| (conn, None))?,
             Tls::None | Tls::StartTls { .. } => {
                 let stream = tokio::time::timeout(
                     greeting,
@@ -206,15 +216,14 @@ impl Relay {
                 .map_err(self.connect_err())?
                 .map_err(self.connect_err())?;
                 stream.set_nodelay(true).map_err(self.connect_err())?;
-                timed(
+                let (stream, outbox) = WriteBehind::new(stream);
+                let conn = timed(
                     greeting,
-                    AsyncSmtpConnection::connect_with_transport(
-                        Box::new(WriteBehind::new(stream)),
-                        &self.hello,
-                    ),
+                    AsyncSmtpConnection::connect_with_transport(Box::new(stream), &self.hello),
                 )
                 .await
-                .map_err(self.connect_err())?
+                .map_err(self.connect_err())?;
+                (conn, Some(outbox))
             }
         };
         Ok(conn)

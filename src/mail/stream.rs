@@ -2,6 +2,7 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{ready, Context, Poll};
 
 use lettre::transport::smtp::client::AsyncTokioStream;
@@ -15,12 +16,38 @@ use tokio::net::TcpStream;
 /// one segment instead of two on the wire, one system call instead of two,
 /// and one wake-up for the relay. Under STARTTLS the TLS layer sits above
 /// this one, so whole records are coalesced the same way.
+///
+/// The held bytes are an [`Outbox`] the session may also write into
+/// directly (a message's body, dot-stuffed straight into it rather than
+/// copied three times on its way through lettre): only while nothing
+/// (TLS) sits above this stream.
 #[derive(Debug)]
 pub(crate) struct WriteBehind {
     inner: TcpStream,
+    held: Outbox,
+}
+
+/// What a [`WriteBehind`] holds, shared with the session over it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Outbox(Arc<Mutex<Held>>);
+
+#[derive(Debug, Default)]
+struct Held {
     pending: Vec<u8>,
     /// How much of `pending` is already written.
     sent: usize,
+}
+
+impl Outbox {
+    /// Add to what goes out before the next read, through `write`.
+    pub(crate) fn append<T>(&self, write: impl FnOnce(&mut Vec<u8>) -> T) -> T {
+        write(&mut self.lock().pending)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Held> {
+        // Nothing panics while holding it; a poisoned buffer is still bytes.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// Held bytes beyond this are written at once, so the buffer stays small
@@ -28,25 +55,34 @@ pub(crate) struct WriteBehind {
 const WRITE_BEHIND_MAX: usize = 64 * 1024;
 
 impl WriteBehind {
-    pub(crate) fn new(inner: TcpStream) -> WriteBehind {
-        WriteBehind {
+    /// The stream over `inner`, and its outbox.
+    pub(crate) fn new(inner: TcpStream) -> (WriteBehind, Outbox) {
+        let held = Outbox::default();
+        held.lock().pending.reserve(4 * 1024);
+        let stream = WriteBehind {
             inner,
-            pending: Vec::with_capacity(4 * 1024),
-            sent: 0,
-        }
+            held: held.clone(),
+        };
+        (stream, held)
     }
 
     /// Write out everything held.
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.sent < self.pending.len() {
-            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.pending[self.sent..]))?;
+        let mut held = self.held.lock();
+        let Held { pending, sent } = &mut *held;
+        while *sent < pending.len() {
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &pending[*sent..]))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
-            self.sent += n;
+            *sent += n;
         }
-        self.pending.clear();
-        self.sent = 0;
+        pending.clear();
+        *sent = 0;
+        // A large message's body was held whole: do not keep its room.
+        if pending.capacity() > 2 * WRITE_BEHIND_MAX {
+            pending.shrink_to(4 * 1024);
+        }
         Poll::Ready(Ok(()))
     }
 }
@@ -57,13 +93,13 @@ impl AsyncWrite for WriteBehind {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        if self.pending.len() + buf.len() > WRITE_BEHIND_MAX {
+        if self.held.lock().pending.len() + buf.len() > WRITE_BEHIND_MAX {
             ready!(self.poll_drain(cx))?;
             if buf.len() > WRITE_BEHIND_MAX {
                 return Pin::new(&mut self.inner).poll_write(cx, buf);
             }
         }
-        self.pending.extend_from_slice(buf);
+        self.held.lock().pending.extend_from_slice(buf);
         Poll::Ready(Ok(buf.len()))
     }
 
@@ -108,7 +144,7 @@ mod tests {
             .await
             .unwrap();
         let (mut relay, _) = listener.accept().await.unwrap();
-        let mut session = WriteBehind::new(client);
+        let (mut session, _) = WriteBehind::new(client);
         // What lettre does at the end of a message: two flushed writes.
         session.write_all(b"Hello").await.unwrap();
         session.flush().await.unwrap();

@@ -123,14 +123,7 @@ impl Session {
             }
             return verdict;
         }
-        let body = dot_stuffed(&msg.bytes);
-        let sent = match std::str::from_utf8(&body) {
-            // Written as it is: lettre's `command` writes any text raw.
-            Ok(text) => self.conn.command(text).await,
-            // Not UTF-8 (never from our composer): lettre's own path.
-            Err(_) => self.conn.message(&msg.bytes).await,
-        };
-        match Step::of(sent) {
+        match Step::of(self.send_body(&msg.bytes).await) {
             Step::Accepted => Verdict::Sent,
             Step::Refused(e) => {
                 let (v, broken) = refusal(&e);
@@ -140,6 +133,27 @@ impl Session {
             Step::Lost(e) => {
                 self.broken = true;
                 lost(&e)
+            }
+        }
+    }
+
+    /// The body after an accepted DATA, and the relay's reply to it. On
+    /// plain TCP it is dot-stuffed straight into the stream's write buffer
+    /// (one copy), sent when the reply is awaited; under TLS it goes
+    /// through lettre, which writes any text raw.
+    async fn send_body(&mut self, bytes: &[u8]) -> Result<Response, SmtpError> {
+        match &self.outbox {
+            Some(outbox) if !self.conn.is_encrypted() => {
+                outbox.append(|out| dot_stuff_into(bytes, out));
+                self.conn.read_response().await
+            }
+            _ => {
+                let body = dot_stuffed(bytes);
+                match std::str::from_utf8(&body) {
+                    Ok(text) => self.conn.command(text).await,
+                    // Not UTF-8 (never from our composer): lettre's own path.
+                    Err(_) => self.conn.message(bytes).await,
+                }
             }
         }
     }
@@ -268,7 +282,14 @@ impl Session {
 /// paid on every byte of every message; this copies the runs between line
 /// starts whole.
 fn dot_stuffed(message: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(message.len() + message.len() / 64 + 6);
+    let mut out = Vec::new();
+    dot_stuff_into(message, &mut out);
+    out
+}
+
+/// [`dot_stuffed`], appended to `out`.
+fn dot_stuff_into(message: &[u8], out: &mut Vec<u8>) {
+    out.reserve(message.len() + message.len() / 64 + 6);
     if message.first() == Some(&b'.') {
         out.push(b'.');
     }
@@ -280,7 +301,6 @@ fn dot_stuffed(message: &[u8]) -> Vec<u8> {
     }
     out.extend_from_slice(&message[from..]);
     out.extend_from_slice(b"\r\n.\r\n");
-    out
 }
 
 #[cfg(test)]

@@ -223,3 +223,46 @@ fn output_stops_at_the_size_cap_and_huge_values_are_never_made() {
     let e = huge.body(&vars, usize::MAX).unwrap_err();
     assert!(matches!(e, RenderError::Budget), "{e}");
 }
+
+/// A plain-text subject is taken as it is (what minijinja would render,
+/// and the room it leaves); one with a tag, or a line break minijinja
+/// drops, is still rendered per recipient.
+#[test]
+fn a_plain_subject_is_not_rendered_per_message_and_a_template_one_is() {
+    let subject = |source: &str, who: &str| {
+        let sources = Sources {
+            subject: ("--subject", source),
+            body: None,
+        };
+        let c = Compiled::new(&sources, "c").unwrap();
+        let vars = Vars::new(who, "b@x.test", &Map::new(), "u", "c");
+        (c.literal_subject.clone(), c.subject(&vars).unwrap())
+    };
+    let plain = "Spring & more: 50% off";
+    assert_eq!(
+        subject(plain, "Ann"),
+        (
+            Some(plain.to_string()),
+            (plain.to_string(), DEFAULT_MAX_MESSAGE - plain.len())
+        )
+    );
+    let (literal, (text, _)) = subject("Hi {{ name }}", "Ann");
+    assert_eq!((literal, text.as_str()), (None, "Hi Ann"));
+    let (literal, (text, _)) = subject("News\n", "Ann");
+    assert_eq!((literal, text.as_str()), (None, "News"));
+
+    let mut c = Compiled::new(
+        &Sources {
+            subject: ("--subject", plain),
+            body: None,
+        },
+        "c",
+    )
+    .unwrap();
+    c.set_max_message(plain.len() - 1);
+    let vars = Vars::new("Ann", "b@x.test", &Map::new(), "u", "c");
+    assert!(matches!(
+        c.subject(&vars),
+        Err(RenderError::TooLarge { .. })
+    ));
+}
