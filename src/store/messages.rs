@@ -244,7 +244,7 @@ fn addressee_rows(conn: &mut Conn, keys: &[String]) -> Result<Vec<AddresseeRow>>
 
 /// Which of recipients `ids` ever complained (see [`addressee_rows`] for
 /// SQLite's fixed text).
-fn complained_among(conn: &mut Conn, ids: &[i64]) -> Result<std::collections::HashSet<i64>> {
+pub fn complained_among(conn: &mut Conn, ids: &[i64]) -> Result<std::collections::HashSet<i64>> {
     #[derive(QueryableByName)]
     struct Row {
         #[diesel(sql_type = diesel::sql_types::BigInt)]
