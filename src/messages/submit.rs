@@ -88,11 +88,12 @@ pub fn parse_to(raw: &str) -> Result<Mailbox, MessageError> {
 fn check(s: &Submit) -> Result<(Mailbox, String), MessageError> {
     let to = parse_to(&s.to)?;
     let data = match &s.data {
-        None => Value::Object(Default::default()),
-        Some(v @ Value::Object(_)) => v.clone(),
+        None => "{}".to_string(),
+        Some(v @ Value::Object(_)) => {
+            serde_json::to_string(v).map_err(|e| MessageError::BadData(e.to_string()))?
+        }
         Some(_) => return Err(MessageError::BadData("data must be a JSON object".into())),
     };
-    let data = serde_json::to_string(&data).map_err(|e| MessageError::BadData(e.to_string()))?;
     if data.len() > MAX_DATA {
         return Err(MessageError::BadData(format!(
             "data is {} bytes, more than the limit of {MAX_DATA}",

@@ -184,22 +184,12 @@ pub fn addressees(
     conn: &mut Conn,
     keys: &[String],
 ) -> Result<std::collections::HashMap<String, Addressee>> {
-    let rows: Vec<(i64, Option<String>, RecipientStatus, String)> = on!(conn, |c| r::table
-        .filter(r::email_key.eq_any(keys))
-        .select((r::id, r::email_key, r::status, r::attributes))
-        .load(c))?;
+    let rows = addressee_rows(conn, keys)?;
     if rows.is_empty() {
         return Ok(Default::default());
     }
     let ids: Vec<i64> = rows.iter().map(|row| row.0).collect();
-    let complained: std::collections::HashSet<i64> = on!(conn, |c| b::table
-        .filter(b::recipient_id.eq_any(&ids))
-        .filter(b::kind.eq(super::bounces::BounceKind::Complaint))
-        .select(b::recipient_id)
-        .distinct()
-        .load::<i64>(c))?
-    .into_iter()
-    .collect();
+    let complained = complained_among(conn, &ids)?;
     Ok(rows
         .into_iter()
         .filter_map(|(id, key, status, attributes)| {
@@ -212,6 +202,75 @@ pub fn addressees(
             Some((key?, a))
         })
         .collect())
+}
+
+/// A recipient row of [`addressees`]: id, mailbox key, status, attributes.
+type AddresseeRow = (i64, Option<String>, RecipientStatus, String);
+
+/// The recipient rows whose mailbox key is among `keys`. On SQLite one
+/// fixed text, prepared once per connection (diesel's `eq_any` is one
+/// `?` per key, parsed anew for every batch), the keys as one JSON array.
+fn addressee_rows(conn: &mut Conn, keys: &[String]) -> Result<Vec<AddresseeRow>> {
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        id: i64,
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+        email_key: Option<String>,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        status: RecipientStatus,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        attributes: String,
+    }
+    Ok(match conn.inner_mut() {
+        super::InnerMut::Sqlite(c) => {
+            let json = serde_json::Value::from(keys.to_vec()).to_string();
+            let rows: Vec<Row> = Prepared::new(
+                "SELECT id, email_key, status, attributes FROM recipients \
+                 WHERE email_key IN (SELECT value FROM json_each(?))",
+                vec![Bind::Json(&json)],
+            )
+            .load(c)?;
+            rows.into_iter()
+                .map(|r| (r.id, r.email_key, r.status, r.attributes))
+                .collect()
+        }
+        super::InnerMut::Pg(c) => r::table
+            .filter(r::email_key.eq_any(keys))
+            .select((r::id, r::email_key, r::status, r::attributes))
+            .load(c)?,
+    })
+}
+
+/// Which of recipients `ids` ever complained (see [`addressee_rows`] for
+/// SQLite's fixed text).
+pub fn complained_among(conn: &mut Conn, ids: &[i64]) -> Result<std::collections::HashSet<i64>> {
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        recipient_id: i64,
+    }
+    let complaint = super::bounces::BounceKind::Complaint;
+    Ok(match conn.inner_mut() {
+        super::InnerMut::Sqlite(c) => {
+            let json = super::prepared::ids_json(ids);
+            let rows: Vec<Row> = Prepared::new(
+                "SELECT DISTINCT recipient_id FROM bounces \
+                 WHERE recipient_id IN (SELECT value FROM json_each(?)) AND kind = ?",
+                vec![Bind::Json(&json), Bind::Text(complaint.as_str())],
+            )
+            .load(c)?;
+            rows.into_iter().map(|r| r.recipient_id).collect()
+        }
+        super::InnerMut::Pg(c) => b::table
+            .filter(b::recipient_id.eq_any(ids))
+            .filter(b::kind.eq(complaint))
+            .select(b::recipient_id)
+            .distinct()
+            .load::<i64>(c)?
+            .into_iter()
+            .collect(),
+    })
 }
 
 /// What a claim found.

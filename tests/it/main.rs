@@ -55,6 +55,7 @@ mod headers;
 mod manage;
 mod manage_content;
 mod messages;
+mod messages_batch;
 mod messages_lost;
 mod messages_tx;
 mod mx_rollup;

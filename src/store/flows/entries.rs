@@ -47,18 +47,38 @@ pub fn due(conn: &mut Conn, now: i64, limit: i64) -> Result<Vec<Due>> {
         .load(c))?)
 }
 
-/// Which of `recipients` are still members of list `list_id`.
+/// Which of `recipients` are still members of list `list_id`. On SQLite
+/// one fixed text, prepared once per connection (diesel's `eq_any` is
+/// one `?` per recipient, parsed anew for every batch).
 pub fn members_among(
     conn: &mut Conn,
     list_id: i64,
     recipients: &[i64],
 ) -> Result<std::collections::HashSet<i64>> {
-    let found: Vec<i64> = on!(conn, |c| lm::table
-        .filter(lm::list_id.eq(list_id))
-        .filter(lm::recipient_id.eq_any(recipients))
-        .select(lm::recipient_id)
-        .load(c))?;
-    Ok(found.into_iter().collect())
+    #[derive(QueryableByName)]
+    struct Member {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        recipient_id: i64,
+    }
+    Ok(match conn.inner_mut() {
+        crate::store::InnerMut::Sqlite(c) => {
+            let json = crate::store::prepared::ids_json(recipients);
+            let found: Vec<Member> = crate::store::prepared::Prepared::new(
+                "SELECT recipient_id FROM list_members \
+                 WHERE list_id = ? AND recipient_id IN (SELECT value FROM json_each(?))",
+                vec![Bind::Int(list_id), Bind::Json(&json)],
+            )
+            .load(c)?;
+            found.into_iter().map(|m| m.recipient_id).collect()
+        }
+        crate::store::InnerMut::Pg(c) => lm::table
+            .filter(lm::list_id.eq(list_id))
+            .filter(lm::recipient_id.eq_any(recipients))
+            .select(lm::recipient_id)
+            .load::<i64>(c)?
+            .into_iter()
+            .collect(),
+    })
 }
 
 /// Which of `recipients` ever complained.
@@ -66,15 +86,7 @@ pub fn complained_among(
     conn: &mut Conn,
     recipients: &[i64],
 ) -> Result<std::collections::HashSet<i64>> {
-    use crate::store::bounces::BounceKind;
-    use crate::store::schema::bounces as b;
-    let found: Vec<i64> = on!(conn, |c| b::table
-        .filter(b::recipient_id.eq_any(recipients))
-        .filter(b::kind.eq(BounceKind::Complaint))
-        .select(b::recipient_id)
-        .distinct()
-        .load(c))?;
-    Ok(found.into_iter().collect())
+    crate::store::messages::complained_among(conn, recipients)
 }
 
 /// Move entry `id` from step `from` to `to`, due at `due_at` (none: the

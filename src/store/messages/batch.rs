@@ -8,6 +8,11 @@
 use std::collections::{HashMap, HashSet};
 
 use super::*;
+use crate::store::prepared::ids_json;
+use crate::store::InnerMut;
+
+mod outcomes;
+pub use outcomes::{record, Outcome};
 
 /// A message's status as an expression no index serves. A batch's
 /// statements name their rows by id (`id IN (…)`, the primary key);
@@ -27,22 +32,40 @@ pub const HELD: [&str; 2] = ["claimed", "sending"];
 /// found, in order.
 pub fn claim(conn: &mut Conn, ids: &[i64], token: i64, lease: i64, now: i64) -> Result<Vec<Claim>> {
     conn.transaction(|c| {
-        let claimable = unindexed()
-            .eq(MessageStatus::Queued.as_str())
-            .or(unindexed()
-                .eq(MessageStatus::Claimed.as_str())
-                .and(m::claimed_until.lt(now)));
-        let got: Vec<Message> = on!(c, |x| diesel::update(
-            m::table.filter(m::id.eq_any(ids)).filter(claimable)
-        )
-        .set((
-            m::status.eq(MessageStatus::Claimed),
-            m::claim_token.eq(Some(token)),
-            m::claimed_until.eq(now + lease),
-            m::attempts.eq(m::attempts + 1),
-        ))
-        .returning(Message::as_returning())
-        .get_results(x))?;
+        let got: Vec<Message> = match c.inner_mut() {
+            InnerMut::Sqlite(x) => {
+                let ids = ids_json(ids);
+                Prepared::new(
+                    CLAIM_SQLITE,
+                    vec![
+                        Bind::Text(MessageStatus::Claimed.as_str()),
+                        Bind::Int(token),
+                        Bind::Int(now + lease),
+                        Bind::Json(&ids),
+                        Bind::Text(MessageStatus::Queued.as_str()),
+                        Bind::Text(MessageStatus::Claimed.as_str()),
+                        Bind::Int(now),
+                    ],
+                )
+                .load(x)?
+            }
+            InnerMut::Pg(x) => {
+                let claimable = unindexed()
+                    .eq(MessageStatus::Queued.as_str())
+                    .or(unindexed()
+                        .eq(MessageStatus::Claimed.as_str())
+                        .and(m::claimed_until.lt(now)));
+                diesel::update(m::table.filter(m::id.eq_any(ids)).filter(claimable))
+                    .set((
+                        m::status.eq(MessageStatus::Claimed),
+                        m::claim_token.eq(Some(token)),
+                        m::claimed_until.eq(now + lease),
+                        m::attempts.eq(m::attempts + 1),
+                    ))
+                    .returning(Message::as_returning())
+                    .get_results(x)?
+            }
+        };
         let mut mine: HashMap<i64, Message> = got.into_iter().map(|m| (m.id, m)).collect();
         ids.iter()
             .map(|&id| match mine.remove(&id) {
@@ -53,19 +76,48 @@ pub fn claim(conn: &mut Conn, ids: &[i64], token: i64, lease: i64, now: i64) -> 
     })
 }
 
+/// [`claim`] on SQLite: one fixed text, prepared once per connection
+/// (diesel's `eq_any` makes a new text for each number of ids, parsed
+/// anew every time), the ids as one JSON array.
+const CLAIM_SQLITE: &str = "UPDATE messages SET status = ?, claim_token = ?, \
+       claimed_until = ?, attempts = attempts + 1 \
+     WHERE id IN (SELECT value FROM json_each(?)) \
+       AND (status || '' = ? OR (status || '' = ? AND claimed_until < ?)) \
+     RETURNING id, template_id, template_name, to_addr, data, idempotency_key, body_hash, \
+       status, attempts, claim_token, claimed_until, reply, created_at, sent_at";
+
+/// [`start_sending`]'s UPDATE on SQLite (see [`CLAIM_SQLITE`]).
+const SENDING_SQLITE: &str = "UPDATE messages SET status = ? \
+     WHERE id IN (SELECT value FROM json_each(?)) AND claim_token = ? AND status || '' = ?";
+
 /// The claim holder is about to hand `ids` to the relay: each marked
 /// `sending`, and whether its claim was still ours.
 pub fn start_sending(conn: &mut Conn, ids: &[i64], token: i64) -> Result<Vec<bool>> {
     let held = m::claim_token.eq(Some(token));
     conn.transaction(|c| {
-        let n = on!(c, |x| diesel::update(
-            m::table
-                .filter(m::id.eq_any(ids))
-                .filter(held)
-                .filter(unindexed().eq(MessageStatus::Claimed.as_str()))
-        )
-        .set(m::status.eq(MessageStatus::Sending))
-        .execute(x))?;
+        let n = match c.inner_mut() {
+            InnerMut::Sqlite(x) => {
+                let json = ids_json(ids);
+                Prepared::new(
+                    SENDING_SQLITE,
+                    vec![
+                        Bind::Text(MessageStatus::Sending.as_str()),
+                        Bind::Json(&json),
+                        Bind::Int(token),
+                        Bind::Text(MessageStatus::Claimed.as_str()),
+                    ],
+                )
+                .execute(x)?
+            }
+            InnerMut::Pg(x) => diesel::update(
+                m::table
+                    .filter(m::id.eq_any(ids))
+                    .filter(held)
+                    .filter(unindexed().eq(MessageStatus::Claimed.as_str())),
+            )
+            .set(m::status.eq(MessageStatus::Sending))
+            .execute(x)?,
+        };
         if n == ids.len() {
             return Ok(vec![true; ids.len()]);
         }
@@ -101,19 +153,4 @@ pub fn extend_claim(
     .set(m::claimed_until.eq(now + lease))
     .execute(c))?;
     Ok(n > 0)
-}
-
-/// One outcome of a batch: message, status, the relay's reply.
-pub type Outcome = (i64, MessageStatus, Option<String>);
-
-/// Record what became of each claimed message: a final status (with
-/// the webhook event in the same transaction), or `Queued` to try
-/// again; whether the claim was still ours.
-pub fn record(conn: &mut Conn, outcomes: &[Outcome], token: i64, now: i64) -> Result<Vec<bool>> {
-    conn.transaction(|c| {
-        outcomes
-            .iter()
-            .map(|(id, status, reply)| record_in(c, (*id, token), *status, reply.as_deref(), now))
-            .collect()
-    })
 }
