@@ -171,7 +171,8 @@ def cpu_s(pid):
 
 def backends_of(database):
     """PIDs of the PostgreSQL backends serving `database` (their process
-    title is `postgres: USER DATABASE CLIENT STATE`)."""
+    title is `postgres: USER DATABASE CLIENT STATE`, or with Debian's
+    cluster name first: `postgres: 15/main: USER DATABASE ...`)."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -182,6 +183,8 @@ def backends_of(database):
         except OSError:
             continue
         words = title.replace("\0", " ").split()
+        if len(words) >= 2 and words[0] == "postgres:" and words[1].endswith(":"):
+            words = words[:1] + words[2:]
         if len(words) >= 3 and words[0] == "postgres:" and words[2] == database:
             pids.append(int(entry))
     return pids
