@@ -73,11 +73,7 @@ step() {
 }
 finish() {
     local rc=${1:-$?}
-    partition_stop
-    if [[ -n $clippy_pid ]]; then
-        kill -TERM "$clippy_pid" 2>/dev/null || true
-        wait "$clippy_pid" 2>/dev/null || true
-    fi
+    bg_stop
     step_done
     current=${current:-setup}
     echo "test.sh: step durations:"
@@ -129,72 +125,68 @@ print(next(o["filter"] for o in overrides if o.get("threads-required") == "num-t
 PY
 }
 
-# `cargo clippy --all-targets -- -D warnings` in the background at nice 19,
-# in a target directory of its own (no wait on the tests' build lock); its
-# output goes to target/clippy.log and is printed when it is waited for.
-clippy_pid=""
-clippy_started=0
-clippy_start() {
-    clippy_started=$SECONDS
-    echo "==> cargo clippy --all-targets -- -D warnings, in the background at nice 19: target/clippy.log"
-    rm -f target/clippy.took
+# Steps in the background: `bg_start NAME TITLE CMD...` runs CMD with its
+# output in target/NAME.log and its own duration in target/NAME.took;
+# `bg_wait NAME TITLE always|failure` waits for it, adds its line to the
+# durations table and prints its log (always, or only when it failed);
+# `bg_stop` ends whatever still runs.
+declare -A bg_pid=() bg_started=()
+bg_start() {
+    local name=$1 title=$2
+    shift 2
+    bg_started[$name]=$SECONDS
+    echo "==> $title, in the background: target/$name.log"
+    rm -f "target/$name.took"
     (
-        nice -n 19 cargo clippy --all-targets --target-dir target/clippy -- -D warnings
-        rc=$?
-        echo $((SECONDS - clippy_started)) >target/clippy.took
+        rc=0
+        "$@" || rc=$?
+        echo $((SECONDS - bg_started[$name])) >"target/$name.took"
         exit "$rc"
-    ) >target/clippy.log 2>&1 &
-    clippy_pid=$!
+    ) >"target/$name.log" 2>&1 &
+    bg_pid[$name]=$!
 }
-clippy_wait() {
-    [[ -n $clippy_pid ]] || return 0
-    local rc=0 took
-    wait "$clippy_pid" || rc=$?
-    clippy_pid=""
-    took=$(cat target/clippy.took 2>/dev/null || echo $((SECONDS - clippy_started)))
-    durations+=("$(printf '%8s  %s' "$(mmss "$took")" "cargo clippy --all-targets -- -D warnings (beside the rate tests)")")
-    echo "==> cargo clippy --all-targets -- -D warnings: exit $rc after $(mmss "$took")"
-    ((rc == 0)) || cat target/clippy.log
+bg_wait() {
+    local name=$1 title=$2 print=$3 rc=0 took
+    [[ -n ${bg_pid[$name]:-} ]] || return 0
+    wait "${bg_pid[$name]}" || rc=$?
+    unset "bg_pid[$name]"
+    # its own duration (it may end long before it is waited for)
+    took=$(cat "target/$name.took" 2>/dev/null || echo $((SECONDS - bg_started[$name])))
+    durations+=("$(printf '%8s  %s' "$(mmss "$took")" "$title")")
+    echo "==> $title: exit $rc after $(mmss "$took")"
+    if [[ $print == always ]] || ((rc)); then
+        cat "target/$name.log"
+    fi
     return "$rc"
 }
+# why: a suite stopped early must not leave the partition cluster up, nor
+# a clippy running
+bg_stop() {
+    local name
+    for name in "${!bg_pid[@]}"; do
+        kill -TERM "${bg_pid[$name]}" 2>/dev/null || true
+        wait "${bg_pid[$name]}" 2>/dev/null || true
+    done
+}
+
+# `cargo clippy --all-targets -- -D warnings` at nice 19, in a target
+# directory of its own (no wait on the tests' build lock)
+clippy_title="cargo clippy --all-targets -- -D warnings (nice 19, beside the rate tests)"
+clippy_start() {
+    bg_start clippy "$clippy_title" \
+        nice -n 19 cargo clippy --all-targets --target-dir target/clippy -- -D warnings
+}
+clippy_wait() { bg_wait clippy "$clippy_title" failure; }
 
 # The partition suite (network faults between namespaced hosts: its own
 # PostgreSQL, beanstalkd and relay, torn down after) on the binary the
-# tests use, in the background; its output goes to target/partition.log
-# and is printed when it is waited for.
-partition_pid=""
-partition_started=0
+# tests use
+partition_title="partition suite, short form (scripts/partition.sh --short, beside the tests)"
 partition_start() {
-    partition_started=$SECONDS
-    echo "==> partition suite, short form (scripts/partition.sh --short), in the background: target/partition.log"
-    rm -f target/partition.took
-    (
-        MAILSPLIT="$PWD/target/debug/mailsplit" scripts/partition.sh --short
-        rc=$?
-        echo $((SECONDS - partition_started)) >target/partition.took
-        exit "$rc"
-    ) >target/partition.log 2>&1 &
-    partition_pid=$!
+    bg_start partition "$partition_title" \
+        env MAILSPLIT="$PWD/target/debug/mailsplit" scripts/partition.sh --short
 }
-partition_wait() {
-    [[ -n $partition_pid ]] || return 0
-    local rc=0
-    wait "$partition_pid" || rc=$?
-    partition_pid=""
-    # its own duration (it ends before the tests do)
-    local took
-    took=$(cat target/partition.took 2>/dev/null || echo $((SECONDS - partition_started)))
-    durations+=("$(printf '%8s  %s' "$(mmss "$took")" "partition suite, short form (beside the tests)")")
-    echo "==> partition suite (scripts/partition.sh --short): exit $rc after $(mmss "$took")"
-    cat target/partition.log
-    return "$rc"
-}
-# why: a suite stopped early must not leave the partition cluster up
-partition_stop() {
-    [[ -n $partition_pid ]] || return 0
-    kill -TERM "$partition_pid" 2>/dev/null || true
-    wait "$partition_pid" 2>/dev/null || true
-}
+partition_wait() { bg_wait partition "$partition_title" always; }
 
 step "install dependencies (scripts/install-deps.sh)"
 scripts/install-deps.sh
