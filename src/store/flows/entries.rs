@@ -81,13 +81,8 @@ pub fn members_among(
     })
 }
 
-/// Which of `recipients` ever complained.
-pub fn complained_among(
-    conn: &mut Conn,
-    recipients: &[i64],
-) -> Result<std::collections::HashSet<i64>> {
-    crate::store::messages::complained_among(conn, recipients)
-}
+/// Which of the recipients ever complained: the messages' own read.
+pub use crate::store::messages::complained_among;
 
 /// Move entry `id` from step `from` to `to`, due at `due_at` (none: the
 /// entry is done). False when another scheduler moved it first.
