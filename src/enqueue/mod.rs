@@ -45,7 +45,9 @@ use window::{Batcher, Member};
 pub const PAGE_SIZE: i64 = 10_000;
 
 /// The page in force: [`PAGE_SIZE`], unless the hidden
-/// `MAILSPLIT_PAGE_SIZE` (a multiple of 100, at least 100) sets another.
+/// `MAILSPLIT_PAGE_SIZE` (a multiple of 100, from 100 up to [`PAGE_SIZE`]:
+/// it only shrinks the page, so it cannot grow what a run holds in
+/// memory) sets another.
 /// Why: the tests that kill an enqueue in different windows need several
 /// pages, and with 10,000 to a page that meant sending 50,000 messages
 /// where 5,000 prove the same; a page is only how much is read at once,
@@ -55,7 +57,7 @@ pub fn page_size() -> i64 {
         std::env::var("MAILSPLIT_PAGE_SIZE")
             .ok()
             .and_then(|v| v.trim().parse::<i64>().ok())
-            .filter(|&n| n >= 100 && n % 100 == 0)
+            .filter(|&n| (100..=PAGE_SIZE).contains(&n) && n % 100 == 0)
             .unwrap_or(PAGE_SIZE)
     });
     *PAGE
