@@ -8,7 +8,8 @@ Usage: scripts/quickstart.sh [--n N] [--debug] [--help]
 
 On a fresh Debian machine (as root): installs beanstalkd, smtp-sink and
 supervisor (scripts/install-deps.sh), builds mailsplit (cargo build --release;
-with --debug the debug build the tests share, as scripts/test.sh runs it),
+with --debug the debug build of every target, the one the tests share, as
+scripts/test.sh runs it),
 starts beanstalkd and smtp-sink on free ports under .mailsplit-run/, imports N
 generated recipients (default 20000) into SQLite (.mailsplit-run/demo.db),
 creates and enqueues the campaign "demo-news", runs 2 workers under
@@ -58,7 +59,11 @@ step "install system packages if missing (scripts/install-deps.sh)"
 scripts/install-deps.sh
 
 build=(cargo build)
-[[ $profile == release ]] && build+=(--release)
+# why: --debug is the build the tests share: with every target, as they
+# build it. A binary-only build resolves the dependencies' features without
+# the dev-dependencies (time's macros, bitflags' std, ...), so the tests'
+# build that follows compiled most dependencies and the crate a second time.
+if [[ $profile == release ]]; then build+=(--release); else build+=(--all-targets); fi
 step "${build[*]} (umask 022: target/ and the binary 0755)"
 # why: Postfix's pipe(8) runs the binary as another user (nobody): a build
 # under the private umask below would make target/ 0700 and every bounce

@@ -51,6 +51,9 @@ esac
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 mkdir -p target
 touch target/.test-sh-start
+# why: CI builds a clean clone once: incremental compilation's caches are
+# written and never read there (a developer's run keeps them)
+if [[ -n ${CI:-} ]]; then export CARGO_INCREMENTAL=0; fi
 # why: Postfix's pipe(8) runs target/debug/mailsplit as `nobody` in the tests:
 # the build output must be open to others whatever the caller's umask
 umask 022
