@@ -273,7 +273,7 @@ impl Limiter {
         for g in &groups {
             let mut local = g.local.lock().await;
             let now = Instant::now();
-            expire(&mut local, now, w);
+            expire(&mut local, now, w, g.config.rate);
             if local.tokens.len() < w as u64 && local.wait_until <= now {
                 self.lease(g, &mut local, w).await;
             }
@@ -285,8 +285,8 @@ impl Limiter {
         }
         let now = Instant::now();
         let mut short: Option<(usize, Instant)> = None;
-        for (i, local) in locals.iter_mut().enumerate() {
-            expire(local, now, w);
+        for (i, (g, local)) in groups.iter().zip(locals.iter_mut()).enumerate() {
+            expire(local, now, w, g.config.rate);
             let at = match local.tokens.nth(w as u64 - 1) {
                 Some(t) => t,
                 // A lease is needed first: due when the database said, or
@@ -439,16 +439,28 @@ pub fn message_weight(bytes: usize) -> u32 {
     1 + (bytes / (256 * 1024)) as u32
 }
 
-/// Drop tokens whose time is long past (see TOKEN_EXPIRY). A message that
+/// Drop tokens whose time is long past (see [`expiry`]). A message that
 /// needs several tokens (`w` > 1) lets them gather instead, or it could
 /// never collect them from a slow group.
-fn expire(local: &mut Local, now: Instant, w: usize) {
+fn expire(local: &mut Local, now: Instant, w: usize, rate: f64) {
     if w > 1 {
         return;
     }
-    if let Some(cutoff) = now.checked_sub(TOKEN_EXPIRY) {
+    if let Some(cutoff) = now.checked_sub(expiry(rate)) {
         local.tokens.drop_before(cutoff);
     }
+}
+
+/// How late a leased token may still be spent: [`TOKEN_EXPIRY`], or a
+/// fortieth of the gap between two tokens if that is longer. The share of
+/// the rate late tokens can add stays the same (2.5 %), and a slow group
+/// does not lose a token to a late timer: at two a minute, one dropped
+/// token is a 30 s gap where the schedule has none.
+fn expiry(rate: f64) -> Duration {
+    let gap = if rate > 0.0 { 1.0 / rate } else { 0.0 };
+    Duration::try_from_secs_f64(gap / 40.0)
+        .unwrap_or(Duration::ZERO)
+        .max(TOKEN_EXPIRY)
 }
 
 /// Tokens asked for per lease: what the horizon holds at the full rate,
@@ -459,5 +471,26 @@ fn lease_size(g: &RateGroup) -> u32 {
         (n as u32).clamp(1, MAX_LEASE)
     } else {
         1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_groups_tokens_keep_longer_than_a_fast_ones() {
+        // 200/s: tokens 5 ms apart, the fixed 25 ms.
+        assert_eq!(expiry(200.0), TOKEN_EXPIRY);
+        // One every two seconds: 50 ms.
+        assert_eq!(expiry(0.5), Duration::from_millis(50));
+        // Two a minute: tokens 30 s apart, 750 ms.
+        let slow = expiry(2.0 / 60.0).as_secs_f64();
+        assert!((slow - 0.75).abs() < 1e-6, "{slow}");
+        // One a second: 25 ms either way.
+        assert_eq!(expiry(1.0), TOKEN_EXPIRY);
+        // A rate no group holds still gives a finite expiry.
+        assert_eq!(expiry(0.0), TOKEN_EXPIRY);
+        assert_eq!(expiry(f64::MIN_POSITIVE), TOKEN_EXPIRY);
     }
 }
