@@ -20,9 +20,10 @@ const CHUNK: usize = 500;
 /// Whether the list may hold an entry, asked before a look-up: most
 /// installations keep none, and on SQLite finding that out is one row's
 /// read, where looking up a worker's batch (each address and its domain)
-/// cost ~4,500 instructions a message. On PostgreSQL the question would be a round trip of its own,
-/// as costly as the look-up it could save: not asked.
-fn may_hold_any(conn: &mut Conn) -> Result<bool> {
+/// cost ~4,500 instructions a message. On PostgreSQL the question would
+/// be a round trip of its own, as costly as the look-up it could save:
+/// not asked (always `true`).
+pub fn may_hold_any(conn: &mut Conn) -> Result<bool> {
     Ok(match conn.inner_mut() {
         InnerMut::Sqlite(c) => {
             diesel::select(diesel::dsl::exists(s::table.select(s::entry))).get_result(c)?
