@@ -52,6 +52,16 @@ pub enum Quote {
 /// `Subject:` (or any unstructured header) for `text`.
 pub fn unstructured(name: &'static str, text: &str) -> HeaderValue {
     let text = super::header_line(text);
+    let value = match one_line_text(name, &text) {
+        Some(value) => value,
+        None => written_text(name, &text),
+    };
+    HeaderValue::dangerous_new_pre_encoded(HeaderName::new_from_ascii_str(name), text, value)
+}
+
+/// [`unstructured`]'s value through the [`Writer`]: folded, encoded where
+/// needed.
+fn written_text(name: &'static str, text: &str) -> String {
     let mut w = Writer::new(name);
     let mut run: Vec<&str> = Vec::new();
     for token in text.split_whitespace() {
@@ -64,23 +74,93 @@ pub fn unstructured(name: &'static str, text: &str) -> HeaderValue {
         }
     }
     w.encoded_run(&run.join(" "), false);
-    w.finish(name, text)
+    w.out
+}
+
+/// [`unstructured`]'s value when the [`Writer`] would write its words as
+/// they are on one line (most subjects): printable ASCII, no `=?`, short
+/// enough for the header's first line (see [`one_line_mailbox`]).
+fn one_line_text(name: &str, text: &str) -> Option<String> {
+    if !text.bytes().all(|b| (0x20..0x7f).contains(&b)) || text.contains("=?") {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len());
+    for word in text.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    (name.len() + 2 + out.len() <= FOLD_AT).then_some(out)
 }
 
 /// A mailbox header (`From:`, `To:`): the display name as a phrase, then
 /// the address in angle brackets; a bare address without a name.
 pub fn mailbox(name: &'static str, mailbox: &Mailbox) -> HeaderValue {
-    let mut w = Writer::new(name);
-    let address = mailbox.email.to_string();
+    let address: &str = mailbox.email.as_ref();
     let display = mailbox.name.as_deref().map(super::header_line);
-    match display.filter(|d| !d.is_empty()) {
+    let display = display.as_deref().filter(|d| !d.is_empty());
+    let value = match one_line_mailbox(name, display, address) {
+        Some(value) => value,
+        None => written_mailbox(name, display, address),
+    };
+    HeaderValue::dangerous_new_pre_encoded(
+        HeaderName::new_from_ascii_str(name),
+        mailbox.to_string(),
+        value,
+    )
+}
+
+/// [`mailbox`]'s value through the [`Writer`]: folded, encoded where needed.
+fn written_mailbox(name: &'static str, display: Option<&str>, address: &str) -> String {
+    let mut w = Writer::new(name);
+    match display {
         Some(d) => {
-            w.phrase(&d, Quote::AsNeeded);
+            w.phrase(d, Quote::AsNeeded);
             w.token(&format!("<{address}>"));
         }
-        None => w.token(&address),
+        None => w.token(address),
     }
-    w.finish(name, mailbox.to_string())
+    w.out
+}
+
+/// [`mailbox`]'s value when it is what the [`Writer`] would write without
+/// its work (most recipients' To: header): a bare address, or a display
+/// name of printable ASCII that, as an atom or a quoted string, fits on
+/// the header's first line with the address. Whether the Writer folds
+/// depends only on the length of the line it ends with, so a value that
+/// fits was not folded; one that does not fit is left to the Writer.
+fn one_line_mailbox(name: &str, display: Option<&str>, address: &str) -> Option<String> {
+    let Some(d) = display else {
+        return Some(address.to_string());
+    };
+    if !d.bytes().all(|b| (0x20..0x7f).contains(&b)) || d.contains("=?") {
+        return None;
+    }
+    let mut out = String::with_capacity(d.len() + address.len() + 8);
+    if d.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
+    {
+        out.push_str(d);
+    } else {
+        out.push('"');
+        for (k, word) in d.split_whitespace().enumerate() {
+            if k > 0 {
+                out.push(' ');
+            }
+            for c in word.chars() {
+                if matches!(c, '\\' | '"') {
+                    out.push('\\');
+                }
+                out.push(c);
+            }
+        }
+        out.push('"');
+    }
+    out.push_str(" <");
+    out.push_str(address);
+    out.push('>');
+    (name.len() + 2 + out.len() <= FOLD_AT).then_some(out)
 }
 
 /// `PHRASE TAIL`: a display phrase (always quoted when plain) followed by
@@ -323,6 +403,60 @@ mod tests {
         assert_eq!(
             wire(&unstructured("Subject", "Spring sale: 20% off")),
             "Subject: Spring sale: 20% off\r\n"
+        );
+    }
+
+    /// The short paths write what the Writer writes, up to the fold.
+    #[test]
+    fn one_line_values_are_what_the_writer_writes() {
+        let address = "someone@example.test";
+        let names = [
+            "User 1".to_string(),
+            "Ada".to_string(),
+            "Linen & Co".to_string(),
+            "Ada \"Q\" \\ L".to_string(),
+            "O'Brien".to_string(),
+            "a  b".to_string(),
+            "=?utf-8?q?x?=".to_string(),
+            "Müller".to_string(),
+            "x".repeat(40),
+            "y ".repeat(30),
+        ];
+        let mut short = 0;
+        for n in 0..60 {
+            for d in &names {
+                let d = format!("{d}{}", "z".repeat(n));
+                let written = written_mailbox("To", Some(&d), address);
+                if let Some(line) = one_line_mailbox("To", Some(&d), address) {
+                    assert_eq!(line, written, "{d:?}");
+                    short += 1;
+                } else {
+                    let plain = d.is_ascii() && !d.contains("=?");
+                    assert!(!plain || written.contains("\r\n"), "{d:?}: {written}");
+                }
+            }
+        }
+        assert!(short > 100, "{short}");
+        let mut short = 0;
+        for n in 0..80 {
+            for d in &names {
+                let text = format!("{d} {}", "w".repeat(n));
+                let written = written_text("Subject", &text);
+                if let Some(line) = one_line_text("Subject", &text) {
+                    assert_eq!(line, written, "{text:?}");
+                    short += 1;
+                } else {
+                    let plain = text.is_ascii() && !text.contains("=?");
+                    assert!(!plain || written.contains("\r\n"), "{text:?}: {written}");
+                }
+            }
+        }
+        assert!(short > 100, "{short}");
+        assert_eq!(one_line_text("Subject", ""), Some(String::new()));
+        assert_eq!(written_text("Subject", ""), "");
+        assert_eq!(
+            one_line_mailbox("To", None, address).as_deref(),
+            Some(address)
         );
     }
 

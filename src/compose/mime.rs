@@ -144,6 +144,10 @@ pub(super) fn display_name(name: &str) -> String {
 /// `text` with every control character (CR, LF, TAB, …) turned into a
 /// space, trimmed: safe for a header value.
 pub fn header_line(text: &str) -> String {
+    // Printable ASCII (most names and subjects) has nothing to replace.
+    if text.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return text.trim().to_string();
+    }
     text.chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect::<String>()

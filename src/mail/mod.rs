@@ -1,11 +1,13 @@
 //! SMTP delivery: sessions with the relay, and what its replies mean.
 //! Read in this order: [`session`] (connect with TCP_NODELAY, STARTTLS or
 //! implicit TLS, AUTH), `transaction` (one message: MAIL, RCPT, DATA and
-//! the body, pipelined when the relay offers it), `stream` (the write-behind TCP
-//! stream under a session), [`reply`] (reply and enhanced status codes into
-//! a verdict). Messages are built by `compose`; this module only carries
-//! them.
+//! the body, pipelined when the relay offers it), `stream` (the
+//! write-behind TCP stream under a session), `replies` (a transaction's
+//! replies, read on plain TCP), [`reply`] (reply and enhanced status codes
+//! into a verdict). Messages are built by `compose`; this module only
+//! carries them.
 
+mod replies;
 pub mod reply;
 pub mod session;
 mod stream;

@@ -153,24 +153,6 @@ pub enum Verdict {
     Transient(Reply),
 }
 
-/// Sort a lettre error by what should happen to the recipient.
-pub fn classify(err: &lettre::transport::smtp::Error) -> Verdict {
-    let reply = match err.status() {
-        Some(code) => {
-            let message = std::error::Error::source(err)
-                .map(|s| s.to_string())
-                .unwrap_or_default();
-            Reply::from_relay(u16::from(code), &message)
-        }
-        None => Reply::local(err.to_string()),
-    };
-    if err.is_permanent() || err.is_client() {
-        Verdict::Permanent(reply)
-    } else {
-        Verdict::Transient(reply)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,6 +19,7 @@ use lettre::transport::smtp::commands::Ehlo;
 use lettre::transport::smtp::extension::{ClientId, Extension};
 use tokio::net::TcpStream;
 
+use super::replies::Inbox;
 use super::reply::{Reply, Verdict};
 use super::stream::{Outbox, WriteBehind};
 use super::{Composed, MailError};
@@ -37,8 +38,11 @@ pub struct Session {
     /// before the next MAIL (in the same flight when pipelining).
     pub(super) dirty: bool,
     /// The plain TCP stream's write buffer, where a message's body is
-    /// dot-stuffed directly; `None` under TLS (the bytes must go through it).
+    /// dot-stuffed directly, and through which a transaction's replies are
+    /// read into `inbox`; `None` under TLS (the bytes must go through it,
+    /// and lettre reads every reply).
     pub(super) outbox: Option<Outbox>,
+    pub(super) inbox: Inbox,
 }
 
 impl Session {
@@ -179,6 +183,7 @@ impl Relay {
             pipelining,
             broken: false,
             dirty: false,
+            inbox: Inbox::default(),
         })
     }
 

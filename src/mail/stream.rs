@@ -17,22 +17,23 @@ use tokio::net::TcpStream;
 /// and one wake-up for the relay. Under STARTTLS the TLS layer sits above
 /// this one, so whole records are coalesced the same way.
 ///
-/// The held bytes are an [`Outbox`] the session may also write into
-/// directly (a message's body, dot-stuffed straight into it rather than
-/// copied three times on its way through lettre): only while nothing
-/// (TLS) sits above this stream.
+/// The stream and its held bytes are an [`Outbox`] the session shares: it
+/// may write into it directly (a message's body, dot-stuffed straight into
+/// it rather than copied three times on its way through lettre) and read
+/// replies through it, only while nothing (TLS) sits above this stream.
 #[derive(Debug)]
 pub(crate) struct WriteBehind {
-    inner: TcpStream,
-    held: Outbox,
+    wire: Outbox,
 }
 
-/// What a [`WriteBehind`] holds, shared with the session over it.
-#[derive(Debug, Clone, Default)]
+/// The stream and what a [`WriteBehind`] holds for it, shared with the
+/// session over it (see `super::replies` for the reading side).
+#[derive(Debug, Clone)]
 pub(crate) struct Outbox(Arc<Mutex<Held>>);
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Held {
+    stream: TcpStream,
     pending: Vec<u8>,
     /// How much of `pending` is already written.
     sent: usize,
@@ -42,6 +43,19 @@ impl Outbox {
     /// Add to what goes out before the next read, through `write`.
     pub(crate) fn append<T>(&self, write: impl FnOnce(&mut Vec<u8>) -> T) -> T {
         write(&mut self.lock().pending)
+    }
+
+    /// Send what is held, then read what the peer sent into `buf`: how
+    /// much, 0 at the end of the stream.
+    pub(crate) async fn receive(&self, buf: &mut [u8]) -> io::Result<usize> {
+        std::future::poll_fn(|cx| {
+            let mut held = self.lock();
+            ready!(held.poll_drain(cx))?;
+            let mut read = ReadBuf::new(buf);
+            ready!(Pin::new(&mut held.stream).poll_read(cx, &mut read))?;
+            Poll::Ready(Ok(read.filled().len()))
+        })
+        .await
     }
 
     fn lock(&self) -> MutexGuard<'_, Held> {
@@ -57,31 +71,30 @@ const WRITE_BEHIND_MAX: usize = 64 * 1024;
 impl WriteBehind {
     /// The stream over `inner`, and its outbox.
     pub(crate) fn new(inner: TcpStream) -> (WriteBehind, Outbox) {
-        let held = Outbox::default();
-        held.lock().pending.reserve(4 * 1024);
-        let stream = WriteBehind {
-            inner,
-            held: held.clone(),
-        };
-        (stream, held)
+        let wire = Outbox(Arc::new(Mutex::new(Held {
+            stream: inner,
+            pending: Vec::with_capacity(4 * 1024),
+            sent: 0,
+        })));
+        (WriteBehind { wire: wire.clone() }, wire)
     }
+}
 
+impl Held {
     /// Write out everything held.
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let mut held = self.held.lock();
-        let Held { pending, sent } = &mut *held;
-        while *sent < pending.len() {
-            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &pending[*sent..]))?;
+        while self.sent < self.pending.len() {
+            let n = ready!(Pin::new(&mut self.stream).poll_write(cx, &self.pending[self.sent..]))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
-            *sent += n;
+            self.sent += n;
         }
-        pending.clear();
-        *sent = 0;
+        self.pending.clear();
+        self.sent = 0;
         // A large message's body was held whole: do not keep its room.
-        if pending.capacity() > 2 * WRITE_BEHIND_MAX {
-            pending.shrink_to(4 * 1024);
+        if self.pending.capacity() > 2 * WRITE_BEHIND_MAX {
+            self.pending.shrink_to(4 * 1024);
         }
         Poll::Ready(Ok(()))
     }
@@ -89,17 +102,18 @@ impl WriteBehind {
 
 impl AsyncWrite for WriteBehind {
     fn poll_write(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        if self.held.lock().pending.len() + buf.len() > WRITE_BEHIND_MAX {
-            ready!(self.poll_drain(cx))?;
+        let mut held = self.wire.lock();
+        if held.pending.len() + buf.len() > WRITE_BEHIND_MAX {
+            ready!(held.poll_drain(cx))?;
             if buf.len() > WRITE_BEHIND_MAX {
-                return Pin::new(&mut self.inner).poll_write(cx, buf);
+                return Pin::new(&mut held.stream).poll_write(cx, buf);
             }
         }
-        self.held.lock().pending.extend_from_slice(buf);
+        held.pending.extend_from_slice(buf);
         Poll::Ready(Ok(buf.len()))
     }
 
@@ -108,26 +122,28 @@ impl AsyncWrite for WriteBehind {
         Poll::Ready(Ok(()))
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        ready!(self.poll_drain(cx))?;
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut held = self.wire.lock();
+        ready!(held.poll_drain(cx))?;
+        Pin::new(&mut held.stream).poll_shutdown(cx)
     }
 }
 
 impl AsyncRead for WriteBehind {
     fn poll_read(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        ready!(self.poll_drain(cx))?;
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        let mut held = self.wire.lock();
+        ready!(held.poll_drain(cx))?;
+        Pin::new(&mut held.stream).poll_read(cx, buf)
     }
 }
 
 impl AsyncTokioStream for WriteBehind {
     fn peer_addr(&self) -> io::Result<std::net::SocketAddr> {
-        self.inner.peer_addr()
+        self.wire.lock().stream.peer_addr()
     }
 }
 

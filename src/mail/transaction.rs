@@ -23,45 +23,66 @@ use lettre::transport::smtp::extension::{Extension, MailBodyParameter, MailParam
 use lettre::transport::smtp::response::Response;
 use lettre::transport::smtp::Error as SmtpError;
 
-use super::reply::{classify, Reply, Verdict};
+use super::replies::{Heard, Unheard};
+use super::reply::{Reply, Verdict};
 use super::session::Session;
 use super::Composed;
 
 /// How one command fared.
 enum Step {
     Accepted,
-    /// A negative reply (4xx/5xx).
-    Refused(SmtpError),
-    /// No reply: connection lost, unreadable reply.
-    Lost(SmtpError),
+    /// A negative reply (4xx/5xx): its code and its lines joined.
+    Refused {
+        code: u16,
+        message: String,
+    },
+    /// No reply (connection lost, unreadable reply): why.
+    Lost(String),
 }
 
 impl Step {
+    /// A reply as lettre read it (under TLS).
     fn of(r: Result<Response, SmtpError>) -> Step {
         match r {
             Ok(_) => Step::Accepted,
-            Err(e) if e.status().is_some() => Step::Refused(e),
-            Err(e) => Step::Lost(e),
+            Err(e) => match e.status() {
+                Some(code) => Step::Refused {
+                    code: code.into(),
+                    message: std::error::Error::source(&e)
+                        .map(ToString::to_string)
+                        .unwrap_or_default(),
+                },
+                None => Step::Lost(e.to_string()),
+            },
+        }
+    }
+
+    /// A reply as the session read it (on plain TCP).
+    fn heard(r: Result<Heard, Unheard>) -> Step {
+        match r {
+            Ok(Heard::Positive) => Step::Accepted,
+            Ok(Heard::Negative { code, message }) => Step::Refused { code, message },
+            Err(why) => Step::Lost(why),
         }
     }
 }
 
 /// The verdict a negative reply gives, and whether the session survives it.
-/// 503 (bad sequence of commands) says the session lost track of the
-/// transaction, not that the recipient is bad: retried on a new session.
-/// 421 means the relay is closing the session.
-fn refusal(e: &SmtpError) -> (Verdict, bool) {
-    let verdict = classify(e);
-    let code = e.status().map(u16::from);
-    match (verdict, code) {
-        (Verdict::Permanent(reply), Some(503)) => (Verdict::Transient(reply), true),
-        (v, Some(503 | 421)) => (v, true),
-        (v, _) => (v, false),
+/// 5xx is permanent, 4xx transient; but 503 (bad sequence of commands) says
+/// the session lost track of the transaction, not that the recipient is
+/// bad: retried on a new session. 421 means the relay is closing the
+/// session.
+fn refusal(code: u16, message: &str) -> (Verdict, bool) {
+    let reply = Reply::from_relay(code, message);
+    match code {
+        503 | 421 => (Verdict::Transient(reply), true),
+        500.. => (Verdict::Permanent(reply), false),
+        _ => (Verdict::Transient(reply), false),
     }
 }
 
-fn lost(e: &SmtpError) -> Verdict {
-    Verdict::Transient(Reply::local(format!("connection lost: {e}")))
+fn lost(why: &str) -> Verdict {
+    Verdict::Transient(Reply::local(format!("connection lost: {why}")))
 }
 
 impl Session {
@@ -117,23 +138,43 @@ impl Session {
                 // A relay that opened DATA though the transaction failed
                 // (RFC 2920 says it must not): end it with an empty
                 // message and forget the answer.
-                if let Step::Lost(_) = Step::of(self.conn.command(".\r\n").await) {
+                if let Step::Lost(_) = self.exchange(".\r\n").await {
                     self.broken = true;
                 }
             }
             return verdict;
         }
-        match Step::of(self.send_body(&msg.bytes).await) {
+        match self.send_body(&msg.bytes).await {
             Step::Accepted => Verdict::Sent,
-            Step::Refused(e) => {
-                let (v, broken) = refusal(&e);
+            Step::Refused { code, message } => {
+                let (v, broken) = refusal(code, &message);
                 self.broken |= broken;
                 v
             }
-            Step::Lost(e) => {
+            Step::Lost(why) => {
                 self.broken = true;
-                lost(&e)
+                lost(&why)
             }
+        }
+    }
+
+    /// Send `command` and read the reply to it: on plain TCP with the
+    /// session's own reader (see `super::replies`), under TLS with lettre.
+    async fn exchange(&mut self, command: &str) -> Step {
+        match &self.outbox {
+            Some(outbox) => {
+                outbox.append(|out| out.extend_from_slice(command.as_bytes()));
+                Step::heard(self.inbox.reply(outbox).await)
+            }
+            None => Step::of(self.conn.command(command).await),
+        }
+    }
+
+    /// The next reply of a pipelined flight (see [`Self::exchange`]).
+    async fn next_reply(&mut self) -> Step {
+        match &self.outbox {
+            Some(outbox) => Step::heard(self.inbox.reply(outbox).await),
+            None => Step::of(self.conn.read_response().await),
         }
     }
 
@@ -141,19 +182,19 @@ impl Session {
     /// plain TCP it is dot-stuffed straight into the stream's write buffer
     /// (one copy), sent when the reply is awaited; under TLS it goes
     /// through lettre, which writes any text raw.
-    async fn send_body(&mut self, bytes: &[u8]) -> Result<Response, SmtpError> {
+    async fn send_body(&mut self, bytes: &[u8]) -> Step {
         match &self.outbox {
-            Some(outbox) if !self.conn.is_encrypted() => {
+            Some(outbox) => {
                 outbox.append(|out| dot_stuff_into(bytes, out));
-                self.conn.read_response().await
+                Step::heard(self.inbox.reply(outbox).await)
             }
-            _ => {
+            None => {
                 let body = dot_stuffed(bytes);
-                match std::str::from_utf8(&body) {
+                Step::of(match std::str::from_utf8(&body) {
                     Ok(text) => self.conn.command(text).await,
                     // Not UTF-8 (never from our composer): lettre's own path.
                     Err(_) => self.conn.message(bytes).await,
-                }
+                })
             }
         }
     }
@@ -173,15 +214,15 @@ impl Session {
         for (i, step) in steps.iter().enumerate() {
             match step {
                 Step::Accepted => data_open = i == data_at,
-                Step::Refused(e) if verdict.is_none() => {
-                    let (v, broken) = refusal(e);
+                Step::Refused { code, message } if verdict.is_none() => {
+                    let (v, broken) = refusal(*code, message);
                     self.broken |= broken;
                     verdict = Some(v);
                 }
-                Step::Refused(_) => {}
-                Step::Lost(e) => {
+                Step::Refused { .. } => {}
+                Step::Lost(why) => {
                     self.broken = true;
-                    verdict.get_or_insert_with(|| lost(e));
+                    verdict.get_or_insert_with(|| lost(why));
                 }
             }
         }
@@ -214,11 +255,11 @@ impl Session {
         let _ = write!(flight, "{Data}");
         let expected = rcpts.len() + 2 + usize::from(reset);
         let mut steps = Vec::with_capacity(expected);
-        // lettre writes the flight (held by the write-behind stream until
-        // this read: one segment) and reads the first reply.
-        steps.push(Step::of(self.conn.command(flight).await));
+        // The flight is held by the write-behind stream until the first
+        // reply is awaited: one segment.
+        steps.push(self.exchange(&flight).await);
         while steps.len() < expected && !matches!(steps.last(), Some(Step::Lost(_))) {
-            steps.push(Step::of(self.conn.read_response().await));
+            steps.push(self.next_reply().await);
         }
         if reset {
             match steps.first() {
@@ -243,19 +284,15 @@ impl Session {
     /// (nothing of the message sent yet) gives the verdict itself.
     async fn one_by_one(&mut self, mail: &Mail, rcpts: &[Rcpt]) -> Result<Vec<Step>, Verdict> {
         if std::mem::take(&mut self.dirty) {
-            match Step::of(self.conn.command(Rset).await) {
+            match self.exchange(&Rset.to_string()).await {
                 Step::Accepted => {}
-                Step::Refused(e) => {
+                Step::Refused { code, message } => {
                     self.broken = true;
-                    let reply = match classify(&e) {
-                        Verdict::Permanent(r) | Verdict::Transient(r) => r,
-                        Verdict::Sent => Reply::local("RSET refused"),
-                    };
-                    return Err(Verdict::Transient(reply));
+                    return Err(Verdict::Transient(Reply::from_relay(code, &message)));
                 }
-                Step::Lost(e) => {
+                Step::Lost(why) => {
                     self.broken = true;
-                    return Err(lost(&e));
+                    return Err(lost(&why));
                 }
             }
         }
@@ -264,7 +301,7 @@ impl Session {
             .chain(rcpts.iter().map(ToString::to_string))
             .chain(std::iter::once(Data.to_string()));
         for command in commands {
-            let step = Step::of(self.conn.command(command).await);
+            let step = self.exchange(&command).await;
             let ok = matches!(step, Step::Accepted);
             steps.push(step);
             if !ok {
