@@ -5,9 +5,11 @@
 //! put back with for a retry ([`due_again`], while its claim still holds
 //! it, so the sweep never sees it `queued` without it). A message still
 //! waiting long after that has no job left on the queue; the index on
-//! (status, next_attempt_at) finds those without reading the rest of the
-//! ledger.
+//! (status, next_attempt_at) of the messages in flight (`queued`,
+//! `claimed`, `sending`: a partial index, migration 102) finds those
+//! without reading the rest of the ledger.
 
+use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text};
 
@@ -28,9 +30,31 @@ pub struct Waiting {
 
 /// The waiting messages of one status, oldest due first: through the
 /// index, its equality on `status` and its range on `next_attempt_at`.
-const LOST: &str = "SELECT id, idempotency_key FROM messages \
-     WHERE status = ? AND next_attempt_at < ? AND claimed_until < ? \
-     ORDER BY next_attempt_at LIMIT ?";
+/// The status is a literal, one text per status (each still prepared
+/// once): the index holds only the statuses in flight, and a planner uses
+/// it only when it can prove the WHERE implies that, which a bound
+/// `status = ?` never lets it (SQLite's, nor PostgreSQL's generic plans).
+macro_rules! lost_text {
+    ($status:literal) => {
+        concat!(
+            "SELECT id, idempotency_key FROM messages WHERE status = '",
+            $status,
+            "' AND next_attempt_at < ? AND claimed_until < ? \
+             ORDER BY next_attempt_at LIMIT ?"
+        )
+    };
+}
+
+/// [`lost`]'s query for messages in `status`: `None` for a status with an
+/// outcome (never waiting, not in the index).
+pub fn lost_sql(status: MessageStatus) -> Option<&'static str> {
+    match status {
+        MessageStatus::Queued => Some(lost_text!("queued")),
+        MessageStatus::Claimed => Some(lost_text!("claimed")),
+        MessageStatus::Sending => Some(lost_text!("sending")),
+        _ => None,
+    }
+}
 
 /// The statuses a lost job leaves a message in, and the claim's end each
 /// must be past: a `queued` one no worker holds; a `claimed` or `sending`
@@ -50,17 +74,12 @@ pub fn lost(conn: &mut Conn, now: i64, before: i64, limit: i64) -> Result<Vec<Wa
     let mut out: Vec<Waiting> = Vec::new();
     for (status, claim_ends) in statuses(now, before) {
         let left = limit - out.len() as i64;
-        if left <= 0 {
-            break;
-        }
+        let Some(sql) = lost_sql(status).filter(|_| left > 0) else {
+            continue;
+        };
         let rows: Vec<Waiting> = on!(conn, |c| Prepared::new(
-            LOST,
-            vec![
-                Bind::Text(status.as_str()),
-                Bind::Int(before),
-                Bind::Int(claim_ends),
-                Bind::Int(left),
-            ],
+            sql,
+            vec![Bind::Int(before), Bind::Int(claim_ends), Bind::Int(left)],
         )
         .load(c))?;
         out.extend(rows);
@@ -126,10 +145,12 @@ pub fn due_again(conn: &mut Conn, ids: &[i64], token: i64, at: i64) -> Result<()
     Ok(())
 }
 
-/// The database's plan for [`lost`]'s query, one line per step (SQLite's
-/// `EXPLAIN QUERY PLAN`, PostgreSQL's `EXPLAIN`): what shows that it reads
-/// the index, not the ledger.
-pub fn lost_plan(conn: &mut Conn) -> Result<String> {
+/// The database's plan for [`lost`]'s query of `status`, one line per
+/// step: SQLite's `EXPLAIN QUERY PLAN`; on PostgreSQL the generic plan
+/// (`EXPLAIN EXECUTE` under `force_generic_plan`), the one a worker's
+/// connection keeps once the ledger is large (see `plans`), made without
+/// the bound values. What shows that it reads the index, not the ledger.
+pub fn lost_plan(conn: &mut Conn, status: MessageStatus) -> Result<String> {
     #[derive(QueryableByName)]
     struct SqliteStep {
         #[diesel(sql_type = Text)]
@@ -141,25 +162,68 @@ pub fn lost_plan(conn: &mut Conn) -> Result<String> {
         #[diesel(column_name = "QUERY PLAN")]
         plan: String,
     }
-    let binds = || {
-        vec![
-            Bind::Text(MessageStatus::Queued.as_str()),
-            Bind::Int(0),
-            Bind::Int(0),
-            Bind::Int(1000),
-        ]
+    let Some(sql) = lost_sql(status) else {
+        return Ok(String::new());
     };
     let lines: Vec<String> = match conn.inner_mut() {
         InnerMut::Sqlite(c) => {
-            let sql = format!("EXPLAIN QUERY PLAN {LOST}");
-            let steps: Vec<SqliteStep> = Prepared::new(&sql, binds()).load(c)?;
+            let sql = format!("EXPLAIN QUERY PLAN {sql}");
+            let binds = vec![Bind::Int(0), Bind::Int(0), Bind::Int(1000)];
+            let steps: Vec<SqliteStep> = Prepared::new(&sql, binds).load(c)?;
             steps.into_iter().map(|s| s.detail).collect()
         }
-        InnerMut::Pg(c) => {
-            let sql = format!("EXPLAIN {LOST}");
-            let steps: Vec<PgStep> = Prepared::new(&sql, binds()).load(c)?;
-            steps.into_iter().map(|s| s.plan).collect()
-        }
+        InnerMut::Pg(c) => c.transaction(|c| {
+            c.batch_execute(&format!(
+                "SET LOCAL plan_cache_mode = force_generic_plan; \
+                 PREPARE mailsplit_lost_plan AS {}",
+                numbered(sql)
+            ))?;
+            let steps: Vec<PgStep> =
+                diesel::sql_query("EXPLAIN EXECUTE mailsplit_lost_plan(0, 0, 1000)").load(c)?;
+            c.batch_execute("DEALLOCATE mailsplit_lost_plan")?;
+            Ok::<_, diesel::result::Error>(steps.into_iter().map(|s| s.plan).collect())
+        })?,
     };
     Ok(lines.join("\n"))
+}
+
+/// `sql` with each `?` numbered as PostgreSQL's `PREPARE` wants (`$1`, …).
+fn numbered(sql: &str) -> String {
+    let mut parts = sql.split('?');
+    let mut out = parts.next().unwrap_or_default().to_string();
+    for (i, part) in parts.enumerate() {
+        out.push_str(&format!("${}{part}", i + 1));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_status_in_flight_has_its_text_naming_it() {
+        for status in [
+            MessageStatus::Queued,
+            MessageStatus::Claimed,
+            MessageStatus::Sending,
+        ] {
+            let sql = lost_sql(status).expect("a status in flight has a query");
+            assert!(
+                sql.contains(&format!("status = '{}' AND", status.as_str())),
+                "{sql}"
+            );
+            assert_eq!(sql.matches('?').count(), 3, "{sql}");
+        }
+        assert_eq!(lost_sql(MessageStatus::Sent), None);
+    }
+
+    #[test]
+    fn postgres_placeholders_are_numbered_in_order() {
+        assert_eq!(
+            numbered("a = ? AND b < ? LIMIT ?"),
+            "a = $1 AND b < $2 LIMIT $3"
+        );
+        assert_eq!(numbered("no marks"), "no marks");
+    }
 }
