@@ -17,9 +17,8 @@ Usage: scripts/test.sh [--help]
      the same clone, before the tests (its build is the one they use)
   5. cargo fmt --check, and scripts/modgraph.py (no import circle in src/)
   6. cargo clippy --all-targets -- -D warnings, at nice 19 in target/clippy,
-     started before step 4's build and waited for after step 7's first run
-     (it takes what the build's links and the paced rate tests leave); its
-     output is printed if it fails
+     beside step 7's first run (its tests wait on paced relays and use a
+     quarter of a core); its output is printed if it fails
   7. cargo nextest run --all-targets --run-ignored all --no-fail-fast with
      CHAOS_N=3000: every test, and the chaos suite's crash/restart/outage
      scenarios in their short form (what `scripts/chaos.sh --short` runs;
@@ -175,7 +174,7 @@ bg_stop() {
 
 # `cargo clippy --all-targets -- -D warnings` at nice 19, in a target
 # directory of its own (no wait on the tests' build lock)
-clippy_title="cargo clippy --all-targets -- -D warnings (nice 19, beside the build and the rate tests)"
+clippy_title="cargo clippy --all-targets -- -D warnings (nice 19, beside the rate tests)"
 clippy_start() {
     bg_start clippy "$clippy_title" \
         nice -n 19 cargo clippy --all-targets --target-dir target/clippy -- -D warnings
@@ -300,23 +299,6 @@ scripts/services.sh stop --dir "$smoke/run" >/dev/null
 smoke_cleanup
 trap finish EXIT
 
-# why: a minimal rustup profile has neither rustfmt nor clippy
-for pair in fmt:rustfmt clippy:clippy; do
-    if ! cargo "${pair%%:*}" --version >/dev/null 2>&1; then
-        command -v rustup >/dev/null 2>&1 ||
-            { echo "test.sh: cargo ${pair%%:*} is missing; install ${pair#*:}" >&2; exit 1; }
-        rustup component add "${pair#*:}"
-    fi
-done
-if [[ -z ${MAILSPLIT_TEST_CARGO_TEST:-} ]]; then
-    # why: clippy's check of every dependency took 2-7 minutes on a fresh
-    # clone. At nice 19 it takes what the build leaves (its links and the
-    # crate's own compile use one core of two) and then what the
-    # rate-measuring tests leave (they wait on paced relays); it is waited
-    # for after them
-    clippy_start
-fi
-
 step "quickstart, as a new user runs it first (scripts/quickstart.sh --debug --n 2000)"
 # why: the README's two commands in order, in one clone: a quickstart that
 # leaves target/ private fails tests/it/postfix.rs below. --debug shares the
@@ -325,6 +307,14 @@ step "quickstart, as a new user runs it first (scripts/quickstart.sh --debug --n
 scripts/quickstart.sh --debug --n 2000
 
 step "cargo fmt --check"
+# why: a minimal rustup profile has neither rustfmt nor clippy
+for pair in fmt:rustfmt clippy:clippy; do
+    if ! cargo "${pair%%:*}" --version >/dev/null 2>&1; then
+        command -v rustup >/dev/null 2>&1 ||
+            { echo "test.sh: cargo ${pair%%:*} is missing; install ${pair#*:}" >&2; exit 1; }
+        rustup component add "${pair#*:}"
+    fi
+done
 cargo fmt --check
 # the module graph: files as nodes, imports as edges; a circle fails
 python3 scripts/modgraph.py >/dev/null || python3 scripts/modgraph.py
@@ -356,6 +346,10 @@ if [[ -z ${MAILSPLIT_TEST_CARGO_TEST:-} ]]; then
     # why: a failure here does not stop the rest: every failure of the
     # suite shows in one run (the suite fails at its end)
     rc=0
+    # why: clippy's check of every dependency took 2-7 minutes on a fresh
+    # clone, while the rate-measuring tests below use a quarter of one core
+    # (they wait on paced relays): at nice 19 it takes what they leave
+    clippy_start
     nextest --profile alone -E "$alone" || rc=$?
     clippy_wait || { ((rc)) || rc=$?; }
 
