@@ -111,11 +111,18 @@ pub fn count(conn: &mut Conn) -> Result<i64> {
 
 /// Of the addresses whose keys are `keys`, those suppressed, each with
 /// its reason (`suppressed`, or `suppressed: REASON`; an address entry
-/// wins over its domain's). One indexed statement per [`CHUNK`] entries.
+/// wins over its domain's). Asks [`may_hold_any`] first.
 pub fn matching(conn: &mut Conn, keys: &[String]) -> Result<HashMap<String, String>> {
     if keys.is_empty() || !may_hold_any(conn)? {
         return Ok(HashMap::new());
     }
+    look_up(conn, keys)
+}
+
+/// [`matching`] for a caller that has asked [`may_hold_any`] itself (a
+/// worker asks before it computes a batch's keys). One indexed statement
+/// per [`CHUNK`] entries.
+pub fn look_up(conn: &mut Conn, keys: &[String]) -> Result<HashMap<String, String>> {
     let wanted: Vec<String> = {
         let mut w: Vec<String> = keys.iter().flat_map(|k| candidates(k)).collect();
         w.sort_unstable();

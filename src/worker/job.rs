@@ -214,7 +214,7 @@ fn suppressed_among(
         })
         .collect();
     let all: Vec<String> = keys.iter().map(|(_, k)| k.clone()).collect();
-    let found = suppressions::matching(c, &all)?;
+    let found = suppressions::look_up(c, &all)?;
     Ok(keys
         .into_iter()
         .filter_map(|(rid, k)| found.get(&k).map(|why| (rid, why.clone())))
