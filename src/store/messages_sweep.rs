@@ -74,7 +74,10 @@ pub fn lost(conn: &mut Conn, now: i64, before: i64, limit: i64) -> Result<Vec<Wa
     let mut out: Vec<Waiting> = Vec::new();
     for (status, claim_ends) in statuses(now, before) {
         let left = limit - out.len() as i64;
-        let Some(sql) = lost_sql(status).filter(|_| left > 0) else {
+        if left <= 0 {
+            break;
+        }
+        let Some(sql) = lost_sql(status) else {
             continue;
         };
         let rows: Vec<Waiting> = on!(conn, |c| Prepared::new(
