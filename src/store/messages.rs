@@ -224,7 +224,7 @@ fn addressee_rows(conn: &mut Conn, keys: &[String]) -> Result<Vec<AddresseeRow>>
     }
     Ok(match conn.inner_mut() {
         super::InnerMut::Sqlite(c) => {
-            let json = serde_json::Value::from(keys.to_vec()).to_string();
+            let json = super::prepared::texts_json(keys);
             let rows: Vec<Row> = Prepared::new(
                 "SELECT id, email_key, status, attributes FROM recipients \
                  WHERE email_key IN (SELECT value FROM json_each(?))",

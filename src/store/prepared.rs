@@ -33,6 +33,13 @@ pub(crate) enum Bind<'a> {
     OptText(Option<&'a str>),
 }
 
+/// `texts` as a JSON array of strings (for `json_each(?)` on SQLite, or
+/// a JSON parameter on PostgreSQL), serialised from the slice, not from a
+/// copy of it.
+pub(crate) fn texts_json(texts: &[String]) -> String {
+    serde_json::to_string(texts).expect("a list of strings always serialises")
+}
+
 /// `ids` as a JSON array, for `json_each(?)` on SQLite.
 pub(crate) fn ids_json(ids: &[i64]) -> String {
     let mut out = String::with_capacity(ids.len() * 8 + 2);

@@ -302,7 +302,7 @@ pub fn load_keeping(
     let Some(keep) = keep else {
         return load(conn, ids);
     };
-    let keys = serde_json::Value::from(keep.to_vec()).to_string();
+    let keys = super::prepared::texts_json(keep);
     let columns = |kept| {
         (
             recipients::id,

@@ -142,7 +142,7 @@ pub fn look_up(conn: &mut Conn, keys: &[String]) -> Result<HashMap<String, Strin
                 #[diesel(sql_type = diesel::sql_types::Text)]
                 reason: String,
             }
-            let json = serde_json::Value::from(wanted).to_string();
+            let json = super::prepared::texts_json(&wanted);
             let rows: Vec<Found> = Prepared::new(
                 "SELECT entry, reason FROM suppressions \
                  WHERE entry IN (SELECT value FROM json_each(?))",

@@ -50,10 +50,7 @@ pub fn claim_job(
     keep: Option<&[String]>,
 ) -> Result<JobClaim> {
     if let InnerMut::Pg(c) = conn.inner_mut() {
-        let keep = keep.map_or_else(
-            || "null".to_string(),
-            |k| serde_json::Value::from(k.to_vec()).to_string(),
-        );
+        let keep = keep.map_or_else(|| "null".to_string(), crate::store::prepared::texts_json);
         let rows = claim_pg(
             c,
             Some(list_id),
