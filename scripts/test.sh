@@ -18,18 +18,18 @@ Usage: scripts/test.sh [--help]
   5. cargo fmt --check, and scripts/modgraph.py (no import circle in src/)
   6. cargo clippy --all-targets -- -D warnings, at nice 19 in target/clippy,
      beside step 7's first run (its tests wait on paced relays and use a
-     quarter of a core); its output is printed if it fails
+     quarter of a core) and step 8; its output is printed if it fails
   7. cargo nextest run --all-targets --run-ignored all --no-fail-fast with
      CHAOS_N=3000: every test, and the chaos suite's crash/restart/outage
      scenarios in their short form (what `scripts/chaos.sh --short` runs;
      the full run, in release, writes RELIABILITY.md) beside them. Two runs:
      first the rate-measuring tests (the .config/nextest.toml override that
-     takes every thread), alone on the machine; then the rest, 12 at a time,
-     while
+     takes every thread), with no other test beside them but
   8. scripts/partition.sh --short (network partitions between namespaced
-     hosts: its own PostgreSQL, two beanstalkd, a relay, three workers)
-     runs in the background (it waits on its cuts and a paced relay); its
-     output, in target/partition.log, is printed when the tests end.
+     hosts: its own PostgreSQL, two beanstalkd, a relay, three workers),
+     in the background at nice 5 (it waits on its cuts and a paced relay);
+     then the rest, 12 at a time. The partition suite's output, in
+     target/partition.log, is printed when the tests end.
      The tests start their own beanstalkd and smtp-sink on free ports.
      Installs cargo-nextest if missing; MAILSPLIT_TEST_CARGO_TEST=1 runs
      `cargo test` instead (the ratelimit:: and connections:: areas last on
@@ -184,10 +184,10 @@ clippy_wait() { bg_wait clippy "$clippy_title" failure; }
 # The partition suite (network faults between namespaced hosts: its own
 # PostgreSQL, beanstalkd and relay, torn down after) on the binary the
 # tests use
-partition_title="partition suite, short form (scripts/partition.sh --short, beside the tests)"
+partition_title="partition suite, short form (scripts/partition.sh --short, nice 5, beside the rate tests)"
 partition_start() {
     bg_start partition "$partition_title" \
-        env MAILSPLIT="$PWD/target/debug/mailsplit" scripts/partition.sh --short
+        nice -n 5 env MAILSPLIT="$PWD/target/debug/mailsplit" scripts/partition.sh --short
 }
 partition_wait() { bg_wait partition "$partition_title" always; }
 
@@ -335,11 +335,13 @@ if [[ -z ${MAILSPLIT_TEST_CARGO_TEST:-} ]]; then
     # tests; CHAOS_N=3000 is their short form (chaos.sh --short), and their
     # result lines go where chaos.sh puts them
     # why: the rate-measuring tests (the override that takes every thread)
-    # first, with nothing beside them; then the partition suite starts in
-    # the background beside the rest: it waits on its cuts and a paced
-    # relay, so its minutes cost the tests little CPU and the suite no time
+    # first, with no other test beside them, and the partition suite in
+    # the background: both wait on paced relays (the rate tests used 77 s
+    # of CPU in 5 minutes), so the partition suite's minutes no longer
+    # load the rest's twelve at a time, where its relay fault and the
+    # chaos scenarios' short timeouts are the most sensitive to the load
     alone=$(alone_filter)
-    step "cargo nextest run: the rate-measuring tests, alone"
+    step "cargo nextest run: the rate-measuring tests, the partition suite beside them"
     mkdir -p target/chaos
     CHAOS_REPORT="$PWD/target/chaos/report-test-sh-$(date -u +%Y%m%dT%H%M%SZ).jsonl"
     export CHAOS_N=3000 CHAOS_REPORT
@@ -350,11 +352,11 @@ if [[ -z ${MAILSPLIT_TEST_CARGO_TEST:-} ]]; then
     # clone, while the rate-measuring tests below use a quarter of one core
     # (they wait on paced relays): at nice 19 it takes what they leave
     clippy_start
+    partition_start
     nextest --profile alone -E "$alone" || rc=$?
     clippy_wait || { ((rc)) || rc=$?; }
 
-    partition_start
-    step "cargo nextest run --all-targets --run-ignored all, the rest (chaos scenarios: CHAOS_N=3000), partition suite beside it"
+    step "cargo nextest run --all-targets --run-ignored all, the rest (chaos scenarios: CHAOS_N=3000)"
     nextest -E "not ($alone)" || { ((rc)) || rc=$?; }
     slowest_tests
     partition_wait || { ((rc)) || rc=$?; }
