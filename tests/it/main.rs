@@ -89,6 +89,40 @@ mod webhooks;
 mod worker;
 mod worker_in_process;
 
+/// `free_port` hands out ports that no `bind(0)` and no outgoing
+/// connection can take (below the ephemeral range), never the same one
+/// twice, and each stays reserved: another test process (here, another
+/// open file, which `flock` tells apart the same way) cannot reserve it.
+#[test]
+fn free_ports_are_outside_the_ephemeral_range_and_reserved_until_exit() {
+    let ephemeral_low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let ports: Vec<u16> = (0..100).map(|_| util::free_port()).collect();
+    let distinct: std::collections::HashSet<u16> = ports.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        ports.len(),
+        "a port handed out twice: {ports:?}"
+    );
+    for &port in &ports {
+        assert!(
+            port < ephemeral_low && port > 1024,
+            "port {port} in the ephemeral range"
+        );
+        assert!(
+            util::reserve_port(port).is_none(),
+            "port {port} handed out but not reserved"
+        );
+        // Handed out free: a server can bind it.
+        std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    }
+}
+
 /// Every test that takes `util::alone()` is named in `.config/nextest.toml`'s
 /// override that gives it every thread: nextest runs each test in a process
 /// of its own, where the in-process lock keeps nothing apart.

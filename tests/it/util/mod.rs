@@ -38,12 +38,71 @@ macro_rules! both {
     }};
 }
 
-/// A port nobody listens on right now.
+/// A port on 127.0.0.1 that nothing listens on now and that no other
+/// test process is handed while this one runs.
+///
+/// Why not the kernel's `bind(0)`: its ports come from the ephemeral
+/// range, where a port let go can be handed to another test process's
+/// next `bind(0)`, or taken as the source port of an outgoing connection,
+/// before the server it was meant for binds it. A beanstalkd then exits
+/// "address in use" at once, `wait_port` finds the other test's server on
+/// the port, and the test talks to a stranger until that one stops (a
+/// chaos scenario failed so, twelve tests at a time). Here a port comes
+/// from below the ephemeral range, where neither hands ports out, and is
+/// reserved by an exclusive `flock` on a file of its own under the
+/// temporary directory, held until this process exits (the kernel lets
+/// it go even after a kill -9).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free port")
+    let (low, high) = port_range();
+    let span = u32::from(high - low);
+    let start = rand::random::<u32>() % span;
+    for i in 0..span {
+        let port = low + ((start + i) % span) as u16;
+        let Some(lock) = reserve_port(port) else {
+            continue;
+        };
+        // Nothing else on the machine (a service of its own) listens there.
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            PORT_LOCKS.lock().unwrap().push(lock);
+            return port;
+        }
+    }
+    panic!("no free port in {low}..{high}: every one is in use or reserved by a running test");
+}
+
+/// Ports `free_port` hands out: the 12,000 below the start of the
+/// kernel's ephemeral range (`ip_local_port_range`, 32768 by default).
+fn port_range() -> (u16, u16) {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    assert!(
+        low > 13_024,
+        "the ephemeral port range starts at {low}: free_port needs 12,000 ports below it, above 1024"
+    );
+    (low - 12_000, low)
+}
+
+/// The reservations this process holds: their files stay open (and
+/// locked) until it exits.
+static PORT_LOCKS: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
+
+/// An exclusive lock on `port`'s file, or `None` if another test (in this
+/// process or any other: a `flock` belongs to its open file) holds it.
+pub fn reserve_port(port: u16) -> Option<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let dir = std::env::temp_dir().join("mailsplit-test-ports");
+    std::fs::create_dir_all(&dir).expect("create the port reservations' directory");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(port.to_string()))
+        .expect("open a port reservation file");
+    // SAFETY: flock on a descriptor this File owns and keeps open.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+    locked.then_some(file)
 }
 
 /// Wait until something accepts TCP connections on `port`.
