@@ -46,12 +46,11 @@ macro_rules! both {
 /// next `bind(0)`, or taken as the source port of an outgoing connection,
 /// before the server it was meant for binds it. A beanstalkd then exits
 /// "address in use" at once, `wait_port` finds the other test's server on
-/// the port, and the test talks to a stranger until that one stops (a
-/// chaos scenario failed so, twelve tests at a time). Here a port comes
-/// from below the ephemeral range, where neither hands ports out, and is
-/// reserved by an exclusive `flock` on a file of its own under the
-/// temporary directory, held until this process exits (the kernel lets
-/// it go even after a kill -9).
+/// the port, and the test talks to a stranger until that one stops. Here
+/// a port comes from below the ephemeral range, where neither hands ports
+/// out, and is reserved by an exclusive `flock` on a file of its own under
+/// the temporary directory (`mailsplit-test-ports-UID`), held until this
+/// process exits (the kernel lets it go even after a kill -9).
 pub fn free_port() -> u16 {
     let (low, high) = port_range();
     let span = u32::from(high - low);
@@ -92,7 +91,10 @@ static PORT_LOCKS: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
 /// process or any other: a `flock` belongs to its open file) holds it.
 pub fn reserve_port(port: u16) -> Option<std::fs::File> {
     use std::os::fd::AsRawFd;
-    let dir = std::env::temp_dir().join("mailsplit-test-ports");
+    // Per user: a directory another user made would not let this one in.
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let dir = std::env::temp_dir().join(format!("mailsplit-test-ports-{uid}"));
     std::fs::create_dir_all(&dir).expect("create the port reservations' directory");
     let file = std::fs::OpenOptions::new()
         .create(true)
