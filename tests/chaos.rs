@@ -1175,6 +1175,12 @@ fn chaos_smtp_faults_sqlite() {
 /// The relay stops answering (keeps connections open, says nothing) for a
 /// while: sends time out after --smtp-timeout, senders back off instead of
 /// hammering it, nothing is accepted twice, and the campaign completes.
+/// The one second copy allowed is of a message whose 250 the worker gave
+/// up waiting for (the peer's `unheard`: answered, then the session closed
+/// without another command): with a 2-second timeout a starved worker or
+/// peer thread on a loaded machine does that outside the hang too, and a
+/// try that timed out is retried by design (docs/delivery.md: timeouts
+/// are transient). A copy the worker did hear the 250 for is never allowed.
 #[test]
 #[ignore = "chaos suite: scripts/chaos.sh"]
 fn chaos_relay_hangs_sqlite() {
@@ -1245,6 +1251,13 @@ fn chaos_relay_hangs_sqlite() {
     c.note(format!(
         "{retried} addresses tried twice or more, at most {most} times"
     ));
+    let unheard: HashSet<String> = c.peer.unheard.lock().unwrap().keys().cloned().collect();
+    c.note(format!(
+        "{} messages answered 250 in a session the worker then dropped",
+        unheard.len()
+    ));
+    c.allowed = unheard.len();
+    c.may_duplicate = Some(unheard);
     c.finish();
 }
 

@@ -54,6 +54,17 @@ pub fn send_test(
             .map_err(|e| CampaignError::Send(format!("{e:#}")))?;
         let mut outcomes = Vec::new();
         for (address, m) in &messages {
+            // why: a session that broke (a timeout, a lost connection) is
+            // in an unknown state: the next address gets a new one
+            if session.has_broken() {
+                match relay.connect().await {
+                    Ok(fresh) => session = fresh,
+                    Err(e) => {
+                        outcomes.push((address.clone(), Err(format!("{e:#}"))));
+                        continue;
+                    }
+                }
+            }
             let outcome = match relay.send(&mut session, m).await {
                 Verdict::Sent => Ok(()),
                 Verdict::Permanent(reply) | Verdict::Transient(reply) => Err(reply.to_string()),

@@ -57,11 +57,14 @@ impl Session {
     }
 
     /// Say goodbye (QUIT); whatever the relay answers, the session is over.
+    /// A broken session gets no QUIT: its state is unknown (a reply may
+    /// still be on its way), and dropping it closes the connection.
     pub async fn quit(&mut self) {
         if !self.has_broken() {
+            // why: lettre closes the connection itself when QUIT fails; its
+            // `abort` after a QUIT that went through would send a second one
             let _ = self.conn.quit().await;
         }
-        self.conn.abort().await;
     }
 }
 
@@ -244,10 +247,12 @@ impl Relay {
         match tokio::time::timeout(self.timeout, session.transact(msg)).await {
             Ok(verdict) => verdict,
             Err(_) => {
-                // The session is in an unknown state: drop it without QUIT.
+                // The session is in an unknown state: the caller drops it,
+                // which closes the connection without QUIT. (lettre's
+                // `abort` sends QUIT first: a relay that then answers the
+                // message and the QUIT sees a session that ended well,
+                // where the sender never heard its 250.)
                 session.broken = true;
-                let _ =
-                    tokio::time::timeout(Duration::from_millis(100), session.conn.abort()).await;
                 Verdict::Transient(Reply::local(format!("no reply within {:?}", self.timeout)))
             }
         }

@@ -252,6 +252,45 @@ fn relay_that_greets_at_most_n(kind: Kind) {
 
 both!(relay_that_greets_at_most_n);
 
+/// A relay slower than `--smtp-timeout`: the worker gives up on the reply
+/// and drops the session without QUIT (its state is unknown), so a relay
+/// that answers late sees the connection closed after its 250, not a
+/// session that ended well; the message was sent though the worker never
+/// heard it (the in-doubt case of the delivery semantics). The next try
+/// opens a new session.
+#[test]
+fn a_timed_out_try_drops_its_session_without_quit() {
+    let env = World::with_peer(
+        Kind::Sqlite,
+        Script {
+            data_delay: Duration::from_millis(1_500),
+            ..Script::default()
+        },
+    );
+    let peer = env.peer();
+    env.campaign("news", 1);
+    let w = env.worker(&[
+        "--concurrency",
+        "1",
+        "--smtp-timeout",
+        "1",
+        "--max-attempts",
+        "1",
+    ]);
+    wait_done(&env, "news", 30);
+    wait_for(10, "the late 250's session to end", || {
+        !peer.unheard.lock().unwrap().is_empty()
+    });
+    stop_worker(w);
+    let received = peer.received.lock().unwrap().clone();
+    assert_eq!(received.len(), 1, "{received:?}");
+    assert_eq!(*peer.unheard.lock().unwrap(), received);
+    let ends = peer.session_ends.lock().unwrap().clone();
+    let carried: Vec<&SessionEnd> = ends.iter().filter(|e| e.messages > 0).collect();
+    assert_eq!(carried.len(), 1, "{ends:?}");
+    assert!(!carried[0].quit, "QUIT after a timed-out try: {ends:?}");
+}
+
 /// `--max-per-session 7`: no session carries more than 7 messages, and
 /// each ends with QUIT (also the last ones, when the worker stops).
 #[test]

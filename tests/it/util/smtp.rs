@@ -197,6 +197,12 @@ pub struct ScriptedSmtp {
     /// Messages accepted but never answered (`accept_then_disconnect_every`),
     /// per address.
     pub unanswered: Arc<Mutex<HashMap<String, u32>>>,
+    /// Recipients of a message the peer accepted and answered (250) as the
+    /// last thing in a session the client then closed without another
+    /// command: a client that gave up waiting for the reply (its timeout)
+    /// drops the session this way, and cannot know the message went, so a
+    /// second copy is legitimate. Per address.
+    pub unheard: Arc<Mutex<HashMap<String, u32>>>,
     /// Injected faults of every kind (each answered or unanswered fault once).
     pub faults: Arc<AtomicUsize>,
     /// Accepted messages (with `keep_data`): envelope recipients and text.
@@ -233,6 +239,7 @@ impl ScriptedSmtp {
             encrypted: Default::default(),
             log: Default::default(),
             unanswered: Default::default(),
+            unheard: Default::default(),
             faults: Default::default(),
             messages: Default::default(),
             senders: Default::default(),
@@ -256,6 +263,7 @@ impl ScriptedSmtp {
             peer.mails_in_one_flight.clone(),
             peer.resets.clone(),
         );
+        let unheard = peer.unheard.clone();
         let (unanswered, faults, messages, senders) = (
             peer.unanswered.clone(),
             peer.faults.clone(),
@@ -278,6 +286,7 @@ impl ScriptedSmtp {
                     encrypted: encrypted.clone(),
                     log: log.clone(),
                     unanswered: unanswered.clone(),
+                    unheard: unheard.clone(),
                     faults: faults.clone(),
                     messages: messages.clone(),
                     senders: senders.clone(),

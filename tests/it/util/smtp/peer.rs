@@ -17,6 +17,7 @@ pub(super) struct Peer {
     pub(super) encrypted: Arc<AtomicUsize>,
     pub(super) log: Arc<Mutex<Vec<(Instant, String)>>>,
     pub(super) unanswered: Arc<Mutex<HashMap<String, u32>>>,
+    pub(super) unheard: Arc<Mutex<HashMap<String, u32>>>,
     pub(super) faults: Arc<AtomicUsize>,
     pub(super) messages: Arc<Mutex<Vec<Accepted>>>,
     pub(super) senders: Arc<Mutex<HashMap<String, String>>>,
@@ -114,6 +115,15 @@ impl Peer {
         Ok(accepted)
     }
 
+    /// The client closed the session (or it broke) right after the peer
+    /// answered these recipients' message: it may not have read the 250.
+    fn unheard(&self, rcpts: &[String]) {
+        let mut u = self.unheard.lock().unwrap();
+        for a in rcpts {
+            *u.entry(a.clone()).or_insert(0) += 1;
+        }
+    }
+
     /// If the peer is told to hang, wait (answering nothing, keeping the
     /// connection) until it is told to stop; true when it waited, and the
     /// session should then be dropped.
@@ -179,11 +189,17 @@ impl Peer {
         // Which try of its address each accepted recipient is.
         let mut rcpt_tries: Vec<u32> = Vec::new();
         let mut line = String::new();
+        // The recipients of the message just answered with 250, until the
+        // client's next command shows it read the reply.
+        let mut answered: Vec<String> = Vec::new();
         loop {
             line.clear();
-            if io.read_line(&mut line)? == 0 {
-                return Ok(End::Closed);
+            let read = io.read_line(&mut line);
+            if !matches!(read, Ok(n) if n > 0) {
+                self.unheard(&answered);
+                return read.map(|_| End::Closed);
             }
+            answered.clear();
             if self.hung() {
                 return Ok(End::Closed);
             }
@@ -348,6 +364,7 @@ impl Peer {
                     .lock()
                     .unwrap()
                     .extend(rcpts.iter().map(|a| (now, a.clone())));
+                answered.clone_from(&rcpts);
                 for a in rcpts.drain(..) {
                     *r.entry(a).or_insert(0) += 1;
                     if encrypted {
@@ -365,7 +382,10 @@ impl Peer {
                 }
                 mail_open = false;
                 self.delivered.set(self.delivered.get() + 1);
-                io.get_mut().write_all(b"250 queued\r\n")?;
+                if let Err(e) = io.get_mut().write_all(b"250 queued\r\n") {
+                    self.unheard(&answered);
+                    return Err(e);
+                }
             } else if upper.starts_with("RSET") {
                 self.resets.fetch_add(1, Ordering::SeqCst);
                 mail_open = false;
