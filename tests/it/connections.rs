@@ -263,7 +263,9 @@ fn a_timed_out_try_drops_its_session_without_quit() {
     let env = World::with_peer(
         Kind::Sqlite,
         Script {
-            data_delay: Duration::from_millis(1_500),
+            // why: 2 s past the timeout, so even a worker starved that
+            // long times out before the 250 can reach it
+            data_delay: Duration::from_secs(3),
             ..Script::default()
         },
     );
