@@ -256,8 +256,7 @@ both!(relay_that_greets_at_most_n);
 /// and drops the session without QUIT (its state is unknown), so a relay
 /// that answers late sees the connection closed after its 250, not a
 /// session that ended well; the message was sent though the worker never
-/// heard it (the in-doubt case of the delivery semantics). The next try
-/// opens a new session.
+/// heard it (the in-doubt case of the delivery semantics).
 #[test]
 fn a_timed_out_try_drops_its_session_without_quit() {
     let env = World::with_peer(
