@@ -118,6 +118,14 @@ for took, binary, name in sorted(cases, reverse=True)[:10]:
 PY
 }
 
+# nextest at niceness NICE with the suite's arguments (every target, the
+# chaos scenarios too: they are the only ignored tests) and more arguments
+nextest() {
+    local nice=$1
+    shift
+    nice -n "$nice" cargo nextest run --all-targets --run-ignored all --no-fail-fast "$@"
+}
+
 # The filter of .config/nextest.toml's override that gives a test every
 # thread: the rate-measuring tests, named there once.
 alone_filter() {
@@ -384,11 +392,9 @@ if [[ -z ${MAILSPLIT_TEST_CARGO_TEST:-} ]]; then
     # suite shows in one run (the suite fails at its end)
     rc=0
     rate_title="the rate-measuring tests (nextest --profile alone, nice $nice_rate)"
-    bg_start rate "$rate_title" nice -n "$nice_rate" \
-        cargo nextest run --all-targets --run-ignored all --no-fail-fast --profile alone -E "$alone"
+    bg_start rate "$rate_title" nextest "$nice_rate" --profile alone -E "$alone"
     partition_start
-    nice -n "$nice_rest" cargo nextest run --all-targets --run-ignored all --no-fail-fast \
-        -E "not ($alone)" || rc=$?
+    nextest "$nice_rest" -E "not ($alone)" || rc=$?
     bg_wait rate "$rate_title" always || { ((rc)) || rc=$?; }
     slowest_tests
     partition_wait || { ((rc)) || rc=$?; }

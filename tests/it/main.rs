@@ -95,13 +95,7 @@ mod worker_in_process;
 /// open file, which `flock` tells apart the same way) cannot reserve it.
 #[test]
 fn free_ports_are_outside_the_ephemeral_range_and_reserved_until_exit() {
-    let ephemeral_low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let ephemeral_low = util::ephemeral_start();
     let ports: Vec<u16> = (0..100).map(|_| util::free_port()).collect();
     let distinct: std::collections::HashSet<u16> = ports.iter().copied().collect();
     assert_eq!(

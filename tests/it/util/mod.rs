@@ -69,13 +69,19 @@ pub fn free_port() -> u16 {
     panic!("no free port in {low}..{high}: every one is in use or reserved by a running test");
 }
 
-/// Ports `free_port` hands out: the 12,000 below the start of the
-/// kernel's ephemeral range (`ip_local_port_range`, 32768 by default).
-fn port_range() -> (u16, u16) {
-    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+/// Where the kernel's ephemeral range starts (`ip_local_port_range`,
+/// 32768 by default).
+pub fn ephemeral_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
+        .unwrap_or(32768)
+}
+
+/// Ports `free_port` hands out: the 12,000 below the start of the
+/// kernel's ephemeral range.
+fn port_range() -> (u16, u16) {
+    let low = ephemeral_start();
     assert!(
         low > 13_024,
         "the ephemeral port range starts at {low}: free_port needs 12,000 ports below it, above 1024"
@@ -91,11 +97,15 @@ static PORT_LOCKS: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
 /// process or any other: a `flock` belongs to its open file) holds it.
 pub fn reserve_port(port: u16) -> Option<std::fs::File> {
     use std::os::fd::AsRawFd;
-    // Per user: a directory another user made would not let this one in.
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
-    let dir = std::env::temp_dir().join(format!("mailsplit-test-ports-{uid}"));
-    std::fs::create_dir_all(&dir).expect("create the port reservations' directory");
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        // Per user: a directory another user made would not let this one in.
+        // SAFETY: getuid has no preconditions and cannot fail.
+        let uid = unsafe { libc::getuid() };
+        let dir = std::env::temp_dir().join(format!("mailsplit-test-ports-{uid}"));
+        std::fs::create_dir_all(&dir).expect("create the port reservations' directory");
+        dir
+    });
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)

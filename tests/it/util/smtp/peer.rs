@@ -118,10 +118,7 @@ impl Peer {
     /// The client closed the session (or it broke) right after the peer
     /// answered these recipients' message: it may not have read the 250.
     fn unheard(&self, rcpts: &[String]) {
-        let mut u = self.unheard.lock().unwrap();
-        for a in rcpts {
-            *u.entry(a.clone()).or_insert(0) += 1;
-        }
+        tally(&self.unheard, rcpts.iter().cloned());
     }
 
     /// If the peer is told to hang, wait (answering nothing, keeping the
@@ -135,6 +132,14 @@ impl Peer {
             std::thread::sleep(Duration::from_millis(20));
         }
         true
+    }
+}
+
+/// One more for each address in a per-address count.
+fn tally(counts: &Mutex<HashMap<String, u32>>, addrs: impl IntoIterator<Item = String>) {
+    let mut c = counts.lock().unwrap();
+    for a in addrs {
+        *c.entry(a).or_insert(0) += 1;
     }
 }
 
@@ -374,10 +379,7 @@ impl Peer {
                 drop(r);
                 if let Some(addrs) = unanswered {
                     self.faults.fetch_add(1, Ordering::SeqCst);
-                    let mut u = self.unanswered.lock().unwrap();
-                    for a in addrs {
-                        *u.entry(a).or_insert(0) += 1;
-                    }
+                    tally(&self.unanswered, addrs);
                     return Ok(End::Closed);
                 }
                 mail_open = false;
