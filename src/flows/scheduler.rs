@@ -19,7 +19,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::FlowError;
-use crate::messages::sweep::{self, SweepError, FLOW_KEY_PREFIX};
+use crate::messages::sweep::{self, Suspects, Sweep, SweepError, FLOW_KEY_PREFIX};
 use crate::messages::{self, MessageError, Queue, Submit};
 use crate::queue::message::{Band, MAX_BATCH};
 use crate::store::flows::{self as store, Flow, Step, Trigger};
@@ -63,6 +63,7 @@ pub async fn run(db: Arc<Db>, queue: Queue, stop: CancellationToken) {
     let queue = Arc::new(queue);
     let mut holding = false;
     let mut next_sweep = tokio::time::Instant::now();
+    let mut suspects = Suspects::default();
     loop {
         tokio::select! {
             _ = stop.cancelled() => break,
@@ -77,6 +78,7 @@ pub async fn run(db: Arc<Db>, queue: Queue, stop: CancellationToken) {
                     next_sweep = tokio::time::Instant::now() + sweep::every();
                 } else if !held && holding {
                     tracing::info!(owner = %owner, "flow scheduler: lease passed to another worker");
+                    suspects = Suspects::default();
                 }
                 holding = held;
             }
@@ -84,7 +86,7 @@ pub async fn run(db: Arc<Db>, queue: Queue, stop: CancellationToken) {
         }
         if holding && tokio::time::Instant::now() >= next_sweep && !stop.is_cancelled() {
             next_sweep = tokio::time::Instant::now() + sweep::every();
-            if let Err(e) = sweep_lost(&db, &queue, &owner, lease_ms, &stop).await {
+            if let Err(e) = sweep_lost(&db, &queue, &owner, lease_ms, &stop, &mut suspects).await {
                 tracing::warn!(error = %e, "message sweep: trying again at the next");
             }
         }
@@ -129,14 +131,16 @@ async fn round(
 }
 
 /// One sweep for lost message jobs (see [`sweep`]): a page at a time,
-/// each after the lease is renewed, up to [`sweep::MAX_PAGES`]; one line
-/// in the log when it put any.
+/// each after the lease is renewed; `suspects` are the last sweep's, and
+/// become this one's (none when it stops early). One line in the log
+/// when it put any.
 async fn sweep_lost(
     db: &Arc<Db>,
     queue: &Arc<Queue>,
     owner: &str,
     lease_ms: i64,
     stop: &CancellationToken,
+    suspects: &mut Suspects,
 ) -> Result<(), SweepError> {
     let started = now_ms();
     let q = Arc::clone(queue);
@@ -148,26 +152,31 @@ async fn sweep_lost(
         return Ok(());
     };
     let before = started - (sweep::grace() + waited).as_millis() as i64;
-    tracing::debug!(?waited, before, "message sweep");
-    let mut put = 0;
-    for _ in 0..sweep::MAX_PAGES {
+    tracing::debug!(?waited, before, suspects = suspects.len(), "message sweep");
+    let mut pass = Sweep::new(std::mem::take(suspects), started, before);
+    loop {
         let now = now_ms();
         let me = owner.to_string();
         if !db
             .run(move |c| store::lease(c, &me, now, now + lease_ms))
             .await?
         {
-            break;
+            return Ok(());
         }
         let q = Arc::clone(queue);
-        let page = db
-            .run(move |c| Ok(sweep::page(c, &q, started, before)))
-            .await??;
-        put += page.put;
-        if page.read < sweep::PAGE as usize || stop.is_cancelled() {
+        let (back, more) = db
+            .run(move |c| {
+                let more = pass.step(c, &q);
+                Ok((pass, more))
+            })
+            .await?;
+        pass = back;
+        if !more? || stop.is_cancelled() {
             break;
         }
     }
+    let put = pass.put;
+    *suspects = pass.suspects();
     if put > 0 {
         tracing::info!(put, "{put} messages put again: their jobs were lost");
     }

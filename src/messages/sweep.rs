@@ -5,15 +5,20 @@
 //! send it. The worker that holds the flow scheduler's lease (see
 //! `flows::scheduler`) sweeps for them about every [`every`]: the
 //! messages still waiting a grace period ([`grace`]) after their next
-//! attempt fell due get their jobs again, in the band each belongs to, up
-//! to [`MAX_BATCH`] a job.
+//! attempt fell due are suspects; those the sweep before found waiting
+//! too get their jobs again, in the band each belongs to, up to
+//! [`MAX_BATCH`] a job.
 //!
 //! A job put twice is harmless (the claim sends a message at most once),
 //! but must not be the normal case. A message put back for a retry waits
 //! out its delay first (its `next_attempt_at` is the delay's end), and one
 //! whose job waits its turn in the queue is left alone: within the grace
 //! period, and also behind a backlog of flow batches, whose oldest ready
-//! job's age is added to the grace ([`queue_wait`]).
+//! job's age is added to the grace ([`queue_wait`]). A job a worker has
+//! reserved and not yet claimed is in neither the ready queue nor a claim:
+//! one sweep cannot tell it from a lost one, so a message is put again
+//! only when two sweeps in a row, [`every`] apart, found it waiting
+//! ([`Suspects`]); a claim comes well within that.
 
 use std::time::Duration;
 
@@ -21,6 +26,7 @@ use super::submit::{put, Queue};
 use crate::queue::message::{band_of, Band, MAX_BATCH};
 use crate::queue::timed::Timed;
 use crate::queue::QueueError;
+use crate::store::messages_sweep::{Cursor, Waiting};
 use crate::store::{installation, messages_sweep, now_ms, Conn, StoreError};
 use crate::tokens::Identity;
 
@@ -100,37 +106,116 @@ pub fn queue_wait(queue: &Queue) -> Result<Option<Duration>, QueueError> {
     Ok(Some(waited))
 }
 
-/// What one page of a sweep did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Page {
-    /// Messages found waiting for a lost job.
-    pub read: usize,
+/// The messages the last sweep found waiting (sorted by id; at most
+/// [`PAGE`] × [`MAX_PAGES`]): the next sweep puts the jobs of those still
+/// waiting. Kept by the lease holder in memory: a new holder starts with
+/// none, and its first sweep only suspects.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Suspects(Vec<i64>);
+
+impl Suspects {
+    /// How many messages are suspected.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// One sweep, a page at a time (each page a call on the database, after
+/// which the caller renews its lease): first the last sweep's suspects
+/// still waiting get their jobs again, [`PAGE`] ids a page; then the
+/// messages waiting now are read, [`PAGE`] a page up to [`MAX_PAGES`],
+/// as the next sweep's suspects.
+#[derive(Debug)]
+pub struct Sweep {
+    /// When the sweep started: claims lapsed by then are no claims.
+    now: i64,
+    /// Messages due before this have waited past the grace period.
+    before: i64,
+    /// The last sweep's suspects not yet looked at again.
+    last: std::vec::IntoIter<i64>,
+    /// The suspects found so far.
+    next: Vec<i64>,
+    after: Cursor,
+    pages: usize,
+    read_all: bool,
     /// Messages whose jobs were put again.
     pub put: usize,
 }
 
-/// One page of a sweep: up to [`PAGE`] messages whose next attempt fell
-/// due before `before`, in no live claim at `now`, get their jobs again;
-/// each then waits a grace period before a later sweep may put one more.
-/// A put that fails ends the page (beanstalkd is down: nothing more would
-/// go through), after the jobs put so far are marked.
-pub fn page(conn: &mut Conn, queue: &Queue, now: i64, before: i64) -> Result<Page, SweepError> {
-    let lost = messages_sweep::lost(conn, now, before, PAGE)?;
-    if lost.is_empty() {
-        return Ok(Page::default());
+impl Sweep {
+    /// A sweep at `now` of the messages due before `before`, after the
+    /// sweep that found `suspects`.
+    pub fn new(suspects: Suspects, now: i64, before: i64) -> Self {
+        Sweep {
+            now,
+            before,
+            last: suspects.0.into_iter(),
+            next: Vec::new(),
+            after: Cursor::default(),
+            pages: 0,
+            read_all: false,
+            put: 0,
+        }
+    }
+
+    /// One page; whether there is more to do. A put that fails ends the
+    /// sweep with an error (beanstalkd is down: nothing more would go
+    /// through) after the jobs put so far are marked; the next sweep
+    /// then starts with no suspects.
+    pub fn step(&mut self, conn: &mut Conn, queue: &Queue) -> Result<bool, SweepError> {
+        if self.last.len() > 0 {
+            let ids: Vec<i64> = self.last.by_ref().take(PAGE as usize).collect();
+            let waiting = messages_sweep::still_lost(conn, &ids, self.now, self.before)?;
+            self.put += put_again(conn, queue, &waiting, self.before)?;
+            return Ok(true);
+        }
+        if self.read_all || self.pages >= MAX_PAGES {
+            return Ok(false);
+        }
+        let page = messages_sweep::lost(conn, self.now, self.before, self.after, PAGE)?;
+        self.pages += 1;
+        self.read_all = page.len() < PAGE as usize;
+        if let Some(last) = page.last() {
+            self.after = last.cursor();
+        }
+        self.next.extend(page.iter().map(|w| w.id));
+        Ok(!self.read_all && self.pages < MAX_PAGES)
+    }
+
+    /// The suspects the next sweep looks at again.
+    pub fn suspects(mut self) -> Suspects {
+        self.next.sort_unstable();
+        Suspects(self.next)
+    }
+}
+
+/// `waiting` get their jobs again, in the band each belongs to, and each
+/// then waits a grace period before a later sweep may suspect it again.
+fn put_again(
+    conn: &mut Conn,
+    queue: &Queue,
+    waiting: &[Waiting],
+    before: i64,
+) -> Result<usize, SweepError> {
+    if waiting.is_empty() {
+        return Ok(0);
     }
     tracing::debug!(
-        found = lost.len(),
-        first = lost.first().map(|w| w.id),
-        last = lost.last().map(|w| w.id),
+        found = waiting.len(),
+        first = waiting.first().map(|w| w.id),
+        last = waiting.last().map(|w| w.id),
         before,
-        "message sweep: messages waiting for a lost job"
+        "message sweep: messages waiting for a lost job, two sweeps in a row"
     );
     let identity = Identity::from(&installation::load(conn)?);
-    let (flows, others): (Vec<_>, Vec<_>) = lost
+    let (flows, others): (Vec<_>, Vec<_>) = waiting
         .iter()
         .partition(|w| band_of_key(w.idempotency_key.as_deref()) == Band::Flow);
-    let mut done = Vec::with_capacity(lost.len());
+    let mut done = Vec::with_capacity(waiting.len());
     let mut failed = None;
     'bands: for (band, waiting) in [(Band::Transactional, others), (Band::Flow, flows)] {
         let ids: Vec<i64> = waiting.iter().map(|w| w.id).collect();
@@ -144,15 +229,13 @@ pub fn page(conn: &mut Conn, queue: &Queue, now: i64, before: i64) -> Result<Pag
     }
     messages_sweep::mark_put(conn, &done, before, now_ms())?;
     match failed {
-        Some(e) if done.is_empty() => Err(e.into()),
         Some(e) => {
-            tracing::warn!(error = %e, put = done.len(), "message sweep: some jobs were put again, then beanstalkd refused");
+            if !done.is_empty() {
+                tracing::warn!(error = %e, put = done.len(), "message sweep: some jobs were put again, then beanstalkd refused");
+            }
             Err(e.into())
         }
-        None => Ok(Page {
-            read: lost.len(),
-            put: done.len(),
-        }),
+        None => Ok(done.len()),
     }
 }
 

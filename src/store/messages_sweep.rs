@@ -19,17 +19,41 @@ use super::schema::messages as m;
 use super::{on, Conn, InnerMut, Result};
 
 /// A message that waits for a job that did not come.
-#[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
+#[derive(Debug, Clone, PartialEq, Eq, QueryableByName, Queryable)]
 pub struct Waiting {
     #[diesel(sql_type = BigInt)]
     pub id: i64,
     /// Its idempotency key (a flow's step: `flow:FLOW:ENTRY:STEP`).
     #[diesel(sql_type = Nullable<Text>)]
     pub idempotency_key: Option<String>,
+    /// When its next attempt fell due.
+    #[diesel(sql_type = BigInt)]
+    pub next_attempt_at: i64,
 }
 
-/// The waiting messages of one status, oldest due first: through the
-/// index, its equality on `status` and its range on `next_attempt_at`.
+impl Waiting {
+    /// Where a page that ended with this message leaves off.
+    pub fn cursor(&self) -> Cursor {
+        Cursor {
+            next_attempt_at: self.next_attempt_at,
+            id: self.id,
+        }
+    }
+}
+
+/// Where a page of [`lost`] goes on: after this (due time, id), in the
+/// order the index gives (many messages share a due time: a flow batch's
+/// hundred, put at once).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Cursor {
+    pub next_attempt_at: i64,
+    pub id: i64,
+}
+
+/// The waiting messages of one status after a cursor, oldest due first:
+/// through the index, its equality on `status` and its range on
+/// `next_attempt_at` (the cursor's due time its lower bound, its id the
+/// tie-break).
 /// The status is a literal, one text per status (each still prepared
 /// once): the index holds only the statuses in flight, and a planner uses
 /// it only when it can prove the WHERE implies that, which a bound
@@ -37,10 +61,10 @@ pub struct Waiting {
 macro_rules! lost_text {
     ($status:literal) => {
         concat!(
-            "SELECT id, idempotency_key FROM messages WHERE status = '",
+            "SELECT id, idempotency_key, next_attempt_at FROM messages WHERE status = '",
             $status,
-            "' AND next_attempt_at < ? AND claimed_until < ? \
-             ORDER BY next_attempt_at LIMIT ?"
+            "' AND next_attempt_at < ? AND next_attempt_at >= ? AND claimed_until < ? \
+             AND (next_attempt_at > ? OR id > ?) ORDER BY next_attempt_at, id LIMIT ?"
         )
     };
 }
@@ -69,25 +93,53 @@ fn statuses(now: i64, before: i64) -> [(MessageStatus, i64); 3] {
 }
 
 /// Up to `limit` messages whose next attempt fell due before `before`
-/// and that no live claim holds at `now`.
-pub fn lost(conn: &mut Conn, now: i64, before: i64, limit: i64) -> Result<Vec<Waiting>> {
+/// and that no live claim holds at `now`, after `after`, in cursor order.
+pub fn lost(
+    conn: &mut Conn,
+    now: i64,
+    before: i64,
+    after: Cursor,
+    limit: i64,
+) -> Result<Vec<Waiting>> {
     let mut out: Vec<Waiting> = Vec::new();
     for (status, claim_ends) in statuses(now, before) {
-        let left = limit - out.len() as i64;
-        if left <= 0 {
-            break;
-        }
         let Some(sql) = lost_sql(status) else {
             continue;
         };
-        let rows: Vec<Waiting> = on!(conn, |c| Prepared::new(
-            sql,
-            vec![Bind::Int(before), Bind::Int(claim_ends), Bind::Int(left)],
-        )
-        .load(c))?;
+        let binds = vec![
+            Bind::Int(before),
+            Bind::Int(after.next_attempt_at),
+            Bind::Int(claim_ends),
+            Bind::Int(after.next_attempt_at),
+            Bind::Int(after.id),
+            Bind::Int(limit),
+        ];
+        let rows: Vec<Waiting> = on!(conn, |c| Prepared::new(sql, binds).load(c))?;
         out.extend(rows);
     }
+    // Each status's page is in cursor order; together, the first `limit`.
+    out.sort_by_key(Waiting::cursor);
+    out.truncate(usize::try_from(limit).unwrap_or(0));
     Ok(out)
+}
+
+/// Those of `ids` that still wait as [`lost`] found them: due before
+/// `before`, in no live claim at `now`. By id (the primary key).
+pub fn still_lost(conn: &mut Conn, ids: &[i64], now: i64, before: i64) -> Result<Vec<Waiting>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let queued = m::status.eq("queued").and(m::claimed_until.lt(now));
+    let lapsed = m::status
+        .eq_any(super::messages::batch::HELD)
+        .and(m::claimed_until.lt(before));
+    Ok(on!(conn, |c| m::table
+        .filter(m::id.eq_any(ids))
+        .filter(m::next_attempt_at.lt(before))
+        .filter(queued.or(lapsed))
+        .select((m::id, m::idempotency_key, m::next_attempt_at))
+        .order(m::id)
+        .load::<Waiting>(c))?)
 }
 
 /// The jobs of messages `ids` were put again at `now`: each waits a whole
@@ -171,7 +223,8 @@ pub fn lost_plan(conn: &mut Conn, status: MessageStatus) -> Result<String> {
     let lines: Vec<String> = match conn.inner_mut() {
         InnerMut::Sqlite(c) => {
             let sql = format!("EXPLAIN QUERY PLAN {sql}");
-            let binds = vec![Bind::Int(0), Bind::Int(0), Bind::Int(1000)];
+            let mut binds: Vec<Bind> = (0..5).map(|_| Bind::Int(0)).collect();
+            binds.push(Bind::Int(1000));
             let steps: Vec<SqliteStep> = Prepared::new(&sql, binds).load(c)?;
             steps.into_iter().map(|s| s.detail).collect()
         }
@@ -182,7 +235,8 @@ pub fn lost_plan(conn: &mut Conn, status: MessageStatus) -> Result<String> {
                 numbered(sql)
             ))?;
             let steps: Vec<PgStep> =
-                diesel::sql_query("EXPLAIN EXECUTE mailsplit_lost_plan(0, 0, 1000)").load(c)?;
+                diesel::sql_query("EXPLAIN EXECUTE mailsplit_lost_plan(0, 0, 0, 0, 0, 1000)")
+                    .load(c)?;
             c.batch_execute("DEALLOCATE mailsplit_lost_plan")?;
             Ok::<_, diesel::result::Error>(steps.into_iter().map(|s| s.plan).collect())
         })?,
@@ -216,7 +270,7 @@ mod tests {
                 sql.contains(&format!("status = '{}' AND", status.as_str())),
                 "{sql}"
             );
-            assert_eq!(sql.matches('?').count(), 3, "{sql}");
+            assert_eq!(sql.matches('?').count(), 6, "{sql}");
         }
         assert_eq!(lost_sql(MessageStatus::Sent), None);
     }

@@ -5,13 +5,15 @@
 //! each sent exactly once by the lease holder's sweep (a lapsed `sending`
 //! claim failed, never sent twice); a message put back for a retry is
 //! not put again before its delay ends, and its job keeps its band; a
-//! backlog of flow batches waiting their turn is not put twice; a ready
+//! backlog of flow batches waiting their turn is not put twice, nor a
+//! batch a worker reserved and has not yet claimed; a ready
 //! transactional job is reserved before a flow batch, and both before a
 //! campaign's.
 
 use std::io::Write;
 
 use mailsplit::flows::scheduler;
+use mailsplit::messages::sweep::{self, Suspects, Sweep};
 use mailsplit::messages::{self, AskedBy, Queue, Submit};
 use mailsplit::store::messages::{find, MessageStatus};
 use mailsplit::store::now_ms;
@@ -363,6 +365,69 @@ fn a_backlog_is_not_put_twice(kind: Kind) {
     assert_eq!(env.bs.tube_stat(&env.tube, "total-jobs"), 5);
 }
 
+/// One sweep of the messages due before `before` (their grace period
+/// over), after the one that found `suspects`: the next sweep's suspects,
+/// and how many messages it put again.
+fn sweep_now(env: &Env, suspects: Suspects, before: i64) -> (Suspects, usize) {
+    let q = queue(env);
+    let waited = sweep::queue_wait(&q).unwrap();
+    assert_eq!(waited, Some(std::time::Duration::ZERO), "nothing ready");
+    let mut pass = Sweep::new(suspects, now_ms(), before);
+    let mut conn = env.conn();
+    while pass.step(&mut conn, &q).unwrap() {}
+    let put = pass.put;
+    (pass.suspects(), put)
+}
+
+/// A moment after every message stored so far was due (ms).
+fn a_moment_later() -> i64 {
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    now_ms()
+}
+
+/// A flow batch a worker has reserved and not yet claimed is neither
+/// ready on the queue nor in a claim: the first sweep that finds its
+/// messages waiting only suspects them (their job may be on its way to a
+/// claim); the next sweep puts the jobs of those still waiting. Here the
+/// worker claimed 40 of the hundred in between, then beanstalkd lost the
+/// job: the 60 others are put again, in one job, and the 40 are not.
+fn a_reserved_batch_is_suspected_before_it_is_put(kind: Kind) {
+    let mut env = World::new(kind);
+    templates(&env);
+    flow(&env);
+    let members: Vec<String> = (1..=100).map(|i| format!("r{i}@example.test")).collect();
+    join(&env, &members);
+    assert_eq!(schedule_due_steps(&env), 100);
+    // A worker's reservation, never claimed.
+    let mut c = env.bs.client();
+    c.watch(&env.tube).unwrap();
+    let _held = c
+        .reserve_with_timeout(std::time::Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(env.bs.tube_stat(&env.tube, "current-jobs-ready"), 0);
+    let (suspects, put) = sweep_now(&env, Suspects::default(), a_moment_later());
+    assert_eq!((put, suspects.len()), (0, 100));
+    assert_eq!(env.bs.tube_stat(&env.tube, "total-jobs"), 1);
+    // The worker claims 40 (a live claim); then the job is lost.
+    env.sql(&format!(
+        "UPDATE messages SET status = 'claimed', claim_token = 7, claimed_until = {} \
+         WHERE id IN (SELECT id FROM messages ORDER BY id LIMIT 40)",
+        now_ms() + 600_000
+    ));
+    drop(c);
+    env.bs.restart_empty();
+    let second = a_moment_later();
+    let (suspects, put) = sweep_now(&env, suspects, second);
+    assert_eq!((put, suspects.len()), (60, 0));
+    let jobs = env.bs.drain(&env.tube);
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert!(jobs[0].1.contains(r#""band":"flow""#), "{jobs:?}");
+    // Put again, each waits a grace period from the put: a sweep whose
+    // grace period ends before it suspects none of them.
+    let (suspects, put) = sweep_now(&env, suspects, second);
+    assert_eq!((put, suspects.len()), (0, 0));
+}
+
 /// (c) A campaign's job, a flow's batch and an API message's job are put
 /// in that order; they are reserved the other way round: the message
 /// (priority 0), the flow batch (1), the campaign (clamped to 2 and
@@ -481,5 +546,6 @@ both!(
     lost_jobs_are_put_again,
     a_retry_waits_out_its_delay,
     a_backlog_is_not_put_twice,
+    a_reserved_batch_is_suspected_before_it_is_put,
     transactional_before_flows_before_campaigns,
 );
