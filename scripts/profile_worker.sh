@@ -4,7 +4,7 @@
 # scripts/bench.py sends it) through ONE worker x 100 sessions to a fresh
 # smtp-sink, each on a free loopback port.
 #
-#   scripts/profile_worker.sh BIN N [--perf SECONDS | --callgrind] [--pg]
+#   scripts/profile_worker.sh BIN N [--perf SECONDS | --callgrind | --syscalls] [--pg]
 #
 # Prints worker and sink CPU per message (from /proc/PID/stat, not wall
 # time) and their ratio. With --perf, records the worker for SECONDS with
@@ -18,6 +18,10 @@
 # unlike CPU time. Callgrind is ~50x slower, so the CPU figures of that run
 # mean nothing; the sink is not under callgrind. CALLGRIND_OUT=FILE keeps
 # the profile for callgrind_annotate.
+#
+# With --syscalls, `perf stat` counts the system calls of the worker and of
+# the sink over the whole send (the tracepoint raw_syscalls:sys_enter), and
+# prints them per message.
 #
 # With --pg the campaign runs on PostgreSQL: a fresh database under
 # $MAILSPLIT_TEST_PG (default postgres://root@127.0.0.1:5432), created and
@@ -35,12 +39,13 @@
 # for --pg): scripts/install-deps.sh.
 set -euo pipefail
 BIN=$(realpath "$1"); N=$2; shift 2
-PERF='' CALLGRIND='' PG=''
+PERF='' CALLGRIND='' PG='' SYSCALLS=''
 while [ $# -gt 0 ]; do
     case $1 in
         --perf) PERF=$2; shift 2 ;;
         --callgrind) CALLGRIND=1; shift ;;
         --pg) PG=1; shift ;;
+        --syscalls) SYSCALLS=1; shift ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -81,6 +86,8 @@ PY
 "$BIN" campaign create p --list p --template newsletter --subject "Benchmark news" --from news@example.test >/dev/null 2>&1
 "$BIN" enqueue p >/dev/null
 stat_cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# Kernel time alone (stime): the loopback TCP under each send and read
+stat_sys() { awk '{print $15}' "/proc/$1/stat"; }
 # The postmaster's reaped children (cutime + cstime), after the command name.
 PGDIR=/var/lib/postgresql/15/main
 pm_children() { sed 's/.*) //' "/proc/$(head -1 "$PGDIR/postmaster.pid")/stat" | awk '{print $14 + $15}'; }
@@ -94,12 +101,17 @@ own_backends() {
     echo $sum
 }
 if [ -n "$PG" ]; then p0=$(pm_children); fi
-s0=$(stat_cpu $SPID); t0=$(date +%s.%N)
+s0=$(stat_cpu $SPID); k0=$(stat_sys $SPID); t0=$(date +%s.%N)
 if [ -n "$CALLGRIND" ]; then
     SMTP_URL="smtp://127.0.0.1:$SP" valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.out" \
         --log-file="$OUT/cg.log" "$BIN" worker --concurrency 100 & W=$!
 else
     SMTP_URL="smtp://127.0.0.1:$SP" "$BIN" worker --concurrency 100 & W=$!
+fi
+PS=()
+if [ -n "$SYSCALLS" ]; then
+    perf stat -e raw_syscalls:sys_enter -x, -o "$OUT/sys.w" -p "$W" & PS+=($!)
+    perf stat -e raw_syscalls:sys_enter -x, -o "$OUT/sys.s" -p "$SPID" & PS+=($!)
 fi
 if [ -n "$PERF" ]; then
     sleep 3
@@ -112,7 +124,13 @@ while :; do
     sleep 0.5
 done
 t1=$(date +%s.%N); wc=$(stat_cpu $W); s1=$(stat_cpu $SPID)
+wk=$(stat_sys $W); k1=$(stat_sys $SPID)
 ob=0; if [ -n "$PG" ]; then ob=$(own_backends); fi
+if [ ${#PS[@]} -gt 0 ]; then
+    kill -INT "${PS[@]}"; wait "${PS[@]}" 2>/dev/null || true
+    count() { awk -F, '/raw_syscalls/ {print $1}' "$1"; }
+    python3 -c "n=$N; print(f'system calls per message: worker {$(count "$OUT/sys.w")/n:.2f}, smtp-sink {$(count "$OUT/sys.s")/n:.2f}')"
+fi
 kill -TERM $W; wait $W || true; W=
 pb=0
 if [ -n "$PG" ]; then
@@ -125,7 +143,9 @@ if $([ -n "$PG" ] && echo True || echo False):
     print(f'worker {w/n*1e6:.1f} + backends {pb/n*1e6:.1f} us/msg (its own backends alone {ob/n*1e6:.1f}), '
           f'smtp-sink {s/n*1e6:.1f} us/msg, ratio {(w+pb)/s:.2f} (own backends only {(w+ob)/s:.2f}), {n/t:.0f} msg/s')
 else:
-    print(f'worker {w/n*1e6:.1f} us/msg, smtp-sink {s/n*1e6:.1f} us/msg, ratio {w/s:.2f}, {n/t:.0f} msg/s')"
+    print(f'worker {w/n*1e6:.1f} us/msg, smtp-sink {s/n*1e6:.1f} us/msg, ratio {w/s:.2f}, {n/t:.0f} msg/s')
+wk=$wk/hz; sk=($k1-$k0)/hz
+print(f'of which in the kernel: worker {wk/n*1e6:.1f} us/msg ({wk/w:.0%}), smtp-sink {sk/n*1e6:.1f} us/msg ({sk/s:.0%})')"
 if [ -n "$CALLGRIND" ]; then
     ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$OUT/cg.out")
     # The heartbeat hashes the worker's own binary once at start (tens of
