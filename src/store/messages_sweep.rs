@@ -124,15 +124,16 @@ pub fn lost(
 }
 
 /// Those of `ids` that still wait as [`lost`] found them: due before
-/// `before`, in no live claim at `now`. By id (the primary key).
+/// `before`, in no live claim at `now`. By id (the primary key; see
+/// `batch::unindexed`: a literal status would lead SQLite's planner to
+/// the index of every message in flight).
 pub fn still_lost(conn: &mut Conn, ids: &[i64], now: i64, before: i64) -> Result<Vec<Waiting>> {
+    use super::messages::batch::{unindexed, HELD};
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let queued = m::status.eq("queued").and(m::claimed_until.lt(now));
-    let lapsed = m::status
-        .eq_any(super::messages::batch::HELD)
-        .and(m::claimed_until.lt(before));
+    let queued = unindexed().eq("queued").and(m::claimed_until.lt(now));
+    let lapsed = unindexed().eq_any(HELD).and(m::claimed_until.lt(before));
     Ok(on!(conn, |c| m::table
         .filter(m::id.eq_any(ids))
         .filter(m::next_attempt_at.lt(before))

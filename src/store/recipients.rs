@@ -126,38 +126,6 @@ pub fn find_by_email(conn: &mut Conn, email: &str) -> Result<Option<i64>> {
         .optional())?)
 }
 
-/// The ids among `ids` that are members of list `list_id`, each once, in
-/// id order: a job names recipient ids, and only the campaign's own list
-/// may be mailed, whatever a job says.
-pub fn members_among(conn: &mut Conn, list_id: i64, ids: &[i64]) -> Result<Vec<i64>> {
-    #[derive(QueryableByName)]
-    struct Member {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        recipient_id: i64,
-    }
-    Ok(match conn.inner_mut() {
-        // One fixed text, prepared once per connection (`eq_any` would be
-        // one `?` per id, parsed anew for every job).
-        InnerMut::Sqlite(c) => {
-            let ids = ids_json(ids);
-            let members: Vec<Member> = Prepared::new(
-                "SELECT recipient_id FROM list_members \
-                 WHERE list_id = ? AND recipient_id IN (SELECT value FROM json_each(?)) \
-                 ORDER BY recipient_id",
-                vec![Bind::Int(list_id), Bind::Json(&ids)],
-            )
-            .load(c)?;
-            members.into_iter().map(|m| m.recipient_id).collect()
-        }
-        InnerMut::Pg(c) => list_members::table
-            .filter(list_members::list_id.eq(list_id))
-            .filter(list_members::recipient_id.eq_any(ids))
-            .order(list_members::recipient_id)
-            .select(list_members::recipient_id)
-            .load(c)?,
-    })
-}
-
 /// Rows per page of [`backfill_keys`].
 const BACKFILL_PAGE: i64 = 1_000;
 
@@ -286,60 +254,5 @@ pub fn load(conn: &mut Conn, ids: &[i64]) -> Result<Vec<Recipient>> {
             .filter(recipients::id.eq_any(ids))
             .select(Recipient::as_select())
             .load(c)?,
-    })
-}
-
-/// [`load`], with only the attributes named in `keep` (all when `None`):
-/// the others are left in the database, however large, instead of being
-/// read into memory for a template that does not use them.
-pub fn load_keeping(
-    conn: &mut Conn,
-    ids: &[i64],
-    keep: Option<&[String]>,
-) -> Result<Vec<Recipient>> {
-    use diesel::dsl::sql;
-    use diesel::sql_types::Text;
-    let Some(keep) = keep else {
-        return load(conn, ids);
-    };
-    let keys = super::prepared::texts_json(keep);
-    let columns = |kept| {
-        (
-            recipients::id,
-            recipients::email,
-            recipients::name,
-            kept,
-            recipients::status,
-        )
-    };
-    Ok(match conn.inner_mut() {
-        // A fixed text, prepared once per connection, like `load`'s.
-        // json_each gives true and false as 1 and 0: made booleans again.
-        InnerMut::Sqlite(c) => {
-            let ids = ids_json(ids);
-            Prepared::new(
-                "SELECT id, email, name, status, \
-                   COALESCE((SELECT json_group_object(e.key, CASE e.type \
-                       WHEN 'true' THEN json('true') WHEN 'false' THEN json('false') \
-                       ELSE e.value END) \
-                     FROM json_each(recipients.attributes) AS e \
-                     WHERE e.key IN (SELECT value FROM json_each(?))), '{}') AS attributes \
-                 FROM recipients WHERE id IN (SELECT value FROM json_each(?))",
-                vec![Bind::Json(&keys), Bind::Json(&ids)],
-            )
-            .load(c)?
-        }
-        InnerMut::Pg(c) => recipients::table
-            .filter(recipients::id.eq_any(ids))
-            .select(columns(
-                sql::<Text>(
-                    "COALESCE((SELECT jsonb_object_agg(e.key, e.value) \
-                     FROM jsonb_each(recipients.attributes::jsonb) AS e \
-                     WHERE e.key IN (SELECT jsonb_array_elements_text(",
-                )
-                .bind::<Text, _>(keys)
-                .sql("::jsonb))), '{}')::text"),
-            ))
-            .load::<Recipient>(c)?,
     })
 }

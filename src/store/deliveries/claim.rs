@@ -27,7 +27,7 @@ pub struct Claim {
 #[derive(Debug, Default)]
 pub struct JobClaim {
     pub claim: Claim,
-    /// The owned recipients, read after the claim (a recipient who bounced
+    /// The owned recipients, read with the claim (a recipient who bounced
     /// or left since enqueue is seen as such), in id order.
     pub people: Vec<Recipient>,
     /// How many of the job's ids are members of the list (each once).
@@ -49,37 +49,128 @@ pub fn claim_job(
     lease_ms: i64,
     keep: Option<&[String]>,
 ) -> Result<JobClaim> {
-    if let InnerMut::Pg(c) = conn.inner_mut() {
-        let keep = keep.map_or_else(|| "null".to_string(), crate::store::prepared::texts_json);
-        let rows = claim_pg(
-            c,
-            Some(list_id),
-            campaign_id,
-            recipient_ids,
-            token,
-            lease_ms,
-            &keep,
-        )?;
-        let members: Vec<i64> = rows.iter().map(|r| r.rid).collect();
-        let (claim, people) = owned_rows(rows);
-        let claim = settle(conn, claim, campaign_id, &members, token)?;
-        return Ok(JobClaim {
-            claim,
-            people,
-            members: members.len(),
-        });
-    }
-    let ids = recipients_store::members_among(conn, list_id, recipient_ids)?;
+    let members = match conn.inner_mut() {
+        InnerMut::Pg(c) => {
+            let keep = keep.map_or_else(|| "null".to_string(), crate::store::prepared::texts_json);
+            let rows = claim_pg(
+                c,
+                Some(list_id),
+                campaign_id,
+                recipient_ids,
+                token,
+                lease_ms,
+                &keep,
+            )?;
+            let members: Vec<i64> = rows.iter().map(|r| r.rid).collect();
+            let (claim, people) = owned_rows(rows);
+            let claim = settle(conn, claim, campaign_id, &members, token)?;
+            return Ok(JobClaim {
+                claim,
+                people,
+                members: members.len(),
+            });
+        }
+        InnerMut::Sqlite(c) => members_sqlite(c, list_id, recipient_ids, keep)?,
+    };
+    let ids: Vec<i64> = members.iter().map(|m| m.rid).collect();
     let claim = claim(conn, campaign_id, &ids, token, lease_ms)?;
-    let owned: Vec<i64> = claim.owned.iter().map(|&(rid, _)| rid).collect();
-    let mut people = recipients_store::load_keeping(conn, &owned, keep)?;
-    people.sort_unstable_by_key(|r| r.id);
+    let owned: HashSet<i64> = claim.owned.iter().map(|&(rid, _)| rid).collect();
+    let people = members
+        .into_iter()
+        .filter(|m| owned.contains(&m.rid))
+        .filter_map(MemberRow::person)
+        .collect();
     Ok(JobClaim {
         claim,
         people,
         members: ids.len(),
     })
 }
+
+/// A member of the list among a job's ids, with its recipient's row
+/// (`None`s: a membership whose recipient is gone, claimed and then
+/// finished as before, with nobody to send to).
+#[derive(QueryableByName)]
+struct MemberRow {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    rid: i64,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    email: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    name: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    attributes: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    status: Option<RecipientStatus>,
+}
+
+impl MemberRow {
+    fn person(self) -> Option<Recipient> {
+        Some(Recipient {
+            id: self.rid,
+            email: self.email?,
+            name: self.name?,
+            attributes: self.attributes?,
+            status: self.status?,
+        })
+    }
+}
+
+/// The members of list `list_id` among `ids` (each once, in id order),
+/// each with its recipient's row as the worker needs it: of the
+/// attributes only those named in `keep` (all when `None`). One statement
+/// read before the claim, where a read of the members and another of the
+/// owned recipients after it cost a statement's overhead per id twice (a
+/// recipient who leaves between this read and the send is as one who
+/// leaves just after it: the send checks nothing again either way).
+fn members_sqlite(
+    c: &mut diesel::sqlite::SqliteConnection,
+    list_id: i64,
+    ids: &[i64],
+    keep: Option<&[String]>,
+) -> Result<Vec<MemberRow>> {
+    let ids = ids_json(ids);
+    Ok(match keep {
+        None => Prepared::new(
+            &MEMBERS_SQLITE_ALL,
+            vec![Bind::Int(list_id), Bind::Json(&ids)],
+        )
+        .load(c)?,
+        Some(keep) => {
+            let keys = crate::store::prepared::texts_json(keep);
+            Prepared::new(
+                &MEMBERS_SQLITE_KEEPING,
+                vec![Bind::Json(&keys), Bind::Int(list_id), Bind::Json(&ids)],
+            )
+            .load(c)?
+        }
+    })
+}
+
+/// [`members_sqlite`]'s statement, with `attributes` the expression for
+/// the recipient's attributes: a fixed text each, prepared once per
+/// connection.
+fn members_sql(attributes: &str) -> String {
+    format!(
+        "SELECT lm.recipient_id AS rid, r.email, r.name, {attributes} AS attributes, r.status \
+         FROM list_members AS lm LEFT JOIN recipients AS r ON r.id = lm.recipient_id \
+         WHERE lm.list_id = ? AND lm.recipient_id IN (SELECT value FROM json_each(?)) \
+         ORDER BY lm.recipient_id"
+    )
+}
+static MEMBERS_SQLITE_ALL: LazyLock<String> = LazyLock::new(|| members_sql("r.attributes"));
+/// Only the attributes named (`?`, a JSON array): json_each gives true and
+/// false as 1 and 0, made booleans again.
+static MEMBERS_SQLITE_KEEPING: LazyLock<String> = LazyLock::new(|| {
+    members_sql(
+        "CASE WHEN r.id IS NULL THEN NULL ELSE \
+           COALESCE((SELECT json_group_object(e.key, CASE e.type \
+               WHEN 'true' THEN json('true') WHEN 'false' THEN json('false') \
+               ELSE e.value END) \
+             FROM json_each(r.attributes) AS e \
+             WHERE e.key IN (SELECT value FROM json_each(?))), '{}') END",
+    )
+});
 
 /// Split the PostgreSQL claim's rows into the recipients this claim owns
 /// (a row with an attempt number) and those of them that were read whole.

@@ -14,7 +14,7 @@ use std::sync::LazyLock;
 use diesel::prelude::*;
 
 use crate::store::prepared::{Bind, Prepared};
-use crate::store::recipients::{self as recipients_store, Recipient, RecipientStatus};
+use crate::store::recipients::{Recipient, RecipientStatus};
 use crate::store::schema::{deliveries as d, recipients};
 use crate::store::{autopause, bounces, now_ms, on, Backend, Conn, InnerMut, Result};
 /// Rows of one campaign still claimed by `token`.

@@ -1,6 +1,7 @@
 //! Recording what became of claimed recipients: outcomes into the ledger
 //! and the counters in one transaction, moved by the rows actually changed.
 
+use diesel::connection::SimpleConnection;
 use std::sync::LazyLock;
 
 use super::counters::{bump_counters, Delta};
@@ -139,9 +140,7 @@ fn record_successes(
 }
 
 /// Mark `ids` sent where this claim (`token`) still holds them; the ids
-/// marked. On SQLite one fixed statement (prepared once per connection,
-/// the ids as one JSON array), where diesel's UPDATE would be parsed anew
-/// for every batch.
+/// marked. On SQLite see [`mark_sent_sqlite`].
 fn mark_sent(
     conn: &mut Conn,
     campaign_id: i64,
@@ -150,39 +149,21 @@ fn mark_sent(
     ids: &[i64],
     now: i64,
 ) -> Result<Vec<i64>> {
-    #[derive(QueryableByName)]
-    struct Marked {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        rid: i64,
-    }
-    static MARK_SENT_SQLITE: LazyLock<String> = LazyLock::new(|| {
-        format!(
-            "UPDATE deliveries SET state = '{sent}', claim_token = NULL, last_error = NULL, \
-               updated_at = ?, content_version = ? \
-             WHERE campaign_id = ? AND claim_token = ? AND state = '{claimed}' \
-               AND recipient_id IN (SELECT value FROM json_each(?)) \
-             RETURNING recipient_id AS rid",
-            sent = DeliveryState::Sent.as_str(),
-            claimed = DeliveryState::Claimed.as_str()
-        )
-    });
-    Ok(match conn.inner_mut() {
+    match conn.inner_mut() {
         InnerMut::Sqlite(c) => {
-            let ids = ids_json(ids);
-            let marked: Vec<Marked> = Prepared::new(
-                &MARK_SENT_SQLITE,
+            let ids_json = ids_json(ids);
+            let binds = || {
                 vec![
                     Bind::Int(now),
                     Bind::OptInt(version),
                     Bind::Int(campaign_id),
                     Bind::Int(token),
-                    Bind::Json(&ids),
-                ],
-            )
-            .load(c)?;
-            marked.into_iter().map(|m| m.rid).collect()
+                    Bind::Json(&ids_json),
+                ]
+            };
+            mark_sent_sqlite(c, binds, ids)
         }
-        InnerMut::Pg(c) => diesel::update(owned_rows!(campaign_id, token, ids))
+        InnerMut::Pg(c) => Ok(diesel::update(owned_rows!(campaign_id, token, ids))
             .set((
                 d::state.eq(DeliveryState::Sent),
                 d::claim_token.eq(None::<i64>),
@@ -191,9 +172,57 @@ fn mark_sent(
                 d::content_version.eq(version),
             ))
             .returning(d::recipient_id)
-            .get_results(c)?,
-    })
+            .get_results(c)?),
+    }
 }
+
+/// [`mark_sent`] on SQLite: fixed statements (prepared once per
+/// connection, the ids as one JSON array), where diesel's UPDATE would be
+/// parsed anew for every batch; and first without RETURNING, whose rows
+/// SQLite keeps aside and hands back one by one (a third of the UPDATE's
+/// cost): when it changed as many rows as there are ids, every one was
+/// ours. Otherwise (a claim taken over, an id twice) it is undone (a
+/// savepoint) and done again with RETURNING, which says which.
+fn mark_sent_sqlite<'a>(
+    c: &mut diesel::sqlite::SqliteConnection,
+    binds: impl Fn() -> Vec<Bind<'a>>,
+    ids: &[i64],
+) -> Result<Vec<i64>> {
+    #[derive(QueryableByName)]
+    struct Marked {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        rid: i64,
+    }
+    const UNDO: &str = "ROLLBACK TO mark_sent; RELEASE mark_sent";
+    c.batch_execute("SAVEPOINT mark_sent")?;
+    match Prepared::new(&MARK_SENT_SQLITE, binds()).execute(c) {
+        Ok(changed) if changed == ids.len() => {
+            c.batch_execute("RELEASE mark_sent")?;
+            return Ok(ids.to_vec());
+        }
+        Ok(_) => c.batch_execute(UNDO)?,
+        Err(e) => {
+            let _ = c.batch_execute(UNDO);
+            return Err(e.into());
+        }
+    }
+    let marked: Vec<Marked> = Prepared::new(&MARK_SENT_SQLITE_RETURNING, binds()).load(c)?;
+    Ok(marked.into_iter().map(|m| m.rid).collect())
+}
+
+/// [`mark_sent_sqlite`]'s statements.
+static MARK_SENT_SQLITE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE deliveries SET state = '{sent}', claim_token = NULL, last_error = NULL, \
+           updated_at = ?, content_version = ? \
+         WHERE campaign_id = ? AND claim_token = ? AND state = '{claimed}' \
+           AND recipient_id IN (SELECT value FROM json_each(?))",
+        sent = DeliveryState::Sent.as_str(),
+        claimed = DeliveryState::Claimed.as_str()
+    )
+});
+static MARK_SENT_SQLITE_RETURNING: LazyLock<String> =
+    LazyLock::new(|| format!("{} RETURNING recipient_id AS rid", *MARK_SENT_SQLITE));
 
 /// One outcome that is not a success: what it makes of the row, and how
 /// many rows it changed (1 when the claim was still ours).
