@@ -38,7 +38,8 @@ pub struct JobClaim {
 /// job names recipient ids, and only the campaign's own list may be mailed,
 /// whatever a job says), as [`claim`] does, and read the recipients it got.
 /// Of their attributes, only those named in `keep` are read (all when
-/// `None`). On PostgreSQL this is one prepared statement, one round trip.
+/// `None`). On PostgreSQL this is one prepared statement, one round trip;
+/// on SQLite one read of the members with their rows, then the claim.
 #[allow(clippy::too_many_arguments)]
 pub fn claim_job(
     conn: &mut Conn,
