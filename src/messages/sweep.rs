@@ -155,7 +155,7 @@ impl Sweep {
             before,
             last: suspects.0.into_iter(),
             next: Vec::new(),
-            after: Cursor::default(),
+            after: Cursor::START,
             pages: 0,
             read_all: false,
             put: 0,

@@ -44,10 +44,18 @@ impl Waiting {
 /// Where a page of [`lost`] goes on: after this (due time, id), in the
 /// order the index gives (many messages share a due time: a flow batch's
 /// hundred, put at once).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Cursor {
     pub next_attempt_at: i64,
     pub id: i64,
+}
+
+impl Cursor {
+    /// Before every message: where a sweep's first page starts.
+    pub const START: Cursor = Cursor {
+        next_attempt_at: i64::MIN,
+        id: i64::MIN,
+    };
 }
 
 /// The waiting messages of one status after a cursor, oldest due first:
