@@ -79,7 +79,7 @@ pub fn claim_job(
     let people = members
         .into_iter()
         .filter(|m| owned.contains(&m.rid))
-        .filter_map(MemberRow::person)
+        .filter_map(|m| m.person.recipient(m.rid))
         .collect();
     Ok(JobClaim {
         claim,
@@ -88,33 +88,13 @@ pub fn claim_job(
     })
 }
 
-/// A member of the list among a job's ids, with its recipient's row
-/// (`None`s: a membership whose recipient is gone, claimed and then
-/// finished as before, with nobody to send to).
+/// A member of the list among a job's ids, with its recipient's row.
 #[derive(QueryableByName)]
 struct MemberRow {
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     rid: i64,
-    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
-    email: Option<String>,
-    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
-    name: Option<String>,
-    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
-    attributes: Option<String>,
-    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
-    status: Option<RecipientStatus>,
-}
-
-impl MemberRow {
-    fn person(self) -> Option<Recipient> {
-        Some(Recipient {
-            id: self.rid,
-            email: self.email?,
-            name: self.name?,
-            attributes: self.attributes?,
-            status: self.status?,
-        })
-    }
+    #[diesel(embed)]
+    person: PersonRow,
 }
 
 /// The members of list `list_id` among `ids` (each once, in id order),
@@ -183,17 +163,7 @@ fn owned_rows(rows: Vec<super::pg_fast::ClaimRowPg>) -> (Claim, Vec<Recipient>) 
             continue;
         };
         claim.owned.push((row.rid, attempts));
-        if let (Some(email), Some(name), Some(attributes), Some(status)) =
-            (row.email, row.name, row.attributes, row.status)
-        {
-            people.push(Recipient {
-                id: row.rid,
-                email,
-                name,
-                attributes,
-                status,
-            });
-        }
+        people.extend(row.person.recipient(row.rid));
     }
     (claim, people)
 }

@@ -51,6 +51,34 @@ mod record;
 pub use claim::{claim, claim_job, extend_claims, Claim, JobClaim};
 pub use record::{record, record_batch, Outcome, OutcomeKind, Recorded, Recording};
 
+/// A recipient's columns in a claim's read: all `None` for a membership
+/// whose recipient is gone (claimed, then finished with nobody to send
+/// to), or on PostgreSQL for a member this claim did not get.
+#[derive(QueryableByName)]
+struct PersonRow {
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    email: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    name: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    attributes: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    status: Option<RecipientStatus>,
+}
+
+impl PersonRow {
+    /// Recipient `id`, when its row was read.
+    fn recipient(self, id: i64) -> Option<Recipient> {
+        Some(Recipient {
+            id,
+            email: self.email?,
+            name: self.name?,
+            attributes: self.attributes?,
+            status: self.status?,
+        })
+    }
+}
+
 /// How often the observed send rate is recomputed.
 pub const RATE_WINDOW_MS: i64 = 5_000;
 

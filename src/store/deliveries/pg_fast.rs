@@ -13,14 +13,8 @@ pub(super) struct ClaimRowPg {
     pub(super) rid: i64,
     #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Integer>)]
     pub(super) attempts: Option<i32>,
-    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
-    pub(super) email: Option<String>,
-    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
-    pub(super) name: Option<String>,
-    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
-    pub(super) attributes: Option<String>,
-    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
-    pub(super) status: Option<RecipientStatus>,
+    #[diesel(embed)]
+    pub(super) person: PersonRow,
 }
 
 /// The claim on PostgreSQL, with the members of a list (`?` list, `?` ids)
